@@ -1,0 +1,27 @@
+"""Build the Cython extensions (the engine in xgrad/_core.pyx and the ops)."""
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+MODULES = [
+    'xgrad._core',
+    'xgrad._ops._op',
+    'xgrad._ops.elementwise',
+    'xgrad._ops.reduction',
+    'xgrad._ops.linalg',
+    'xgrad._ops.manipulation',
+]
+
+extensions = [
+    Extension(name, [name.replace('.', '/') + '.pyx'],
+              include_dirs=[numpy.get_include()],
+              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')])
+    for name in MODULES
+]
+
+setup(ext_modules=cythonize(
+    extensions,
+    compiler_directives={'language_level': 3, 'embedsignature': True},
+    nthreads=2,
+))

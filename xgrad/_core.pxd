@@ -1,0 +1,91 @@
+# The graph engine's typed declarations, shared with the op modules.
+from cpython.ref cimport PyObject
+
+
+cdef class Context:
+    cdef public object _backends
+    cdef public object _devices
+    cdef Py_ssize_t _next_ordinal
+    cdef dict _alive_ids
+    cdef set _connections
+    cdef dict _prohibited_by
+    cdef readonly BackpropId _default_id
+
+    cdef void _connect(self, BackpropId a, BackpropId b)
+    cdef list _inner_connected(self, BackpropId bp)
+    cdef void _check_backprop_allowed(self, BackpropId bp) except *
+
+
+cdef class BackpropId:
+    cdef readonly Context context
+    cdef readonly Py_ssize_t ordinal
+    cdef str _name
+    cdef bint _released
+
+    cdef Py_ssize_t _ordinal_against(self, other) except? -1
+
+
+cdef class ArrayNode:
+    cdef readonly BackpropId backprop_id
+    cdef FunctionNode creator
+    cdef PyObject* _array
+    cdef Py_ssize_t rank
+    cdef int graph_index
+    cdef int out_index
+    cdef bint grad_required
+    cdef object shape
+    cdef object dtype
+    cdef object device
+
+    cdef object array(self)
+
+
+cdef class ndarray:
+    cdef object _data
+    cdef object _device
+    cdef list _nodes
+    cdef list _grads
+    cdef object __weakref__
+
+    cdef ArrayNode _node_on(self, BackpropId bp)
+    cdef Py_ssize_t _slot_of(self, ArrayNode node)
+    cdef ArrayNode _add_node(self, BackpropId bp, FunctionNode creator,
+                             Py_ssize_t rank, int graph_index, int out_index)
+    cdef bint _has_enabled_node(self)
+    cdef BackpropId _valid_bp(self, backprop_id)
+    cdef ArrayNode _constant_check(self, BackpropId bp)
+    cdef void _check_inplace(self, other) except *
+    cdef object _inplace(self, other, op)
+
+
+cdef class FunctionNode:
+    cdef list _graphs
+    cdef list _ranks
+    cdef list _input_nodes
+    cdef PyObject** _out_nodes
+    cdef Py_ssize_t _n_in
+    cdef Py_ssize_t _n_out
+    cdef bint _applied
+    cdef tuple _retain_in_idx
+    cdef tuple _retain_out_idx
+    cdef tuple _retained_inputs
+    cdef tuple _retained_out_data
+    cdef tuple _out_dtypes
+    cdef object _device
+    cdef tuple _bw_inputs
+    cdef tuple _bw_outputs
+
+    cpdef forward(self, inputs)
+    cpdef backward(self, target_input_indexes, grad_outputs)
+    cdef object _backward_raw(self, tuple targets, tuple grad_outputs, tuple xs, tuple ys)
+    cdef int _graph_index(self, BackpropId bp)
+    cdef void _unchain_graph(self, int k)
+
+
+cdef ndarray _wrap(object data, object device)
+cdef bint _is_float(object dtype)
+cpdef tuple apply(FunctionNode fn, inputs)
+cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device)
+cdef ndarray apply1(FunctionNode fn, ndarray x)
+cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b)
+cdef bint is_enabled(BackpropId bp)

@@ -1,0 +1,1875 @@
+# cython: language_level=3
+"""The graph engine: backprop IDs, backprop modes, arrays and their nodes,
+function nodes, and the backward pass.
+
+Ownership has no cycles (see docs/architecture in the design notes):
+
+    ndarray --owns--> ArrayNode (one per graph) --owns--> creator FunctionNode
+    FunctionNode --owns--> its input ArrayNodes and the inputs it retained
+    FunctionNode ..raw pointer..> its output ArrayNodes (cleared when they die)
+    ArrayNode ..raw pointer..> its ndarray (cleared when the array dies)
+
+so dropping the last reference to an output frees its graph at once, without
+the garbage collector. Gradients are stored on the array (one slot per node),
+never on nodes, so a gradient that is itself in a graph cannot close a cycle.
+"""
+
+cimport cython
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.ref cimport PyObject
+
+import heapq
+import threading
+
+import numpy
+
+from xgrad._errors import (
+    ContextError, DeviceError, DimensionError, DtypeError, GradientError,
+    XgradError)
+from xgrad._errors import NotImplementedError as XgradNotImplementedError
+from xgrad import _device as _device_module
+
+
+# The op library registers itself here (xgrad/__init__.py), so that ndarray
+# methods and the backward pass can call ops without a circular import.
+cdef object _OPS = None
+
+
+def _install_ops(ops):
+    global _OPS
+    _OPS = ops
+
+
+# ---------------------------------------------------------------------------
+# Contexts and backprop IDs
+# ---------------------------------------------------------------------------
+
+cdef class Context:
+    """Owns backprop IDs (graphs), their connections, and the devices.
+
+    Ordinals are handed out in creation order and never reused: a lower
+    ordinal is an *outer* graph. Ordinal 0 is the default graph.
+    """
+
+    def __init__(self):
+        self._backends = {}
+        self._devices = {}
+        self._next_ordinal = 0
+        self._alive_ids = {}
+        self._connections = set()
+        self._prohibited_by = {}
+        self._default_id = self.make_backprop_id('<default>')
+
+    def make_backprop_id(self, str backprop_name):
+        cdef BackpropId bp = BackpropId.__new__(BackpropId)
+        bp.context = self
+        bp.ordinal = self._next_ordinal
+        bp._name = backprop_name
+        self._next_ordinal += 1
+        self._alive_ids[bp.ordinal] = bp
+        return bp
+
+    def release_backprop_id(self, backprop_id):
+        if backprop_id is None:
+            backprop_id = self._default_id
+        if not isinstance(backprop_id, BackpropId):
+            raise TypeError('release_backprop_id(): incompatible function '
+                            'arguments: expected a BackpropId, not {}'.format(
+                                type(backprop_id).__name__))
+        cdef BackpropId bp = <BackpropId>backprop_id
+        self._check_valid_backprop_id(bp)
+        if bp.ordinal == 0:
+            raise XgradError('The default backprop ID cannot be released.')
+        bp._released = True
+        del self._alive_ids[bp.ordinal]
+        ordinal = bp.ordinal
+        self._connections = {c for c in self._connections if ordinal not in c}
+        self._prohibited_by.pop(ordinal, None)
+
+    def _check_valid_backprop_id(self, BackpropId backprop_id not None):
+        if (backprop_id.context is not self or backprop_id._released
+                or self._alive_ids.get(backprop_id.ordinal) is not backprop_id):
+            raise XgradError('Invalid backprop ID, maybe already expired: {}'
+                             .format(backprop_id.name))
+
+    def get_backend(self, str name):
+        return _device_module._get_backend(self, name)
+
+    def get_device(self, device, index=None):
+        return _device_module.parse_device(self, device, index)
+
+    cdef void _connect(self, BackpropId a, BackpropId b):
+        if a is b or a._released or b._released:
+            return
+        if a.ordinal < b.ordinal:
+            self._connections.add((a.ordinal, b.ordinal))
+        else:
+            self._connections.add((b.ordinal, a.ordinal))
+
+    cdef list _inner_connected(self, BackpropId bp):
+        """The alive graphs connected to ``bp`` and inner to it."""
+        cdef list inner = []
+        if not self._connections:
+            return inner
+        for low, high in self._connections:
+            if low == bp.ordinal:
+                inner.append(self._alive_ids[high])
+        return inner
+
+    cdef void _check_backprop_allowed(self, BackpropId bp) except *:
+        if bp._released or self._alive_ids.get(bp.ordinal) is not bp:
+            raise XgradError('Backprop ID not found: {}'.format(bp.name))
+        prohibitor = self._prohibited_by.get(bp.ordinal)
+        if prohibitor is not None:
+            raise XgradError(
+                "Cannot backward for backprop ID '{}' because an connected "
+                "backprop ID '{}' which has been created earlier, has already "
+                "been backpropped.".format(bp.name, prohibitor.name))
+
+    def _mark_backpropped(self, BackpropId bp):
+        for inner in self._inner_connected(bp):
+            self._prohibited_by.setdefault(inner.ordinal, bp)
+
+
+cdef class BackpropId:
+    """Names one computational graph of a context.
+
+    IDs compare by identity; ``<`` and friends order them outer-to-inner.
+    """
+
+    def __init__(self):
+        raise TypeError('BackpropId cannot be created directly; use '
+                        'Context.make_backprop_id or backprop_scope')
+
+    @property
+    def name(self):
+        return '<expired>' if self._released else self._name
+
+    def __repr__(self):
+        return self.name
+
+    cdef Py_ssize_t _ordinal_against(self, other) except? -1:
+        if not isinstance(other, BackpropId):
+            raise TypeError('cannot compare BackpropId with {}'.format(
+                type(other).__name__))
+        if (<BackpropId>other).context is not self.context:
+            raise ContextError('Cannot compare backprop IDs of different '
+                               'contexts: {} and {}'.format(self, other))
+        return (<BackpropId>other).ordinal
+
+    def __lt__(self, other):
+        return self.ordinal < self._ordinal_against(other)
+
+    def __le__(self, other):
+        return self.ordinal <= self._ordinal_against(other)
+
+    def __gt__(self, other):
+        return self.ordinal > self._ordinal_against(other)
+
+    def __ge__(self, other):
+        return self.ordinal >= self._ordinal_against(other)
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def __hash__(self):
+        return id(self)
+
+
+class AnyGraph:
+    """The type of ``xgrad.anygraph``: 'on any graph' for is_backprop_required."""
+
+    def __repr__(self):
+        return 'anygraph'
+
+
+anygraph = AnyGraph()
+
+cdef Context _global_default_context = Context()
+
+
+# ---------------------------------------------------------------------------
+# Thread-local state: backprop modes, default context, default device
+# ---------------------------------------------------------------------------
+
+@cython.final
+cdef class _ModeEntry:
+    """One entry of the mode stack: ``enable`` applies to ``ids`` (or to
+    every graph of ``context`` when ``ids`` is None)."""
+    cdef bint enable
+    cdef Context context
+    cdef tuple ids
+
+
+@cython.final
+cdef class _ThreadState:
+    cdef list modes
+    cdef object default_device
+    cdef Context default_context
+    cdef bint has_context
+
+    def __init__(self):
+        self.modes = []
+
+
+cdef object _tls = threading.local()
+cdef unsigned long _cached_ident = 0
+cdef _ThreadState _cached_state = None
+
+
+cdef _ThreadState _state():
+    global _cached_ident, _cached_state
+    cdef unsigned long ident = PyThread_get_thread_ident()
+    if ident == _cached_ident and _cached_state is not None:
+        return _cached_state
+    try:
+        st = _tls.state
+    except AttributeError:
+        st = _tls.state = _ThreadState()
+    _cached_ident = ident
+    _cached_state = <_ThreadState>st
+    return _cached_state
+
+
+cdef bint is_enabled(BackpropId bp):
+    """Whether backprop is enabled for ``bp`` in this thread (modes only)."""
+    cdef list modes = _state().modes
+    cdef Py_ssize_t i
+    cdef _ModeEntry e
+    if not modes:
+        return True
+    for i in range(len(modes) - 1, -1, -1):
+        e = <_ModeEntry>modes[i]
+        if e.ids is None:
+            if e.context is bp.context:
+                return e.enable
+        else:
+            for b in e.ids:
+                if b is bp:
+                    return e.enable
+    return True
+
+
+def get_default_context():
+    cdef _ThreadState st = _state()
+    if st.has_context:
+        if st.default_context is None:
+            raise ContextError('No default context is set in this thread.')
+        return st.default_context
+    return _global_default_context
+
+
+def set_default_context(context):
+    if context is not None and not isinstance(context, Context):
+        raise TypeError('context must be a Context or None')
+    cdef _ThreadState st = _state()
+    st.has_context = True
+    st.default_context = context
+
+
+class context_scope:
+    """``with xgrad.context_scope(ctx):`` makes ``ctx`` this thread's default."""
+
+    def __init__(self, context):
+        if not isinstance(context, Context):
+            raise TypeError('context must be a Context')
+        self._context = context
+
+    def __enter__(self):
+        cdef _ThreadState st = _state()
+        self._saved = (st.has_context, st.default_context)
+        st.has_context = True
+        st.default_context = self._context
+        return self._context
+
+    def __exit__(self, *exc):
+        cdef _ThreadState st = _state()
+        st.has_context, st.default_context = self._saved
+
+
+cdef object _default_device():
+    cdef _ThreadState st = _state()
+    if st.default_device is None:
+        return get_default_context().get_device('native:0')
+    return st.default_device
+
+
+def get_default_device():
+    return _default_device()
+
+
+def set_default_device(device):
+    _state().default_device = _device_module.parse_device(
+        get_default_context(), device)
+
+
+class using_device:
+    """``with xgrad.using_device('native:1'):`` sets this thread's default device."""
+
+    def __init__(self, device, index=None):
+        self._device = _device_module.parse_device(
+            get_default_context(), device, index)
+
+    def __enter__(self):
+        cdef _ThreadState st = _state()
+        self._saved = st.default_device
+        st.default_device = self._device
+        return self._device
+
+    def __exit__(self, *exc):
+        _state().default_device = self._saved
+
+
+cdef object _resolve_device(device):
+    if device is None:
+        return _default_device()
+    return _device_module.parse_device(get_default_context(), device)
+
+
+cdef _ModeEntry _make_mode_entry(bint enable, arg, context):
+    """Build the stack entry for no/force_backprop_mode; None for a no-op."""
+    cdef _ModeEntry e = _ModeEntry.__new__(_ModeEntry)
+    e.enable = enable
+    if arg is None or isinstance(arg, Context):
+        if arg is not None and context is not None:
+            raise TypeError('give the context once, positionally or as context=')
+        ctx = arg if arg is not None else context
+        if ctx is None:
+            ctx = get_default_context()
+        elif not isinstance(ctx, Context):
+            raise TypeError('context must be a Context, not {}'.format(
+                type(ctx).__name__))
+        e.context = ctx
+        e.ids = None
+        return e
+    if isinstance(arg, BackpropId):
+        ids = (arg,)
+    elif isinstance(arg, (list, tuple)):
+        ids = tuple(arg)
+        for b in ids:
+            if not isinstance(b, BackpropId):
+                raise TypeError('backprop IDs must be BackpropId, not {}'.format(
+                    type(b).__name__))
+        if not ids:
+            return None
+        for b in ids:
+            if (<BackpropId>b).context is not (<BackpropId>ids[0]).context:
+                raise ContextError('Backprop IDs of different contexts cannot be '
+                                   'used in one backprop mode scope.')
+    else:
+        raise TypeError('expected a BackpropId, a sequence of them or a Context, '
+                        'not {}'.format(type(arg).__name__))
+    e.context = (<BackpropId>ids[0]).context
+    e.ids = ids
+    return e
+
+
+cdef class _BackpropModeScope:
+    cdef _ModeEntry entry
+
+    def __enter__(self):
+        if self.entry is not None:
+            _state().modes.append(self.entry)
+
+    def __exit__(self, *exc):
+        cdef list modes
+        if self.entry is not None:
+            modes = _state().modes
+            if modes and modes[-1] is self.entry:
+                modes.pop()
+            else:
+                modes.remove(self.entry)
+
+
+def no_backprop_mode(arg=None, context=None):
+    """Disable recording for one graph, several, or every graph of a context."""
+    cdef _BackpropModeScope s = _BackpropModeScope.__new__(_BackpropModeScope)
+    s.entry = _make_mode_entry(False, arg, context)
+    return s
+
+
+def force_backprop_mode(arg=None, context=None):
+    """Re-enable recording inside ``no_backprop_mode`` (same arguments)."""
+    cdef _BackpropModeScope s = _BackpropModeScope.__new__(_BackpropModeScope)
+    s.entry = _make_mode_entry(True, arg, context)
+    return s
+
+
+def is_backprop_required(backprop_id=None, context=None):
+    """Whether ops would record on ``backprop_id`` (default: the context's
+    default graph) in this thread now."""
+    if backprop_id is not None:
+        if isinstance(backprop_id, Context) and context is None:
+            return is_enabled((<Context>backprop_id)._default_id)
+        if not isinstance(backprop_id, BackpropId):
+            raise TypeError('is_backprop_required(): incompatible function '
+                            'arguments: backprop_id must be a BackpropId, not {}'
+                            .format(type(backprop_id).__name__))
+        return is_enabled(backprop_id)
+    if context is None:
+        context = get_default_context()
+    elif not isinstance(context, Context):
+        raise TypeError('is_backprop_required(): incompatible function '
+                        'arguments: context must be a Context, not {}'.format(
+                            type(context).__name__))
+    return is_enabled((<Context>context)._default_id)
+
+
+class backprop_scope:
+    """``with xgrad.backprop_scope('name') as bp:`` makes a new graph for the
+    block and releases it at the end."""
+
+    def __init__(self, backprop_name, context=None):
+        if not isinstance(backprop_name, str):
+            raise TypeError('backprop_name must be a str')
+        if context is not None and not isinstance(context, Context):
+            raise TypeError('context must be a Context or None')
+        self._name = backprop_name
+        self._context = context
+        self._state = 'new'
+        self._bp = None
+
+    def __enter__(self):
+        if self._state == 'entered':
+            raise XgradError('Backprop scope cannot be nested.')
+        if self._state == 'exited':
+            raise XgradError('Exited backprop scope cannot be reused.')
+        ctx = self._context if self._context is not None else get_default_context()
+        self._bp = ctx.make_backprop_id(self._name)
+        self._state = 'entered'
+        return self._bp
+
+    def __exit__(self, *exc):
+        self._state = 'exited'
+        try:
+            self._bp.context.release_backprop_id(self._bp)
+        except XgradError:
+            pass
+
+
+cdef BackpropId _resolve_bp(backprop_id, Context context):
+    if backprop_id is None:
+        return context._default_id
+    if isinstance(backprop_id, BackpropId):
+        return <BackpropId>backprop_id
+    raise TypeError('incompatible function arguments: backprop_id must be a '
+                    'BackpropId or None, not {!r}'.format(backprop_id))
+
+
+cdef inline Context _context_of(ndarray a):
+    return <Context>a._device.context
+
+
+# ---------------------------------------------------------------------------
+# Deferred release: freeing a million-op chain without recursing a million
+# C frames deep. A dying FunctionNode hands what it owns to this queue; the
+# outermost release drains it in a loop.
+# ---------------------------------------------------------------------------
+
+cdef list _release_queue = []
+cdef bint _releasing = False
+
+
+cdef void _drain_release_queue():
+    global _releasing
+    if _releasing:
+        return
+    _releasing = True
+    try:
+        while _release_queue:
+            _release_queue.pop()
+    finally:
+        _releasing = False
+
+
+# ---------------------------------------------------------------------------
+# Array nodes
+# ---------------------------------------------------------------------------
+
+@cython.no_gc
+@cython.final
+cdef class ArrayNode:
+    """An array's vertex in one graph: its creator and rank there."""
+
+    cdef object array(self):
+        if self._array == NULL:
+            return None
+        return <object>self._array
+
+    def __dealloc__(self):
+        cdef FunctionNode creator = self.creator
+        cdef Py_ssize_t pos
+        if creator is not None and creator._out_nodes != NULL:
+            pos = self.graph_index * creator._n_out + self.out_index
+            if creator._out_nodes[pos] == <PyObject*>self:
+                creator._out_nodes[pos] = NULL
+
+    def __repr__(self):
+        return '<ArrayNode shape={} dtype={} rank={} backprop_id={}>'.format(
+            self.shape, self.dtype, self.rank, self.backprop_id)
+
+
+cdef bint _is_float(object dtype):
+    return dtype.kind == 'f'
+
+
+cdef ndarray _wrap(object data, object device):
+    cdef ndarray a = ndarray.__new__(ndarray)
+    a._data = data
+    a._device = device
+    return a
+
+
+cdef str _dtype_name(dtype):
+    return numpy.dtype(dtype).name
+
+
+# ---------------------------------------------------------------------------
+# ndarray
+# ---------------------------------------------------------------------------
+
+def _gradient_mismatch(ndarray g, object shape, object dtype, object device):
+    """The GradientError message for ``g`` against the expected meta, or None."""
+    if not isinstance(g, ndarray):
+        return 'Gradient must be an xgrad.ndarray, not {}.'.format(
+            type(g).__name__)
+    if g._data.dtype != dtype:
+        return 'Gradient dtypes do not match. Expected: {} Actual: {}.'.format(
+            _dtype_name(dtype), _dtype_name(g._data.dtype))
+    if g._data.shape != shape:
+        return 'Gradient shapes do not match. Expected: {} Actual: {}.'.format(
+            shape, g._data.shape)
+    if g._device is not device:
+        return 'Gradient devices do not match. Expected: {} Actual: {}.'.format(
+            device.name, g._device.name)
+    return None
+
+
+@cython.no_gc
+cdef class ndarray:
+    """An n-dimensional array that records the operations applied to it.
+
+    Holds a NumPy array (``native`` devices) plus, per graph it takes part in,
+    an :class:`ArrayNode` and a gradient slot.
+    """
+
+    def __init__(self, shape, dtype=None, device=None):
+        self._device = _resolve_device(device)
+        self._data = numpy.empty(shape, dtype=_OPS.default_dtype(dtype))
+
+    def __dealloc__(self):
+        cdef ArrayNode node
+        if self._nodes is not None:
+            for node in self._nodes:
+                if node._array == <PyObject*>self:
+                    node._array = NULL
+
+    # -- internal helpers -------------------------------------------------
+
+    cdef ArrayNode _node_on(self, BackpropId bp):
+        cdef ArrayNode node
+        if self._nodes is None:
+            return None
+        for node in self._nodes:
+            if node.backprop_id is bp:
+                return node
+        return None
+
+    cdef Py_ssize_t _slot_of(self, ArrayNode node):
+        cdef Py_ssize_t i
+        for i in range(len(self._nodes)):
+            if self._nodes[i] is node:
+                return i
+        return -1
+
+    cdef ArrayNode _add_node(self, BackpropId bp, FunctionNode creator,
+                             Py_ssize_t rank, int graph_index, int out_index):
+        cdef ArrayNode node = ArrayNode.__new__(ArrayNode)
+        node.backprop_id = bp
+        node.creator = creator
+        node._array = <PyObject*>self
+        node.rank = rank
+        node.graph_index = graph_index
+        node.out_index = out_index
+        node.shape = self._data.shape
+        node.dtype = self._data.dtype
+        node.device = self._device
+        if self._nodes is None:
+            self._nodes = [node]
+            self._grads = [None]
+        else:
+            self._nodes.append(node)
+            self._grads.append(None)
+        return node
+
+    cdef bint _has_enabled_node(self):
+        cdef ArrayNode node
+        if self._nodes is None:
+            return False
+        for node in self._nodes:
+            if is_enabled(node.backprop_id):
+                return True
+        return False
+
+    cdef BackpropId _valid_bp(self, backprop_id):
+        cdef Context ctx = _context_of(self)
+        cdef BackpropId bp = _resolve_bp(backprop_id, ctx)
+        ctx._check_valid_backprop_id(bp)
+        return bp
+
+    # -- NumPy-like attributes -------------------------------------------
+
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def size(self):
+        return self._data.size
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def itemsize(self):
+        return self._data.itemsize
+
+    @property
+    def nbytes(self):
+        return self._data.nbytes
+
+    @property
+    def strides(self):
+        return self._data.strides
+
+    @property
+    def offset(self):
+        return 0
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def T(self):
+        return _OPS.transpose(self)
+
+    @property
+    def is_contiguous(self):
+        return bool(self._data.flags.c_contiguous)
+
+    @property
+    def _debug_flat_data(self):
+        return self._data.ravel().tolist()
+
+    @property
+    def _debug_data_memory_address(self):
+        return self._data.__array_interface__['data'][0]
+
+    def item(self):
+        if self._data.size != 1:
+            raise DimensionError('item() needs an array of size 1, got shape {}'
+                                 .format(self._data.shape))
+        return self._data.item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def to_numpy(self, copy=False):
+        """The data as a NumPy array (no copy unless ``copy=True``)."""
+        return self._data.copy() if copy else self._data
+
+    def __array__(self, dtype=None, copy=None):
+        data = self._data
+        if dtype is not None and data.dtype != dtype:
+            return data.astype(dtype)
+        if copy:
+            return data.copy()
+        return data
+
+    def __len__(self):
+        if self._data.ndim == 0:
+            raise TypeError('len() of unsized object')
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError('iteration over a 0-d array')
+        for i in range(self._data.shape[0]):
+            yield self[i]
+
+    def __bool__(self):
+        return bool(self._data)
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self._data.dtype.kind not in 'iub':
+            raise TypeError('only integer arrays can be used as an index')
+        return int(self.item())
+
+    def __repr__(self):
+        body = numpy.array2string(self._data, separator=', ', prefix='array(')
+        text = 'array({}, shape={}, dtype={}, device={!r}'.format(
+            body, self._data.shape, self._data.dtype.name, self._device.name)
+        if self._nodes:
+            text += ', backprop_ids={}'.format(
+                [(<ArrayNode>n).backprop_id.name for n in self._nodes])
+        return text + ')'
+
+    def __reduce__(self):
+        return (_OPS.array, (self._data, None, self._device.name))
+
+    # -- copies, views, conversions (recorded ops) ---------------------------
+
+    def copy(self):
+        return _OPS.copy(self)
+
+    def view(self):
+        return _OPS.view(self)
+
+    def astype(self, dtype, copy=True):
+        return _OPS.astype(self, dtype, copy)
+
+    def to_device(self, device, index=None):
+        return _OPS.to_device(self, device, index)
+
+    def as_grad_stopped(self, backprop_ids=None, bint copy=False):
+        """A copy or view that is not connected to the listed graphs (default:
+        every graph of the array's context)."""
+        if backprop_ids is None:
+            scope = no_backprop_mode(_context_of(self))
+        else:
+            scope = no_backprop_mode(backprop_ids)
+        with scope:
+            if copy:
+                return _OPS.copy(self)
+            return _OPS.view(self)
+
+    # -- the gradient API (semantics.md section 5) -------------------------------
+
+    def require_grad(self, backprop_id=None):
+        cdef BackpropId bp = self._valid_bp(backprop_id)
+        cdef ArrayNode node
+        dtype = self._data.dtype
+        if not _is_float(dtype):
+            raise DtypeError('Array with integral dtype ({}) cannot compute '
+                             'gradient'.format(dtype.name))
+        node = self._node_on(bp)
+        if node is None:
+            if self._nodes is not None:
+                for other in self._nodes:
+                    _context_of(self)._connect((<ArrayNode>other).backprop_id, bp)
+            node = self._add_node(bp, None, 0, 0, 0)
+        node.grad_required = True
+        return self
+
+    def is_grad_required(self, backprop_id=None):
+        cdef ArrayNode node = self._node_on(self._valid_bp(backprop_id))
+        return node is not None and node.grad_required
+
+    def is_backprop_required(self, backprop_id=None):
+        cdef ArrayNode node
+        if backprop_id is anygraph:
+            return self._has_enabled_node()
+        node = self._node_on(_resolve_bp(backprop_id, _context_of(self)))
+        return node is not None and is_enabled(node.backprop_id)
+
+    def get_grad(self, backprop_id=None):
+        cdef BackpropId bp = self._valid_bp(backprop_id)
+        cdef ArrayNode node = self._node_on(bp)
+        if node is None or not node.grad_required:
+            raise XgradError('Array is not flagged as requiring gradient for '
+                             "backprop id: '{}'.".format(bp.name))
+        return self._grads[self._slot_of(node)]
+
+    def set_grad(self, grad, backprop_id=None):
+        cdef BackpropId bp = _resolve_bp(backprop_id, _context_of(self))
+        cdef ArrayNode node = self._constant_check(bp)
+        _context_of(self)._check_valid_backprop_id(bp)
+        if grad is None:
+            self._grads[self._slot_of(node)] = None
+            return
+        if not isinstance(grad, ndarray):
+            raise TypeError('set_grad(): incompatible function arguments: the '
+                            'gradient must be an xgrad.ndarray or None, not {}'
+                            .format(type(grad).__name__))
+        message = _gradient_mismatch(grad, self._data.shape, self._data.dtype,
+                                     self._device)
+        if message is not None:
+            raise GradientError(message)
+        self._grads[self._slot_of(node)] = grad
+        node.grad_required = True
+
+    def cleargrad(self, backprop_id=None):
+        cdef ArrayNode node = self._constant_check(
+            _resolve_bp(backprop_id, _context_of(self)))
+        self._grads[self._slot_of(node)] = None
+
+    cdef ArrayNode _constant_check(self, BackpropId bp):
+        cdef ArrayNode node = self._node_on(bp)
+        if node is None:
+            raise XgradError('Array is constant with respect to the computation '
+                             "for backprop ID: '{}'.".format(bp.name))
+        return node
+
+    @property
+    def grad(self):
+        return self.get_grad()
+
+    @grad.setter
+    def grad(self, value):
+        self.set_grad(value)
+
+    def backward(self, backprop_id=None, *, enable_double_backprop=False,
+                 grad_outputs=None, retain_grad=False, loss_scale=None):
+        _backward([self], backprop_id, enable_double_backprop, grad_outputs,
+                  retain_grad, loss_scale)
+
+    def _is_chained(self, backprop_id=None):
+        cdef BackpropId bp = self._valid_bp(backprop_id)
+        cdef ArrayNode node = self._node_on(bp)
+        if node is None:
+            raise XgradError('Array does not belong to the graph: {}'.format(
+                bp.name))
+        return node.creator is not None
+
+    def _backprop_ids(self):
+        """The graphs this array has a node on, in the order it joined them."""
+        if self._nodes is None:
+            return []
+        return [(<ArrayNode>n).backprop_id for n in self._nodes]
+
+    def _debug_dump_computational_graph(self, backprop_id=None):
+        """Print this array's graph on ``backprop_id``, outputs first."""
+        cdef BackpropId bp = self._valid_bp(backprop_id)
+        cdef ArrayNode node = self._node_on(bp)
+        if node is None:
+            print('(no node on {})'.format(bp.name))
+            return
+        seen = set()
+        stack = [(node, 0)]
+        while stack:
+            n, depth = stack.pop()
+            print('{}{}'.format('  ' * depth, n))
+            creator = (<ArrayNode>n).creator
+            if creator is None or id(creator) in seen:
+                continue
+            seen.add(id(creator))
+            print('{}  <- {}'.format('  ' * depth, creator.name))
+            inputs = (<FunctionNode>creator)._input_nodes[(<ArrayNode>n).graph_index]
+            for child in reversed(inputs or []):
+                if child is not None:
+                    stack.append((child, depth + 2))
+
+    # -- in-place operations (only on arrays outside every graph) ---------------
+
+    cdef void _check_inplace(self, other) except *:
+        if self._nodes:
+            raise XgradError('In-place assignment to output array requiring grad '
+                             'is not allowed.')
+        if isinstance(other, ndarray):
+            if (<ndarray>other)._has_enabled_node():
+                raise XgradError('In-place assignment that involves input arrays '
+                                 'requiring grad is not allowed.')
+            if (<ndarray>other)._device is not self._device:
+                raise DeviceError('In-place operands are on different devices: '
+                                  '{} and {}'.format(self._device.name,
+                                                     (<ndarray>other)._device.name))
+
+    cdef object _inplace(self, other, op):
+        self._check_inplace(other)
+        raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
+        try:
+            op(self._data, raw, out=self._data)
+        except ValueError as e:
+            raise DimensionError('In-place operation on shapes {} and {}: {}'.format(
+                self._data.shape, numpy.shape(raw), e)) from None
+        except TypeError as e:
+            raise DtypeError('In-place operation on dtypes {} and {}: {}'.format(
+                self._data.dtype, numpy.result_type(raw), e)) from None
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace(other, numpy.add)
+
+    def __isub__(self, other):
+        return self._inplace(other, numpy.subtract)
+
+    def __imul__(self, other):
+        return self._inplace(other, numpy.multiply)
+
+    def __itruediv__(self, other):
+        return self._inplace(other, numpy.true_divide)
+
+    def fill(self, value):
+        self._check_inplace(value)
+        self._data.fill(value)
+
+    def __setitem__(self, key, value):
+        if self._has_enabled_node():
+            raise RuntimeError('Cannot assign to an array that requires '
+                               'backprop; use as_grad_stopped() first.')
+        self._check_inplace(value)
+        self._data[_OPS.raw_index(key)] = (
+            (<ndarray>value)._data if isinstance(value, ndarray) else value)
+
+    # -- operators -----------------------------------------------------------
+
+    def __add__(self, other):
+        return _OPS.add(self, other)
+
+    def __radd__(self, other):
+        return _OPS.add(other, self)
+
+    def __sub__(self, other):
+        return _OPS.subtract(self, other)
+
+    def __rsub__(self, other):
+        return _OPS.subtract(other, self)
+
+    def __mul__(self, other):
+        return _OPS.multiply(self, other)
+
+    def __rmul__(self, other):
+        return _OPS.multiply(other, self)
+
+    def __truediv__(self, other):
+        return _OPS.divide(self, other)
+
+    def __rtruediv__(self, other):
+        return _OPS.divide(other, self)
+
+    def __pow__(self, other, modulo):
+        return _OPS.power(self, other)
+
+    def __rpow__(self, other, modulo):
+        return _OPS.power(other, self)
+
+    def __matmul__(self, other):
+        return _OPS.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _OPS.matmul(other, self)
+
+    def __neg__(self):
+        return _OPS.negative(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _OPS.absolute(self)
+
+    def __eq__(self, other):
+        return _OPS.equal(self, other)
+
+    def __ne__(self, other):
+        return _OPS.not_equal(self, other)
+
+    def __lt__(self, other):
+        return _OPS.less(self, other)
+
+    def __le__(self, other):
+        return _OPS.less_equal(self, other)
+
+    def __gt__(self, other):
+        return _OPS.greater(self, other)
+
+    def __ge__(self, other):
+        return _OPS.greater_equal(self, other)
+
+    __hash__ = None
+
+    def __getitem__(self, key):
+        return _OPS.getitem(self, key)
+
+    # -- method forms of common ops -------------------------------------------
+
+    def sum(self, axis=None, keepdims=False):
+        return _OPS.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _OPS.mean(self, axis, keepdims)
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = shape[0]
+        return _OPS.reshape(self, shape)
+
+    def transpose(self, *axes):
+        if not axes:
+            axes = None
+        elif len(axes) == 1 and not isinstance(axes[0], int):
+            axes = axes[0]
+        return _OPS.transpose(self, axes)
+
+    def squeeze(self, axis=None):
+        return _OPS.squeeze(self, axis)
+
+    def dot(self, other):
+        return _OPS.dot(self, other)
+
+
+def _array_of(object data, object device=None):
+    """Wrap a raw backend array (no copy) on ``device`` (default device)."""
+    return _wrap(data, _resolve_device(device))
+
+
+def _raw(ndarray a):
+    return a._data
+
+
+# ---------------------------------------------------------------------------
+# Function nodes: the op protocol
+# ---------------------------------------------------------------------------
+
+@cython.no_gc
+cdef class FunctionNode:
+    """An operation: ``forward`` on raw arrays, ``backward`` on xgrad arrays.
+
+    Subclass it and define ``forward(self, inputs)`` (a tuple of NumPy arrays
+    in, a tuple out) and ``backward(self, target_input_indexes, grad_outputs)``
+    (xgrad arrays or None in, one xgrad array or None per target out).
+    Because ``backward`` is written with xgrad ops, it is itself recorded when
+    double backprop asks for it. Call ``retain_inputs`` / ``retain_outputs``
+    in ``forward`` for what ``backward`` needs, and read them back with
+    ``get_retained_inputs`` / ``get_retained_outputs``.
+
+    One instance is one application: ``node.apply(inputs)`` once. The instance
+    is the graph's op node for every graph it is recorded on.
+    """
+
+    def __dealloc__(self):
+        if self._out_nodes != NULL:
+            PyMem_Free(self._out_nodes)
+            self._out_nodes = NULL
+        if self._input_nodes is not None or self._retained_inputs is not None:
+            _release_queue.append(self._input_nodes)
+            _release_queue.append(self._retained_inputs)
+            self._input_nodes = None
+            self._retained_inputs = None
+            _drain_release_queue()
+
+    @property
+    def name(self):
+        return getattr(type(self), 'op_name', type(self).__name__)
+
+    @property
+    def rank(self):
+        return self._ranks[0] if self._ranks else 0
+
+    def retain_inputs(self, indexes):
+        self._retain_in_idx = tuple(indexes)
+
+    def retain_outputs(self, indexes):
+        self._retain_out_idx = tuple(indexes)
+
+    def get_retained_inputs(self):
+        if self._bw_inputs is None:
+            raise XgradError('get_retained_inputs() is available only inside '
+                             'backward, for inputs retained in forward.')
+        return self._bw_inputs
+
+    def get_retained_outputs(self):
+        if self._bw_outputs is None:
+            raise XgradError('get_retained_outputs() is available only inside '
+                             'backward, for outputs retained in forward.')
+        return self._bw_outputs
+
+    cpdef forward(self, inputs):
+        raise XgradNotImplementedError(
+            '{} does not define forward'.format(type(self).__name__))
+
+    cpdef backward(self, target_input_indexes, grad_outputs):
+        raise XgradNotImplementedError(
+            '{} does not define backward'.format(type(self).__name__))
+
+    cdef object _backward_raw(self, tuple targets, tuple grad_outputs,
+                              tuple xs, tuple ys):
+        """Fast path on raw arrays when nothing can be recorded; None: no fast path."""
+        return None
+
+    def apply(self, inputs):
+        """Run forward on ``inputs`` (xgrad arrays) and record the op."""
+        return apply(self, inputs)
+
+    cdef int _graph_index(self, BackpropId bp):
+        cdef int k
+        if self._graphs is None:
+            return -1
+        for k in range(len(self._graphs)):
+            if self._graphs[k] is bp:
+                return k
+        return -1
+
+    cdef void _unchain_graph(self, int k):
+        """Drop what graph k needed for backward (after a pass without double
+        backprop); once no graph needs it, drop the retained arrays too."""
+        cdef Py_ssize_t j
+        cdef PyObject* p
+        cdef ArrayNode out
+        for j in range(self._n_out):
+            p = self._out_nodes[k * self._n_out + j]
+            if p != NULL:
+                out = <ArrayNode>p
+                self._out_nodes[k * self._n_out + j] = NULL
+                out.creator = None  # may free self: caller holds a reference
+        self._input_nodes[k] = None
+        for nodes in self._input_nodes:
+            if nodes is not None:
+                return
+        self._retained_inputs = None
+        self._retained_out_data = None
+
+
+cdef inline object _check_array(object x, Py_ssize_t index):
+    if not isinstance(x, ndarray):
+        raise TypeError('Input {} must be an xgrad.ndarray, not {}'.format(
+            index, type(x).__name__))
+    return x
+
+
+cdef tuple _normalize_outputs(object out, FunctionNode fn):
+    if isinstance(out, tuple):
+        return <tuple>out
+    if isinstance(out, list):
+        return tuple(out)
+    if out is None:
+        raise TypeError('{}.forward must return a tuple of arrays'.format(fn.name))
+    return (out,)
+
+
+cdef list _collect_graphs(tuple xs):
+    """The enabled graphs that some input has a node on (None if none)."""
+    cdef list graphs = None
+    cdef ArrayNode node
+    cdef BackpropId bp
+    cdef ndarray x
+    cdef bint seen
+    for obj in xs:
+        if obj is None:
+            continue
+        x = <ndarray>obj
+        if x._nodes is None:
+            continue
+        for node in x._nodes:
+            bp = node.backprop_id
+            if graphs is None:
+                if is_enabled(bp):
+                    graphs = [bp]
+                continue
+            seen = False
+            for b in graphs:
+                if b is bp:
+                    seen = True
+                    break
+            if not seen and is_enabled(bp):
+                graphs.append(bp)
+    return graphs
+
+
+cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
+    """Record ``fn`` on every enabled graph its inputs live on."""
+    cdef list graphs = _collect_graphs(xs)
+    cdef Py_ssize_t k, j, n_graphs, n_out, rank
+    cdef ArrayNode node
+    cdef ndarray out
+    cdef list in_nodes
+    cdef BackpropId bp
+    cdef bint any_float = False
+    if graphs is None:
+        return
+    for o in outs:
+        if o is not None and _is_float((<ndarray>o)._data.dtype):
+            any_float = True
+            break
+    if not any_float:
+        return
+    n_graphs = len(graphs)
+    n_out = len(outs)
+    fn._n_in = len(xs)
+    fn._n_out = n_out
+    fn._graphs = graphs
+    fn._ranks = []
+    fn._input_nodes = []
+    fn._device = device
+    fn._out_nodes = <PyObject**>PyMem_Calloc(n_graphs * n_out + 1, sizeof(PyObject*))
+    if fn._out_nodes == NULL:
+        raise MemoryError()
+    for k in range(n_graphs):
+        bp = <BackpropId>graphs[k]
+        in_nodes = []
+        rank = 0
+        for x in xs:
+            node = None if x is None else (<ndarray>x)._node_on(bp)
+            in_nodes.append(node)
+            if node is not None and node.rank >= rank:
+                rank = node.rank + 1
+        fn._input_nodes.append(in_nodes)
+        fn._ranks.append(rank)
+        for j in range(n_out):
+            out = outs[j]
+            if out is not None and _is_float(out._data.dtype):
+                node = out._add_node(bp, fn, rank, <int>k, <int>j)
+                fn._out_nodes[k * n_out + j] = <PyObject*>node
+    if n_graphs > 1:
+        ctx = (<BackpropId>graphs[0]).context
+        for k in range(n_graphs):
+            for j in range(k + 1, n_graphs):
+                (<Context>ctx)._connect(graphs[k], graphs[j])
+    if fn._retain_in_idx:
+        fn._retained_inputs = tuple([xs[i] for i in fn._retain_in_idx])
+    if fn._retain_out_idx:
+        fn._retained_out_data = tuple([
+            None if outs[j] is None else (<ndarray>outs[j])._data
+            for j in fn._retain_out_idx])
+
+
+cdef object _common_device(tuple xs):
+    cdef object device = None
+    cdef Py_ssize_t i
+    for i in range(len(xs)):
+        x = xs[i]
+        if x is None:
+            continue
+        _check_array(x, i)
+        if device is None:
+            device = (<ndarray>x)._device
+        elif (<ndarray>x)._device is not device:
+            raise DeviceError('Operands are on different devices: {} and {}'.format(
+                device.name, (<ndarray>x)._device.name))
+    return device if device is not None else _default_device()
+
+
+cpdef tuple apply(FunctionNode fn, inputs):
+    """Run ``fn`` forward on ``inputs`` and record it; returns the outputs."""
+    cdef tuple xs = tuple(inputs)
+    cdef object device
+    if fn._applied:
+        raise XgradError('{} has already been applied; a FunctionNode is one '
+                         'application'.format(fn.name))
+    device = _common_device(xs)
+    raw = tuple([None if x is None else (<ndarray>x)._data for x in xs])
+    cdef tuple out_raw = _normalize_outputs(fn.forward(raw), fn)
+    fn._applied = True
+    cdef tuple outs = tuple([None if o is None else _wrap(o, device) for o in out_raw])
+    _link(fn, xs, outs, device)
+    return outs
+
+
+cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
+    """``apply`` for a transfer: the output lives on ``device``; gradients
+    flow back to ``x``'s device."""
+    cdef object y = fn.forward((x._data,))
+    if isinstance(y, tuple):
+        y = (<tuple>y)[0]
+    cdef ndarray out = _wrap(y, device)
+    fn._applied = True
+    if x._nodes is not None:
+        _link(fn, (x,), (out,), x._device)
+    return out
+
+
+cdef ndarray apply1(FunctionNode fn, ndarray x):
+    """``apply`` for one input and one output, without the tuple plumbing."""
+    cdef object y = fn.forward((x._data,))
+    if isinstance(y, tuple):
+        y = (<tuple>y)[0]
+    cdef ndarray out = _wrap(y, x._device)
+    fn._applied = True
+    if x._nodes is not None:
+        _link(fn, (x,), (out,), x._device)
+    return out
+
+
+cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
+    """``apply`` for two inputs and one output."""
+    if a._device is not b._device:
+        raise DeviceError('Operands are on different devices: {} and {}'.format(
+            a._device.name, b._device.name))
+    cdef object y = fn.forward((a._data, b._data))
+    if isinstance(y, tuple):
+        y = (<tuple>y)[0]
+    cdef ndarray out = _wrap(y, a._device)
+    fn._applied = True
+    if a._nodes is not None or b._nodes is not None:
+        _link(fn, (a, b), (out,), a._device)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The ChainerX entry point for Python-defined function nodes
+# ---------------------------------------------------------------------------
+
+cdef class _ChainerFunction(FunctionNode):
+    """Adapts a Chainer FunctionNode grafted by ``_function_node_forward``."""
+    op_name = 'chainer_function'
+    cdef object function_node
+
+    cpdef backward(self, target_input_indexes, grad_outputs):
+        retained_in = self._bw_inputs if self._bw_inputs is not None else ()
+        retained_out = self._bw_outputs if self._bw_outputs is not None else ()
+        grads = self.function_node._backward_chainerx(
+            list(target_input_indexes), list(grad_outputs),
+            list(retained_in), list(retained_out))
+        return tuple(grads)
+
+
+def _function_node_forward(function_node, inputs, outputs,
+                           input_indexes_to_retain, output_indexes_to_retain):
+    """Graft an op whose outputs were computed elsewhere (ChainerX's hook for
+    Chainer's FunctionNode.apply). ``inputs``/``outputs`` may hold None."""
+    cdef _ChainerFunction fn = _ChainerFunction.__new__(_ChainerFunction)
+    cdef tuple xs = tuple(inputs)
+    cdef tuple outs = tuple(outputs)
+    for idx in (input_indexes_to_retain, output_indexes_to_retain):
+        if list(idx) != sorted(set(idx)):
+            raise XgradError('Retained indexes must be strictly increasing.')
+    if any(i < 0 or i >= len(xs) for i in input_indexes_to_retain) or any(
+            j < 0 or j >= len(outs) for j in output_indexes_to_retain):
+        raise XgradError('Retained index out of range.')
+    for o in outs:
+        if o is not None and (<ndarray>_check_array(o, 0))._nodes:
+            raise XgradError('Outputs of a grafted function must not be in a graph.')
+    fn.function_node = function_node
+    fn._retain_in_idx = tuple(input_indexes_to_retain)
+    fn._retain_out_idx = tuple(output_indexes_to_retain)
+    fn._applied = True
+    _link(fn, xs, outs, _common_device(xs + outs))
+
+
+# ---------------------------------------------------------------------------
+# The backward pass (semantics.md sections 6-9)
+# ---------------------------------------------------------------------------
+
+cdef tuple _as_array_tuple(object arrays, str what):
+    if isinstance(arrays, ndarray):
+        return (arrays,)
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError('{} must be an xgrad.ndarray or a list/tuple of them, '
+                        'not {}'.format(what, type(arrays).__name__))
+    for i, a in enumerate(arrays):
+        if not isinstance(a, ndarray):
+            raise TypeError('{}[{}] must be an xgrad.ndarray, not {}'.format(
+                what, i, type(a).__name__))
+    return tuple(arrays)
+
+
+cdef list _check_seeds(object grad_outputs, tuple outs, str what):
+    """Validate user-given output gradients; returns a list (or None)."""
+    if grad_outputs is None:
+        return None
+    seeds = list(_as_array_tuple(grad_outputs, what)) if not isinstance(
+        grad_outputs, (list, tuple)) else list(grad_outputs)
+    if len(seeds) != len(outs):
+        raise GradientError('Grad_outputs and outputs must have the same size: '
+                            '{} grad_outputs for {} outputs'.format(
+                                len(seeds), len(outs)))
+    for i, (seed, y) in enumerate(zip(seeds, outs)):
+        if seed is None:
+            continue
+        if not isinstance(seed, ndarray):
+            raise TypeError('{}[{}] must be an xgrad.ndarray or None, not {}'
+                            .format(what, i, type(seed).__name__))
+        if not _is_float((<ndarray>y)._data.dtype):
+            raise DtypeError('Output {} has dtype {}, which cannot take a '
+                             'gradient; its {} entry must be None'.format(
+                                 i, (<ndarray>y)._data.dtype.name, what))
+        message = _gradient_mismatch(seed, (<ndarray>y)._data.shape,
+                                     (<ndarray>y)._data.dtype, (<ndarray>y)._device)
+        if message is not None:
+            raise GradientError('{} (in {}[{}], for output {})'.format(
+                message, what, i, i))
+    return seeds
+
+
+cdef ndarray _view_in_scope(ndarray a):
+    """What a backward function sees of an array: a view that is recorded only
+    on the graphs enabled now (a plain alias when there are none)."""
+    if a._has_enabled_node():
+        return _OPS.view(a)
+    return _wrap(a._data, a._device)
+
+
+@cython.final
+cdef class _BackwardPass:
+    """One run of backward/grad on one graph."""
+    cdef BackpropId bp
+    cdef Context ctx
+    cdef bint double
+    cdef bint retain_grad
+    cdef object loss_scale
+    cdef _ModeEntry stop
+    cdef tuple stop_ids
+    cdef dict acc           # ArrayNode -> accumulated gradient (scaled)
+    cdef set owned          # nodes whose accumulator is ours to add into in place
+    cdef list heap
+    cdef set pushed
+    cdef Py_ssize_t seq
+    cdef set output_nodes
+    cdef set untouched      # outputs given explicit seeds: slots not touched
+    cdef set input_nodes    # grad(): nodes whose gradients are returned
+    cdef dict results       # grad(): input node -> gradient (scaled)
+    cdef set sub_nodes      # grad(): nodes in the evaluated sub-graph
+    cdef set sub_ops
+
+    def __init__(self, BackpropId bp, bint double, bint retain_grad, loss_scale):
+        self.bp = bp
+        self.ctx = bp.context
+        self.double = double
+        self.retain_grad = retain_grad
+        if loss_scale is not None:
+            if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)):
+                raise TypeError('loss_scale must be an int or a float, not {}'.format(
+                    type(loss_scale).__name__))
+            if loss_scale == 1:
+                loss_scale = None
+        self.loss_scale = loss_scale
+        self.acc = {}
+        self.owned = set()
+        self.heap = []
+        self.pushed = set()
+        self.seq = 0
+        self.output_nodes = set()
+        self.untouched = set()
+
+    # -- set-up -------------------------------------------------------------
+
+    cdef void _make_stop_scope(self):
+        stop = self.ctx._inner_connected(self.bp)
+        if not self.double:
+            stop.append(self.bp)
+        self.stop_ids = tuple(stop)
+        if stop:
+            self.stop = _ModeEntry.__new__(_ModeEntry)
+            self.stop.enable = False
+            self.stop.context = self.ctx
+            self.stop.ids = self.stop_ids
+
+    cdef bint _is_stopped(self, BackpropId bp):
+        for b in self.stop_ids:
+            if b is bp:
+                return True
+        return not is_enabled(bp)
+
+    cdef void _find_subgraph(self, list in_nodes):
+        """grad(): the nodes and ops on a path from some input to some output."""
+        cdef ArrayNode node
+        cdef FunctionNode fn
+        cdef int k
+        cdef Py_ssize_t j
+        cdef PyObject* p
+        self.sub_nodes = set([n for n in in_nodes if n is not None])
+        self.sub_ops = set()
+        ops = []
+        seen = set()
+        stack = [n for n in self.output_nodes]
+        while stack:
+            node = <ArrayNode>stack.pop()
+            fn = node.creator
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            k = node.graph_index
+            ops.append((fn._ranks[k], k, fn))
+            for child in fn._input_nodes[k]:
+                if child is not None:
+                    stack.append(child)
+        ops.sort(key=lambda t: t[0])
+        for _, k, fn_obj in ops:
+            fn = <FunctionNode>fn_obj
+            for child in fn._input_nodes[k]:
+                if child is not None and child in self.sub_nodes:
+                    self.sub_ops.add(fn)
+                    for j in range(fn._n_out):
+                        p = fn._out_nodes[k * fn._n_out + j]
+                        if p != NULL:
+                            self.sub_nodes.add(<ArrayNode>p)
+                    break
+
+    cdef void _push(self, ArrayNode node):
+        cdef FunctionNode fn = node.creator
+        if fn is None or fn in self.pushed:
+            return
+        if self.sub_ops is not None and fn not in self.sub_ops:
+            return
+        self.pushed.add(fn)
+        self.seq += 1
+        heapq.heappush(self.heap, (-node.rank, self.seq, fn, node.graph_index))
+
+    cdef object _scaled(self, ndarray g):
+        if self.loss_scale is None:
+            return g
+        return _OPS.multiply(g, self.loss_scale)
+
+    cdef object _unscaled(self, g):
+        if self.loss_scale is None or g is None:
+            return g
+        return _OPS.divide(g, self.loss_scale)
+
+    cdef object _slot_value(self, ArrayNode node):
+        arr = node.array()
+        if arr is None:
+            return None
+        return (<ndarray>arr)._grads[(<ndarray>arr)._slot_of(node)]
+
+    cdef void _seed(self, tuple outs, list seeds) except *:
+        cdef ArrayNode node
+        cdef ndarray y
+        cdef Py_ssize_t i
+        for i in range(len(outs)):
+            y = <ndarray>outs[i]
+            node = y._node_on(self.bp)
+            if node is None or node in self.output_nodes:
+                continue
+            seed = None if seeds is None else seeds[i]
+            if seed is not None:
+                self.untouched.add(node)
+                value = self._scaled(seed)
+            else:
+                value = self._slot_value(node)
+                if value is not None:
+                    value = self._scaled(value)
+                elif seeds is not None:
+                    continue  # explicitly no seed for this output
+                else:
+                    value = _wrap(numpy.full(
+                        y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
+                        dtype=y._data.dtype), y._device)
+                    self.owned.add(node)
+            self.output_nodes.add(node)
+            self.acc[node] = value
+
+    # -- the loop -------------------------------------------------------------
+
+    cdef object run(self, tuple outs, list seeds, list in_nodes, bint set_grad):
+        cdef ArrayNode node
+        cdef FunctionNode fn
+        cdef int k
+        self.ctx._check_backprop_allowed(self.bp)
+        self._make_stop_scope()
+        self._seed(outs, seeds)
+        if in_nodes is not None:
+            self.input_nodes = set([n for n in in_nodes if n is not None])
+            self.results = {}
+            self._find_subgraph(in_nodes)
+        for node in list(self.output_nodes):
+            self._push(node)
+        try:
+            while self.heap:
+                _, _, fn_obj, k = heapq.heappop(self.heap)
+                self._process(<FunctionNode>fn_obj, k)
+            # What is left has no creator to process: leaves (and grad inputs).
+            for node_obj, value in list(self.acc.items()):
+                self._finish(<ArrayNode>node_obj, value)
+            self.acc.clear()
+        finally:
+            self.ctx._mark_backpropped(self.bp)
+        return self.results
+
+    cdef void _process(self, FunctionNode fn, int k) except *:
+        cdef Py_ssize_t j, i, n_out = fn._n_out
+        cdef PyObject* p
+        cdef ArrayNode node
+        cdef list in_nodes = fn._input_nodes[k]
+        cdef list reached = []
+        gys = []
+        any_gy = False
+        for j in range(n_out):
+            p = fn._out_nodes[k * n_out + j]
+            if p == NULL:
+                gys.append(None)
+                continue
+            node = <ArrayNode>p
+            if node in self.acc:
+                g = self.acc.pop(node)
+                self.owned.discard(node)
+                reached.append((node, g))
+            else:
+                g = self._slot_value(node)
+            if g is not None:
+                any_gy = True
+            gys.append(g)
+        if in_nodes is not None and any_gy:
+            targets = []
+            for i in range(len(in_nodes)):
+                child = in_nodes[i]
+                if child is not None and (self.sub_nodes is None
+                                          or child in self.sub_nodes):
+                    targets.append(i)
+            if targets:
+                self._propagate(fn, k, tuple(targets), tuple(gys), in_nodes)
+        for node, g in reached:
+            self._finish(node, g)
+        if not self.double:
+            fn._unchain_graph(k)
+
+    cdef void _propagate(self, FunctionNode fn, int k, tuple targets, tuple gys,
+                         list in_nodes) except *:
+        cdef ArrayNode node
+        cdef Py_ssize_t t
+        grads = self._call_backward(fn, k, targets, gys)
+        if len(grads) != len(targets):
+            if len(grads) == len(in_nodes):
+                grads = tuple([grads[i] for i in targets])
+            else:
+                raise GradientError(
+                    '{}.backward returned {} gradients for {} target inputs'.format(
+                        fn.name, len(grads), len(targets)))
+        seen = []
+        for t in range(len(targets)):
+            g = grads[t]
+            if g is None:
+                continue
+            node = <ArrayNode>in_nodes[targets[t]]
+            if not isinstance(g, ndarray):
+                raise GradientError('{}.backward returned a {} for input {}; '
+                                    'gradients must be xgrad arrays. Op: {}'.format(
+                                        fn.name, type(g).__name__, targets[t], fn.name))
+            message = _gradient_mismatch(g, node.shape, node.dtype, node.device)
+            if message is not None:
+                raise GradientError('{} Op: {}'.format(message, fn.name))
+            for other in gys:
+                if other is g:
+                    g = _view_in_scope(g)
+                    break
+            else:
+                for other in seen:
+                    if other is g:
+                        g = _view_in_scope(g)
+                        break
+            seen.append(g)
+            self._accumulate(node, g)
+            self._push(node)
+
+    cdef tuple _call_backward(self, FunctionNode fn, int k, tuple targets,
+                              tuple gys):
+        cdef ndarray a
+        cdef ArrayNode node
+        cdef _ThreadState st
+        cdef Py_ssize_t j
+        device = fn._device
+        if self._raw_ok(fn, gys):
+            xs = None
+            if fn._retained_inputs is not None:
+                xs = tuple([(<ndarray>a)._data for a in fn._retained_inputs])
+            raw = fn._backward_raw(
+                targets, tuple([None if g is None else (<ndarray>g)._data for g in gys]),
+                xs, fn._retained_out_data)
+            if raw is not None:
+                return tuple([None if g is None else _wrap(g, device) for g in raw])
+        st = _state()
+        if self.stop is not None:
+            st.modes.append(self.stop)
+        try:
+            if fn._retained_inputs is not None:
+                fn._bw_inputs = tuple([_view_in_scope(a) for a in fn._retained_inputs])
+            if fn._retain_out_idx:
+                fn._bw_outputs = tuple([self._retained_output(fn, k, j)
+                                        for j in fn._retain_out_idx])
+            grads = fn.backward(targets, gys)
+        finally:
+            fn._bw_inputs = None
+            fn._bw_outputs = None
+            if self.stop is not None:
+                if st.modes and st.modes[-1] is self.stop:
+                    st.modes.pop()
+                else:
+                    st.modes.remove(self.stop)
+        if grads is None:
+            raise GradientError('{}.backward returned None; return a tuple with '
+                                'one gradient (or None) per target input'.format(
+                                    fn.name))
+        if isinstance(grads, ndarray):
+            return (grads,)
+        return tuple(grads)
+
+    cdef bint _raw_ok(self, FunctionNode fn, tuple gys):
+        """True when the backward cannot record anything: every array it would
+        see lives only on stopped or disabled graphs."""
+        cdef ArrayNode node
+        if self.double:
+            return False
+        for g in gys:
+            if g is not None and (<ndarray>g)._nodes is not None:
+                return False
+        for bp in fn._graphs:
+            if not self._is_stopped(bp):
+                return False
+        if fn._retained_inputs is not None:
+            for a in fn._retained_inputs:
+                if (<ndarray>a)._nodes is not None:
+                    for node in (<ndarray>a)._nodes:
+                        if not self._is_stopped(node.backprop_id):
+                            return False
+        return True
+
+    cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t j):
+        """A retained output as the backward sees it: a view of the output if
+        it is alive, else its saved data re-attached to the op's nodes."""
+        cdef Py_ssize_t n_out = fn._n_out, kk
+        cdef PyObject* p = fn._out_nodes[k * n_out + j]
+        cdef ArrayNode node
+        cdef ndarray substitute
+        cdef int index = fn._retain_out_idx.index(j)
+        data = fn._retained_out_data[index]
+        if data is None:
+            return None
+        if p != NULL and (<ArrayNode>p)._array != NULL:
+            return _view_in_scope(<ndarray>(<ArrayNode>p)._array)
+        substitute = _wrap(data, fn._device)
+        for kk in range(len(fn._graphs)):
+            bp = fn._graphs[kk]
+            if not is_enabled(bp):
+                continue
+            p = fn._out_nodes[kk * n_out + j]
+            if p != NULL:
+                node = <ArrayNode>p
+                node._array = <PyObject*>substitute
+                if substitute._nodes is None:
+                    substitute._nodes = [node]
+                    substitute._grads = [None]
+                else:
+                    substitute._nodes.append(node)
+                    substitute._grads.append(None)
+            else:
+                node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
+                fn._out_nodes[kk * n_out + j] = <PyObject*>node
+        return substitute
+
+    cdef void _accumulate(self, ArrayNode node, ndarray g) except *:
+        cdef ndarray old
+        if node in self.acc:
+            old = self.acc[node]
+            if old._nodes is None and g._nodes is None:
+                if node in self.owned:
+                    numpy.add(old._data, g._data, out=old._data)
+                else:
+                    self.acc[node] = _wrap(old._data + g._data, old._device)
+                    self.owned.add(node)
+            else:
+                self.acc[node] = _OPS.add(old, g)
+                self.owned.discard(node)
+            return
+        if self.input_nodes is None or node not in self.input_nodes:
+            prior = self._slot_value(node)
+            if prior is not None:
+                self.acc[node] = _OPS.add(self._scaled(prior), g)
+                return
+        self.acc[node] = g
+
+    cdef void _finish(self, ArrayNode node, object value) except *:
+        """Store or drop a node's final gradient once nothing more flows in."""
+        cdef ndarray arr
+        cdef bint is_output = node in self.output_nodes
+        if self.input_nodes is not None and node in self.input_nodes:
+            self.results[node] = value
+            return
+        obj = node.array()
+        if obj is None or node in self.untouched:
+            return
+        arr = <ndarray>obj
+        if node.grad_required or (self.retain_grad and not is_output):
+            arr._grads[arr._slot_of(node)] = self._unscaled(value)
+            node.grad_required = True
+        else:
+            arr._grads[arr._slot_of(node)] = None
+
+
+_INCOMPATIBLE = ('{}(): incompatible function arguments. The following argument '
+                 'types are supported:\n    1. (outputs, backprop_id=None, *, '
+                 'enable_double_backprop=False, grad_outputs=None, '
+                 'retain_grad=False, loss_scale=None) -> None\n\nInvoked with: {}')
+
+
+def backward(*args, **kwargs):
+    """backward(outputs, backprop_id=None, *, enable_double_backprop=False,
+    grad_outputs=None, retain_grad=False, loss_scale=None)
+
+    Backpropagate from ``outputs`` on one graph. Unlike ChainerX, takes
+    ``grad_outputs``, honours ``retain_grad`` and ``loss_scale``, and leaves no
+    gradient on outputs that are not grad-required.
+    """
+    allowed = ('backprop_id', 'enable_double_backprop', 'grad_outputs',
+               'retain_grad', 'loss_scale')
+    if not 1 <= len(args) <= 2 or any(k not in allowed for k in kwargs) or (
+            len(args) == 2 and 'backprop_id' in kwargs):
+        raise TypeError(_INCOMPATIBLE.format(
+            'backward', ', '.join([repr(a) for a in args] +
+                                  ['{}={!r}'.format(k, v) for k, v in kwargs.items()])))
+    backprop_id = args[1] if len(args) == 2 else kwargs.get('backprop_id')
+    _backward(args[0], backprop_id, kwargs.get('enable_double_backprop', False),
+              kwargs.get('grad_outputs'), kwargs.get('retain_grad', False),
+              kwargs.get('loss_scale'))
+
+
+cdef _backward(outputs, backprop_id, bint double, grad_outputs, bint retain_grad,
+               loss_scale):
+    cdef tuple outs = _as_array_tuple(outputs, 'outputs')
+    if not outs:
+        return
+    cdef BackpropId bp = _resolve_bp(backprop_id, _context_of(<ndarray>outs[0]))
+    seeds = _check_seeds(grad_outputs, outs, 'grad_outputs')
+    _BackwardPass(bp, double, retain_grad, loss_scale).run(outs, seeds, None, False)
+
+
+def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
+         set_grad=False, retain_grad=False, grad_outputs=None, grad_inputs=None,
+         loss_scale=None):
+    """Gradients of ``outputs`` (weighted by ``grad_outputs``) with respect to
+    ``inputs``, returned without touching the inputs' gradients (unless
+    ``set_grad``). ``grad_inputs`` are added to the results, as chainer.grad
+    does. An input without a path from it to the outputs gets None."""
+    cdef tuple outs = _as_array_tuple(outputs, 'outputs')
+    cdef tuple ins = _as_array_tuple(inputs, 'inputs')
+    cdef ArrayNode node
+    cdef BackpropId bp
+    cdef list extras = None
+    if grad_inputs is not None:
+        extras = list(grad_inputs)
+        if len(extras) != len(ins):
+            raise GradientError('grad_inputs and inputs must have the same size: '
+                                '{} grad_inputs for {} inputs'.format(
+                                    len(extras), len(ins)))
+    if not ins:
+        return []
+    if outs:
+        bp = _resolve_bp(backprop_id, _context_of(<ndarray>outs[0]))
+        seeds = _check_seeds(grad_outputs, outs, 'grad_outputs')
+        in_nodes = [(<ndarray>x)._node_on(bp) for x in ins]
+        results = _BackwardPass(bp, enable_double_backprop, retain_grad,
+                                loss_scale).run(outs, seeds, in_nodes, set_grad)
+        grads = [None if n is None else results.get(n) for n in in_nodes]
+        if loss_scale is not None and loss_scale != 1:
+            grads = [None if g is None else _OPS.divide(g, loss_scale) for g in grads]
+    else:
+        bp = None
+        in_nodes = [None] * len(ins)
+        grads = [None] * len(ins)
+    if extras is not None:
+        for i, extra in enumerate(extras):
+            if extra is None:
+                continue
+            if grads[i] is None:
+                grads[i] = extra
+            else:
+                grads[i] = _OPS.add(grads[i], extra)
+    if set_grad:
+        for i, g in enumerate(grads):
+            if g is not None and in_nodes[i] is not None:
+                (<ndarray>ins[i]).set_grad(g, bp)
+    return grads

@@ -1,0 +1,114 @@
+"""Devices: where an array's data lives.
+
+``native:N`` devices hold NumPy arrays. Several native devices exist so that
+code written for several devices can be tested on one machine; they share the
+CPU but arrays on different devices never mix in one operation. ``cuda:N``
+devices are not available in this version and raise :class:`DeviceError`.
+"""
+
+from xgrad._errors import BackendError, DeviceError
+
+_KNOWN_BACKENDS = ('native', 'cuda')
+_NATIVE_DEVICE_COUNT = 8
+
+
+class Backend:
+    """A family of devices (``native`` or ``cuda``) within one context."""
+
+    def __init__(self, context, name):
+        self.context = context
+        self.name = name
+
+    def get_device(self, index):
+        return _get_device_in_context(self.context, self.name, index)
+
+    def get_device_count(self):
+        return _NATIVE_DEVICE_COUNT if self.name == 'native' else 0
+
+    def __repr__(self):
+        return '<{} backend>'.format(self.name)
+
+
+class Device:
+    """One device. Compare devices with ``is`` or ``==`` (they are singletons)."""
+
+    def __init__(self, backend, index):
+        self.backend = backend
+        self.index = index
+        self.name = '{}:{}'.format(backend.name, index)
+        self.context = backend.context
+        self.xp = None
+        if backend.name == 'native':
+            import numpy
+            self.xp = numpy
+
+    def __repr__(self):
+        return 'native:{}'.format(self.index) if self.backend.name == 'native' \
+            else self.name
+
+    def __str__(self):
+        return self.name
+
+    def __reduce__(self):
+        return (get_device, (self.name,))
+
+
+def _get_backend(context, name):
+    backends = context._backends
+    backend = backends.get(name)
+    if backend is None:
+        if name not in _KNOWN_BACKENDS:
+            raise BackendError('Backend not found: {!r}'.format(name))
+        backend = backends[name] = Backend(context, name)
+    return backend
+
+
+def _get_device_in_context(context, backend_name, index):
+    key = (backend_name, index)
+    device = context._devices.get(key)
+    if device is not None:
+        return device
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise DeviceError('Invalid device index: {!r}'.format(index))
+    backend = _get_backend(context, backend_name)
+    if backend_name == 'cuda':
+        raise DeviceError(
+            'Device cuda:{} is not available: xgrad has no CUDA backend in '
+            'this build (CuPy support arrives with the GPU backend).'.format(index))
+    if index >= _NATIVE_DEVICE_COUNT:
+        raise DeviceError('Device native:{} does not exist: there are {} native '
+                          'devices.'.format(index, _NATIVE_DEVICE_COUNT))
+    device = context._devices[key] = Device(backend, index)
+    return device
+
+
+def parse_device(context, device, index=None):
+    """Turn a Device, a name ``'native:1'`` or ``('native', 1)`` into a Device."""
+    if isinstance(device, Device):
+        if index is not None:
+            raise TypeError('index must not be given together with a Device')
+        return device
+    if not isinstance(device, str):
+        raise TypeError('device must be a Device or a str such as '
+                        "'native:0', not {}".format(type(device).__name__))
+    if index is not None:
+        backend_name = device
+    else:
+        backend_name, sep, index_text = device.partition(':')
+        if sep:
+            try:
+                index = int(index_text)
+            except ValueError:
+                raise DeviceError('Invalid device name: {!r}'.format(device)) from None
+        else:
+            index = 0
+    if backend_name not in _KNOWN_BACKENDS:
+        raise BackendError('Backend not found: {!r} (in device {!r})'.format(
+            backend_name, device))
+    return _get_device_in_context(context, backend_name, index)
+
+
+def get_device(device, index=None):
+    """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
+    from xgrad import _core
+    return parse_device(_core.get_default_context(), device, index)

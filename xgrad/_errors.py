@@ -1,0 +1,52 @@
+"""The xgrad error classes.
+
+ChainerX registered each error as a flat subclass of ``Exception``; xgrad gives
+them one base, :class:`XgradError` (alias ``ChainerxError``), so code can catch
+every xgrad failure at once while each specific class is still raised exactly
+where ChainerX raises it.
+"""
+
+import builtins
+
+
+class XgradError(Exception):
+    """Base of every error that xgrad raises on purpose."""
+
+
+ChainerxError = XgradError
+
+
+class ContextError(XgradError):
+    """No default context, or backprop IDs of different contexts mixed."""
+
+
+class BackendError(XgradError):
+    """An unknown backend name."""
+
+
+class DeviceError(XgradError):
+    """A bad device name, or operands that live on different devices."""
+
+
+class DimensionError(XgradError):
+    """Shapes or numbers of dimensions that do not fit together."""
+
+
+class DtypeError(XgradError):
+    """A dtype that the operation or the gradient API cannot take."""
+
+
+class NotImplementedError(XgradError, builtins.NotImplementedError):
+    """A feature xgrad does not have (yet); also a builtin NotImplementedError."""
+
+
+class GradientError(XgradError):
+    """A gradient whose dtype, shape or device does not match its array."""
+
+
+class GradientCheckError(XgradError):
+    """A numerical gradient check found the analytic gradient wrong."""
+
+
+class BackpropModeError(XgradError):
+    """Misuse of backprop modes or scopes."""

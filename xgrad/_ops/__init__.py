@@ -1,0 +1,27 @@
+"""The op library. Each family lives in its own module; this package gathers
+them into the namespace the engine and the public API use."""
+
+from xgrad import _core
+from xgrad._ops import _xp
+from xgrad._ops.creation import (  # NOQA
+    array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
+    ones_like, empty_like, full_like, arange, linspace, eye, identity,
+    default_dtype)
+from xgrad._ops.elementwise import (  # NOQA
+    add, subtract, multiply, divide, true_divide, power, maximum, minimum,
+    negative, absolute, exp, log, sqrt, square, tanh, sigmoid, relu,
+    equal, not_equal, greater, greater_equal, less, less_equal)
+from xgrad._ops.reduction import sum, mean, sum_to, broadcast_to  # NOQA
+from xgrad._ops.linalg import matmul, dot  # NOQA
+from xgrad._ops.manipulation import (  # NOQA
+    reshape, transpose, swapaxes, squeeze, expand_dims, getitem, scatter,
+    raw_index, view, copy, astype, to_device)
+
+abs = absolute
+
+for _name in ('sum_to', 'scatter', 'exp', 'log', 'sqrt', 'matmul', 'swapaxes',
+              'transpose', 'reshape', 'broadcast_to', 'multiply', 'power',
+              'to_device', 'getitem'):
+    setattr(_xp._XgradNamespace, _name, staticmethod(globals()[_name]))
+
+_core._install_ops(__import__('sys').modules[__name__])

@@ -1,0 +1,5 @@
+from xgrad._core cimport FunctionNode, ndarray
+
+
+cdef class Op(FunctionNode):
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys)

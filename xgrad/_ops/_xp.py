@@ -1,0 +1,85 @@
+"""The two array namespaces that gradient formulas are written against.
+
+``numpy_ns`` works on raw NumPy arrays (the engine's fast path, nothing is
+recorded); ``xgrad_ns`` works on xgrad arrays (every call is a recorded op,
+which is what makes double backprop work). Both offer the same functions.
+"""
+
+import numpy
+
+
+def _sum_to(a, shape):
+    """Sum ``a`` down to ``shape`` (the reverse of broadcasting)."""
+    if a.shape == shape:
+        return a
+    lead = a.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
+    out = a.sum(axis=axes, keepdims=True) if axes else a
+    if lead:
+        out = out.reshape(shape)
+    return out
+
+
+def _scatter(gy, key, shape):
+    """Zeros of ``shape`` with ``gy`` added at ``key`` (repeats accumulate)."""
+    out = numpy.zeros(shape, dtype=gy.dtype)
+    numpy.add.at(out, key, gy)
+    return out
+
+
+class _NumpyNamespace:
+    sum_to = staticmethod(_sum_to)
+    scatter = staticmethod(_scatter)
+    exp = staticmethod(numpy.exp)
+    log = staticmethod(numpy.log)
+    sqrt = staticmethod(numpy.sqrt)
+    matmul = staticmethod(numpy.matmul)
+    swapaxes = staticmethod(numpy.swapaxes)
+    transpose = staticmethod(numpy.transpose)
+    reshape = staticmethod(numpy.reshape)
+    broadcast_to = staticmethod(numpy.broadcast_to)
+    multiply = staticmethod(numpy.multiply)
+    power = staticmethod(numpy.power)
+
+    @staticmethod
+    def cast(a, dtype):
+        return a if a.dtype == dtype else a.astype(dtype)
+
+    @staticmethod
+    def sign(a):
+        return numpy.sign(a)
+
+    @staticmethod
+    def to_device(a, device):
+        return a.copy()
+
+    @staticmethod
+    def getitem(a, key):
+        return a[key]
+
+    @staticmethod
+    def constant(raw, like):
+        return raw
+
+
+class _XgradNamespace:
+    """Filled in by xgrad/_ops/__init__.py once every op module is loaded."""
+
+    @staticmethod
+    def cast(a, dtype):
+        return a if a.dtype == dtype else a.astype(dtype)
+
+    @staticmethod
+    def sign(a):
+        from xgrad._core import _array_of
+        return _array_of(numpy.sign(a.to_numpy()), a.device)
+
+    @staticmethod
+    def constant(raw, like):
+        from xgrad._core import _array_of
+        return _array_of(raw, like.device)
+
+
+numpy_ns = _NumpyNamespace()
+xgrad_ns = _XgradNamespace()

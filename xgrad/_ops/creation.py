@@ -1,0 +1,153 @@
+"""Array creation: array, asarray, full, zeros, ones, empty, the ``*_like``
+forms, arange, linspace, eye, and the NumPy bridges.
+
+Like ChainerX, a Python float becomes float32 (xgrad's default float dtype)
+unless a dtype is given; integers and bools keep NumPy's dtypes.
+"""
+
+import numpy
+
+from xgrad import _core
+from xgrad._errors import DtypeError
+
+DEFAULT_FLOAT = numpy.dtype('float32')
+
+
+def default_dtype(dtype):
+    """``dtype`` as a NumPy dtype (None: the default float dtype)."""
+    if dtype is None:
+        return DEFAULT_FLOAT
+    try:
+        return numpy.dtype(dtype)
+    except TypeError:
+        raise DtypeError('{!r} is not a dtype'.format(dtype)) from None
+
+
+def _device(device):
+    return _core.get_default_device() if device is None else \
+        _core.get_default_context().get_device(device)
+
+
+def _inferred(data, dtype):
+    """NumPy data converted from Python values: float64 becomes float32."""
+    if dtype is None and data.dtype == numpy.float64:
+        return data.astype(DEFAULT_FLOAT)
+    return data
+
+
+def array(object, dtype=None, copy=True, device=None):
+    """A new array from an xgrad array (a recorded copy), a NumPy array or
+    nested Python sequences. Same signature as ``chainerx.array``."""
+    obj = object
+    if isinstance(obj, _core.ndarray):
+        out = obj.copy() if copy else obj
+        if dtype is not None and numpy.dtype(dtype) != out.dtype:
+            out = out.astype(dtype, copy=False)
+        if device is not None and _device(device) is not out.device:
+            out = out.to_device(_device(device))
+        return out
+    if dtype is not None:
+        dtype = default_dtype(dtype)
+    if isinstance(obj, numpy.ndarray):
+        data = numpy.array(obj, dtype=dtype, copy=True if copy else None)
+    else:
+        data = _inferred(numpy.array(obj, dtype=dtype), dtype)
+    if data.dtype.kind in 'OUSVM':
+        raise TypeError('cannot make an xgrad array from {} (dtype {})'.format(
+            type(obj).__name__, data.dtype))
+    return _core._array_of(data, _device(device))
+
+
+def asarray(a, dtype=None, device=None):
+    """Like ``array`` but without copying when ``a`` already fits."""
+    return array(a, dtype=dtype, copy=False, device=device)
+
+
+def from_numpy(a, device=None):
+    """Wrap a NumPy array without copying."""
+    if not isinstance(a, numpy.ndarray):
+        raise TypeError('from_numpy needs a numpy.ndarray, not {}'.format(
+            type(a).__name__))
+    return _core._array_of(a, _device(device))
+
+
+def to_numpy(a, copy=True):
+    """The data of ``a`` as a NumPy array."""
+    if not isinstance(a, _core.ndarray):
+        raise TypeError('to_numpy needs an xgrad.ndarray, not {}'.format(
+            type(a).__name__))
+    return a.to_numpy(copy=copy)
+
+
+def _fill_dtype(fill_value, dtype):
+    if dtype is not None:
+        return default_dtype(dtype)
+    if isinstance(fill_value, (bool, numpy.bool_)):
+        return numpy.dtype(bool)
+    if isinstance(fill_value, (int, numpy.integer)):
+        return numpy.dtype('int64')
+    if isinstance(fill_value, numpy.generic):
+        return fill_value.dtype
+    return DEFAULT_FLOAT
+
+
+def full(shape, fill_value, dtype=None, device=None):
+    data = numpy.full(shape, fill_value, dtype=_fill_dtype(fill_value, dtype))
+    return _core._array_of(data, _device(device))
+
+
+def zeros(shape, dtype=None, device=None):
+    return _core._array_of(numpy.zeros(shape, default_dtype(dtype)), _device(device))
+
+
+def ones(shape, dtype=None, device=None):
+    return _core._array_of(numpy.ones(shape, default_dtype(dtype)), _device(device))
+
+
+def empty(shape, dtype=None, device=None):
+    return _core._array_of(numpy.empty(shape, default_dtype(dtype)), _device(device))
+
+
+def _like(a, dtype, device):
+    if not isinstance(a, _core.ndarray):
+        a = array(a)
+    return (a.shape, a.dtype if dtype is None else dtype,
+            a.device if device is None else device)
+
+
+def zeros_like(a, dtype=None, device=None):
+    return zeros(*_like(a, dtype, device))
+
+
+def ones_like(a, dtype=None, device=None):
+    return ones(*_like(a, dtype, device))
+
+
+def empty_like(a, dtype=None, device=None):
+    return empty(*_like(a, dtype, device))
+
+
+def full_like(a, fill_value, dtype=None, device=None):
+    return full(*_like(a, dtype, device)[:1], fill_value,
+                dtype=_like(a, dtype, device)[1], device=_like(a, dtype, device)[2])
+
+
+def arange(start, stop=None, step=None, dtype=None, device=None):
+    data = numpy.arange(start, stop, step, dtype=None if dtype is None else
+                        default_dtype(dtype))
+    return _core._array_of(_inferred(data, dtype), _device(device))
+
+
+def linspace(start, stop, num=50, endpoint=True, dtype=None, device=None):
+    data = numpy.linspace(start, stop, num, endpoint=endpoint,
+                          dtype=default_dtype(dtype))
+    return _core._array_of(data, _device(device))
+
+
+def eye(N, M=None, k=0, dtype=None, device=None):
+    return _core._array_of(numpy.eye(N, M, k, dtype=default_dtype(dtype)),
+                           _device(device))
+
+
+def identity(n, dtype=None, device=None):
+    return eye(n, dtype=dtype, device=device)

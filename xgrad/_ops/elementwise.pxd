@@ -1,0 +1,3 @@
+from xgrad._core cimport ndarray
+
+cdef ndarray as_array(object x, str name, object like=*)

@@ -1,0 +1,495 @@
+# cython: language_level=3
+"""Elementwise ops: arithmetic (with broadcasting and Python scalars on either
+side), unary math, and comparisons.
+
+Each differentiable op is a small class: ``forward`` on raw arrays, and
+``_grad`` with the derivative, written once for both array namespaces (see
+``_op.pyx``). Broadcasting is undone in one place, ``_Binary._grads``.
+"""
+
+import math
+
+import numpy
+
+from xgrad._core cimport ndarray, apply1, apply2, _wrap, _is_float
+from xgrad._ops._op cimport Op
+from xgrad._errors import DeviceError, DimensionError, DtypeError
+
+cdef object np_add = numpy.add
+cdef object np_subtract = numpy.subtract
+cdef object np_multiply = numpy.multiply
+cdef object np_divide = numpy.true_divide
+cdef object np_power = numpy.power
+cdef object np_maximum = numpy.maximum
+cdef object np_minimum = numpy.minimum
+cdef object np_negative = numpy.negative
+cdef object np_absolute = numpy.absolute
+cdef object np_exp = numpy.exp
+cdef object np_log = numpy.log
+cdef object np_sqrt = numpy.sqrt
+cdef object np_square = numpy.square
+cdef object np_tanh = numpy.tanh
+cdef tuple _RETAIN_0 = (0,)
+cdef tuple _RETAIN_01 = (0, 1)
+
+
+cdef inline bint _is_python_scalar(object v):
+    return isinstance(v, (int, float, bool)) or isinstance(v, numpy.generic)
+
+
+cdef ndarray as_array(object x, str name, object like=None):
+    """An ndarray for op argument ``name``: xgrad arrays pass through, NumPy
+    arrays and (nested) sequences become constants on ``like``'s device."""
+    if isinstance(x, ndarray):
+        return <ndarray>x
+    from xgrad._ops.creation import array
+    try:
+        return array(x, device=None if like is None else (<ndarray>like).device)
+    except (TypeError, ValueError):
+        raise TypeError('{} must be an xgrad.ndarray (or array-like), not {}'.format(
+            name, type(x).__name__)) from None
+
+
+# ---------------------------------------------------------------------------
+# Unary ops
+# ---------------------------------------------------------------------------
+
+cdef class _Unary(Op):
+    """y = f(x); ``_grad`` maps gy (and retained x, y) to gx."""
+
+    cdef object _grad(self, xp, gy, x, y):
+        raise NotImplementedError
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (self._grad(xp, gys[0], xs[0] if xs else None,
+                           ys[0] if ys else None),)
+
+
+cdef class Negative(_Unary):
+    op_name = 'negative'
+
+    cpdef forward(self, inputs):
+        return (np_negative(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return -gy
+
+
+cdef class Absolute(_Unary):
+    op_name = 'absolute'
+
+    cpdef forward(self, inputs):
+        self._retain_in_idx = _RETAIN_0
+        return (np_absolute(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy * xp.sign(x)
+
+
+cdef class Exp(_Unary):
+    op_name = 'exp'
+
+    cpdef forward(self, inputs):
+        self._retain_out_idx = _RETAIN_0
+        return (np_exp(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy * y
+
+
+cdef class Log(_Unary):
+    op_name = 'log'
+
+    cpdef forward(self, inputs):
+        self._retain_in_idx = _RETAIN_0
+        return (np_log(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy / x
+
+
+cdef class Sqrt(_Unary):
+    op_name = 'sqrt'
+
+    cpdef forward(self, inputs):
+        self._retain_out_idx = _RETAIN_0
+        return (np_sqrt(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy / (y * 2)
+
+
+cdef class Square(_Unary):
+    op_name = 'square'
+
+    cpdef forward(self, inputs):
+        self._retain_in_idx = _RETAIN_0
+        return (np_square(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy * (x * 2)
+
+
+cdef class Tanh(_Unary):
+    op_name = 'tanh'
+
+    cpdef forward(self, inputs):
+        self._retain_out_idx = _RETAIN_0
+        return (np_tanh(inputs[0]),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy * (1 - y * y)
+
+
+cdef class Sigmoid(_Unary):
+    op_name = 'sigmoid'
+
+    cpdef forward(self, inputs):
+        self._retain_out_idx = _RETAIN_0
+        y = np_multiply(inputs[0], 0.5)
+        np_tanh(y, out=y)
+        np_multiply(y, 0.5, out=y)
+        np_add(y, 0.5, out=y)
+        return (y,)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy * (y * (1 - y))
+
+
+cdef class Relu(_Unary):
+    op_name = 'relu'
+
+    cpdef forward(self, inputs):
+        self._retain_out_idx = _RETAIN_0
+        return (np_maximum(inputs[0], 0),)
+
+    cdef object _grad(self, xp, gy, x, y):
+        return gy * (y > 0)
+
+
+cdef inline ndarray _unary(_Unary op, object x):
+    return apply1(op, as_array(x, 'x'))
+
+
+def negative(x):
+    """-x"""
+    x = as_array(x, 'x')
+    if (<ndarray>x).dtype == numpy.bool_:
+        raise DtypeError('negative is not defined for bool arrays; use logical_not')
+    return apply1(Negative.__new__(Negative), x)
+
+
+def absolute(x):
+    """|x| (gradient sign(x), 0 at 0)"""
+    return _unary(Absolute.__new__(Absolute), x)
+
+
+def exp(x):
+    return _unary(Exp.__new__(Exp), x)
+
+
+def log(x):
+    return _unary(Log.__new__(Log), x)
+
+
+def sqrt(x):
+    return _unary(Sqrt.__new__(Sqrt), x)
+
+
+def square(x):
+    return _unary(Square.__new__(Square), x)
+
+
+def tanh(x):
+    return _unary(Tanh.__new__(Tanh), x)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), computed as 0.5 * tanh(x / 2) + 0.5 (no overflow)"""
+    return _unary(Sigmoid.__new__(Sigmoid), x)
+
+
+def relu(x):
+    """max(x, 0) (gradient 0 at 0)"""
+    return _unary(Relu.__new__(Relu), x)
+
+
+# ---------------------------------------------------------------------------
+# Binary ops
+# ---------------------------------------------------------------------------
+
+cdef class _Binary(Op):
+    """y = f(a, b) with NumPy broadcasting; one side may be a Python scalar.
+
+    ``_grad(xp, p, gy, a, b, y)`` gives the unreduced gradient for operand
+    ``p`` (0 = a, 1 = b); ``_grads`` sums it back to the operand's shape and
+    casts it to the operand's dtype.
+    """
+    cdef object scalar
+    cdef int scalar_pos       # -1: both operands are arrays; else the scalar's side
+    cdef object shape_a, shape_b, dtype_a, dtype_b
+    cdef bint keep_inputs
+    cdef bint keep_output
+
+    cdef object _fwd(self, a, b):
+        raise NotImplementedError
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        raise NotImplementedError
+
+    cpdef forward(self, inputs):
+        if self.scalar_pos == -1:
+            a = inputs[0]
+            b = inputs[1]
+            self.shape_a = a.shape
+            self.dtype_a = a.dtype
+            self.shape_b = b.shape
+            self.dtype_b = b.dtype
+            if self.keep_inputs:
+                self._retain_in_idx = _RETAIN_01
+        elif self.scalar_pos == 1:
+            a = inputs[0]
+            b = self.scalar
+            self.shape_a = a.shape
+            self.dtype_a = a.dtype
+            if self.keep_inputs:
+                self._retain_in_idx = _RETAIN_0
+        else:
+            a = self.scalar
+            b = inputs[0]
+            self.shape_b = b.shape
+            self.dtype_b = b.dtype
+            if self.keep_inputs:
+                self._retain_in_idx = _RETAIN_0
+        if self.keep_output:
+            self._retain_out_idx = _RETAIN_0
+        try:
+            y = self._fwd(a, b)
+        except ValueError as e:
+            if 'broadcast' in str(e):
+                raise DimensionError('{}: operands with shapes {} and {} cannot be '
+                                     'broadcast together'.format(
+                                         self.name, numpy.shape(a), numpy.shape(b))) from None
+            raise
+        return (y,)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        cdef int p
+        gy = gys[0]
+        y = ys[0] if ys else None
+        if self.scalar_pos == -1:
+            a = xs[0] if xs else None
+            b = xs[1] if xs else None
+        elif self.scalar_pos == 1:
+            a = xs[0] if xs else None
+            b = self.scalar
+        else:
+            a = self.scalar
+            b = xs[0] if xs else None
+        out = []
+        for t in targets:
+            p = 1 if (self.scalar_pos == 0 or t == 1) else 0
+            g = self._grad(xp, p, gy, a, b, y)
+            if p == 0:
+                g = xp.cast(xp.sum_to(g, self.shape_a), self.dtype_a)
+            else:
+                g = xp.cast(xp.sum_to(g, self.shape_b), self.dtype_b)
+            out.append(g)
+        return tuple(out)
+
+
+cdef class Add(_Binary):
+    op_name = 'add'
+
+    cdef object _fwd(self, a, b):
+        return np_add(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        return gy
+
+
+cdef class Subtract(_Binary):
+    op_name = 'subtract'
+
+    cdef object _fwd(self, a, b):
+        return np_subtract(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        return gy if p == 0 else -gy
+
+
+cdef class Multiply(_Binary):
+    op_name = 'multiply'
+
+    def __cinit__(self):
+        self.keep_inputs = True
+
+    cdef object _fwd(self, a, b):
+        return np_multiply(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        return gy * b if p == 0 else gy * a
+
+
+cdef class Divide(_Binary):
+    op_name = 'divide'
+
+    def __cinit__(self):
+        self.keep_inputs = True
+
+    cdef object _fwd(self, a, b):
+        return np_divide(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        if p == 0:
+            return gy / b
+        return -(gy / b) * a / b
+
+
+cdef class Power(_Binary):
+    op_name = 'power'
+
+    def __cinit__(self):
+        self.keep_inputs = True
+        self.keep_output = True
+
+    cdef object _fwd(self, a, b):
+        return np_power(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        if p == 0:
+            return gy * b * (a ** (b - 1))
+        if self.scalar_pos == 0:
+            return gy * y * (math.log(a) if a > 0 else math.nan)
+        return gy * y * xp.log(a)
+
+
+cdef class Maximum(_Binary):
+    op_name = 'maximum'
+
+    def __cinit__(self):
+        self.keep_inputs = True
+
+    cdef object _fwd(self, a, b):
+        return np_maximum(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        # Ties send the gradient to the first operand.
+        return gy * (a >= b) if p == 0 else gy * (a < b)
+
+
+cdef class Minimum(_Binary):
+    op_name = 'minimum'
+
+    def __cinit__(self):
+        self.keep_inputs = True
+
+    cdef object _fwd(self, a, b):
+        return np_minimum(a, b)
+
+    cdef object _grad(self, xp, int p, gy, a, b, y):
+        return gy * (a <= b) if p == 0 else gy * (a > b)
+
+
+cdef object _binary(_Binary op, object a, object b):
+    cdef bint a_is = isinstance(a, ndarray)
+    cdef bint b_is = isinstance(b, ndarray)
+    if a_is and b_is:
+        op.scalar_pos = -1
+        return apply2(op, <ndarray>a, <ndarray>b)
+    if a_is and _is_python_scalar(b):
+        op.scalar_pos = 1
+        op.scalar = b.item() if isinstance(b, numpy.generic) else b
+        return apply1(op, <ndarray>a)
+    if b_is and _is_python_scalar(a):
+        op.scalar_pos = 0
+        op.scalar = a.item() if isinstance(a, numpy.generic) else a
+        return apply1(op, <ndarray>b)
+    if a_is:
+        return _binary(op, a, as_array(b, 'x2', a))
+    if b_is:
+        return _binary(op, as_array(a, 'x1', b), b)
+    return _binary(op, as_array(a, 'x1'), as_array(b, 'x2'))
+
+
+def add(x1, x2):
+    return _binary(Add.__new__(Add), x1, x2)
+
+
+def subtract(x1, x2):
+    return _binary(Subtract.__new__(Subtract), x1, x2)
+
+
+def multiply(x1, x2):
+    return _binary(Multiply.__new__(Multiply), x1, x2)
+
+
+def divide(x1, x2):
+    return _binary(Divide.__new__(Divide), x1, x2)
+
+
+true_divide = divide
+
+
+def power(x1, x2):
+    return _binary(Power.__new__(Power), x1, x2)
+
+
+def maximum(x1, x2):
+    """Elementwise max; at ties the gradient goes to ``x1``."""
+    return _binary(Maximum.__new__(Maximum), x1, x2)
+
+
+def minimum(x1, x2):
+    """Elementwise min; at ties the gradient goes to ``x1``."""
+    return _binary(Minimum.__new__(Minimum), x1, x2)
+
+
+# ---------------------------------------------------------------------------
+# Comparisons (no gradient: the result is bool)
+# ---------------------------------------------------------------------------
+
+cdef object _compare(object ufunc, object a, object b):
+    cdef ndarray ref = <ndarray>a if isinstance(a, ndarray) else (
+        <ndarray>b if isinstance(b, ndarray) else None)
+    raw_a = (<ndarray>a)._data if isinstance(a, ndarray) else a
+    raw_b = (<ndarray>b)._data if isinstance(b, ndarray) else b
+    if isinstance(a, ndarray) and isinstance(b, ndarray) and (
+            (<ndarray>a)._device is not (<ndarray>b)._device):
+        raise DeviceError('Operands are on different devices: {} and {}'.format(
+            (<ndarray>a)._device.name, (<ndarray>b)._device.name))
+    try:
+        result = ufunc(raw_a, raw_b)
+    except ValueError as e:
+        raise DimensionError('{}: operands with shapes {} and {} cannot be '
+                             'broadcast together'.format(
+                                 ufunc.__name__, numpy.shape(raw_a),
+                                 numpy.shape(raw_b))) from None
+    if ref is None:
+        from xgrad._ops.creation import array
+        return array(result)
+    return _wrap(numpy.asarray(result), ref._device)
+
+
+def equal(x1, x2):
+    return _compare(numpy.equal, x1, x2)
+
+
+def not_equal(x1, x2):
+    return _compare(numpy.not_equal, x1, x2)
+
+
+def greater(x1, x2):
+    return _compare(numpy.greater, x1, x2)
+
+
+def greater_equal(x1, x2):
+    return _compare(numpy.greater_equal, x1, x2)
+
+
+def less(x1, x2):
+    return _compare(numpy.less, x1, x2)
+
+
+def less_equal(x1, x2):
+    return _compare(numpy.less_equal, x1, x2)

@@ -1,0 +1,93 @@
+# cython: language_level=3
+"""Matrix products: matmul (NumPy's rules, batched and broadcast) and dot."""
+
+import numpy
+
+from xgrad._core cimport ndarray, apply2
+from xgrad._ops._op cimport Op
+from xgrad._ops.elementwise cimport as_array
+from xgrad._errors import DimensionError, DtypeError
+from xgrad._errors import NotImplementedError as XgradNotImplementedError
+
+cdef tuple _RETAIN_01 = (0, 1)
+
+
+cdef class Matmul(Op):
+    op_name = 'matmul'
+    cdef tuple shape_a, shape_b, shape_y
+    cdef object dtype_a, dtype_b
+
+    cpdef forward(self, inputs):
+        a, b = inputs
+        self.shape_a = a.shape
+        self.shape_b = b.shape
+        self.dtype_a = a.dtype
+        self.dtype_b = b.dtype
+        self._retain_in_idx = _RETAIN_01
+        try:
+            y = numpy.matmul(a, b)
+        except ValueError:
+            raise DimensionError('matmul: shapes {} and {} are not aligned'.format(
+                a.shape, b.shape)) from None
+        y = numpy.asarray(y)
+        self.shape_y = y.shape
+        return (y,)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        a, b = xs
+        gy = gys[0]
+        cdef Py_ssize_t nda = len(self.shape_a), ndb = len(self.shape_b)
+        out = []
+        if nda == 1 and ndb == 1:
+            for t in targets:
+                out.append(xp.cast(gy * (b if t == 0 else a),
+                                   self.dtype_a if t == 0 else self.dtype_b))
+            return tuple(out)
+        # Give 1-d operands their matrix shape back: (k,) @ (..., k, m) is
+        # (1, k) @ ..., and (..., n, k) @ (k,) is ... @ (k, 1).
+        if nda == 1:
+            a = xp.reshape(a, (1,) + self.shape_a)
+            gy = xp.reshape(gy, self.shape_y[:-1] + (1,) + self.shape_y[-1:])
+        if ndb == 1:
+            b = xp.reshape(b, self.shape_b + (1,))
+            gy = xp.reshape(gy, self.shape_y + (1,))
+        for t in targets:
+            if t == 0:
+                g = xp.matmul(gy, xp.swapaxes(b, -1, -2))
+                g = xp.reshape(xp.sum_to(g, a.shape), self.shape_a)
+                out.append(xp.cast(g, self.dtype_a))
+            else:
+                g = xp.matmul(xp.swapaxes(a, -1, -2), gy)
+                g = xp.reshape(xp.sum_to(g, b.shape), self.shape_b)
+                out.append(xp.cast(g, self.dtype_b))
+        return tuple(out)
+
+
+cdef ndarray _check_matrix_operand(object x, str name, object like):
+    cdef ndarray a = as_array(x, name, like)
+    if a._data.ndim == 0:
+        raise DimensionError('matmul: {} must have at least one dimension, got a '
+                             '0-d array'.format(name))
+    if a._data.dtype == numpy.bool_:
+        raise DtypeError('matmul: {} has dtype bool'.format(name))
+    return a
+
+
+def matmul(a, b):
+    """Matrix product with NumPy's ``matmul`` rules (batched, broadcast)."""
+    cdef ndarray x1 = _check_matrix_operand(a, 'a', b if isinstance(b, ndarray) else None)
+    cdef ndarray x2 = _check_matrix_operand(b, 'b', x1)
+    return apply2(Matmul.__new__(Matmul), x1, x2)
+
+
+def dot(a, b):
+    """``numpy.dot`` for operands of up to two dimensions (0-d: a product)."""
+    cdef ndarray x1 = as_array(a, 'a', b if isinstance(b, ndarray) else None)
+    cdef ndarray x2 = as_array(b, 'b', x1)
+    if x1._data.ndim == 0 or x2._data.ndim == 0:
+        return x1 * x2
+    if x1._data.ndim > 2 or x2._data.ndim > 2:
+        raise XgradNotImplementedError(
+            'dot supports operands of up to 2 dimensions (got {} and {}); use '
+            'matmul for batched products'.format(x1._data.shape, x2._data.shape))
+    return matmul(x1, x2)

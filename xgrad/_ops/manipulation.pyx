@@ -1,0 +1,270 @@
+# cython: language_level=3
+"""Shape and layout ops (reshape, transpose, squeeze, expand_dims, indexing)
+and the array-conversion ops (view, copy, astype, to_device).
+
+All are linear, so each gradient is the adjoint shape change; indexing
+scatters the gradient back, accumulating repeated indices.
+"""
+
+import numpy
+
+from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap
+from xgrad._ops._op cimport Op
+from xgrad._ops.elementwise cimport as_array
+from xgrad._ops.reduction cimport normalize_axes
+from xgrad._errors import DimensionError, DtypeError
+
+
+cdef class Reshape(Op):
+    op_name = 'reshape'
+    cdef tuple shape
+    cdef tuple in_shape
+
+    cpdef forward(self, inputs):
+        x = inputs[0]
+        self.in_shape = x.shape
+        try:
+            return (x.reshape(self.shape),)
+        except ValueError:
+            raise DimensionError('reshape: cannot reshape an array of shape {} '
+                                 '(size {}) into shape {}'.format(
+                                     x.shape, x.size, self.shape)) from None
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.reshape(gys[0], self.in_shape),)
+
+
+cdef class Transpose(Op):
+    op_name = 'transpose'
+    cdef tuple axes
+
+    cpdef forward(self, inputs):
+        return (inputs[0].transpose(self.axes),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        inverse = tuple(numpy.argsort(self.axes).tolist())
+        return (xp.transpose(gys[0], inverse),)
+
+
+cdef class GetItem(Op):
+    op_name = 'getitem'
+    cdef object key
+    cdef tuple in_shape
+
+    cpdef forward(self, inputs):
+        x = inputs[0]
+        self.in_shape = x.shape
+        return (numpy.asarray(x[self.key]),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.scatter(gys[0], self.key, self.in_shape),)
+
+
+cdef class Scatter(Op):
+    """Zeros of ``shape`` plus ``gy`` at ``key``: the gradient of indexing."""
+    op_name = 'scatter'
+    cdef object key
+    cdef tuple shape
+
+    cpdef forward(self, inputs):
+        gy = inputs[0]
+        out = numpy.zeros(self.shape, dtype=gy.dtype)
+        if _is_basic(self.key):
+            out[self.key] = gy
+        else:
+            numpy.add.at(out, self.key, gy)
+        return (out,)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.getitem(gys[0], self.key),)
+
+
+cdef class View(Op):
+    op_name = 'view'
+
+    cpdef forward(self, inputs):
+        return (inputs[0].view(),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (gys[0],)
+
+
+cdef class Copy(Op):
+    op_name = 'copy'
+
+    cpdef forward(self, inputs):
+        return (numpy.array(inputs[0], copy=True, order='C'),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (gys[0],)
+
+
+cdef class AsType(Op):
+    op_name = 'astype'
+    cdef object dtype
+    cdef object in_dtype
+
+    cpdef forward(self, inputs):
+        self.in_dtype = inputs[0].dtype
+        return (inputs[0].astype(self.dtype),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.cast(gys[0], self.in_dtype),)
+
+
+cdef class ToDevice(Op):
+    op_name = 'transfer'
+    cdef object source
+    cdef bint same_device
+
+    cpdef forward(self, inputs):
+        return (inputs[0].view() if self.same_device else inputs[0].copy(),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.to_device(gys[0], self.source),)
+
+
+cdef bint _is_basic(object key):
+    items = key if isinstance(key, tuple) else (key,)
+    for k in items:
+        if not (k is None or k is Ellipsis or isinstance(k, slice)
+                or (isinstance(k, (int, numpy.integer)) and not isinstance(k, bool))):
+            return False
+    return True
+
+
+def raw_index(key):
+    """``key`` with xgrad arrays replaced by their raw data (for NumPy)."""
+    if isinstance(key, ndarray):
+        return (<ndarray>key)._data
+    if isinstance(key, tuple):
+        return tuple([(<ndarray>k)._data if isinstance(k, ndarray) else k
+                      for k in key])
+    if isinstance(key, list):
+        return numpy.asarray([raw_index(k) for k in key])
+    return key
+
+
+def getitem(a, key):
+    """``a[key]`` with NumPy's basic and advanced indexing."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef GetItem op = GetItem.__new__(GetItem)
+    key = raw_index(key)
+    if isinstance(key, numpy.ndarray) and key.dtype.kind == 'f':
+        raise IndexError('arrays used as indices must be of integer or boolean type')
+    op.key = key
+    return apply1(op, x)
+
+
+def scatter(gy, key, shape):
+    cdef Scatter op = Scatter.__new__(Scatter)
+    op.key = key
+    op.shape = tuple(shape)
+    return apply1(op, gy)
+
+
+def reshape(a, newshape):
+    """The same data with shape ``newshape`` (one entry may be -1)."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef Reshape op = Reshape.__new__(Reshape)
+    if isinstance(newshape, (int, numpy.integer)):
+        newshape = (newshape,)
+    try:
+        op.shape = tuple([int(n) for n in newshape])
+    except TypeError:
+        raise TypeError('reshape: newshape must be an int or a sequence of ints, '
+                        'not {}'.format(type(newshape).__name__)) from None
+    return apply1(op, x)
+
+
+def transpose(a, axes=None):
+    """Permute the axes (default: reverse them)."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef Py_ssize_t ndim = x._data.ndim
+    cdef Transpose op = Transpose.__new__(Transpose)
+    if axes is None:
+        op.axes = tuple(range(ndim - 1, -1, -1))
+    else:
+        items = tuple(axes)
+        if len(items) != ndim:
+            raise DimensionError('transpose: axes {} do not match an array with {} '
+                                 'dimensions'.format(axes, ndim))
+        op.axes = tuple([int(i) % ndim if -ndim <= i < ndim else -1 for i in items])
+        if sorted(op.axes) != list(range(ndim)):
+            raise DimensionError('transpose: axes {} are not a permutation of the '
+                                 '{} dimensions'.format(axes, ndim))
+    return apply1(op, x)
+
+
+def swapaxes(a, axis1, axis2):
+    cdef ndarray x = as_array(a, 'a')
+    cdef Py_ssize_t ndim = x._data.ndim
+    axes = list(range(ndim))
+    i, = normalize_axes(axis1, ndim, 'axis1')
+    j, = normalize_axes(axis2, ndim, 'axis2')
+    axes[i], axes[j] = axes[j], axes[i]
+    return transpose(x, axes)
+
+
+def squeeze(a, axis=None):
+    """Drop axes of length one (all of them, or those in ``axis``)."""
+    cdef ndarray x = as_array(a, 'a')
+    shape = x._data.shape
+    if axis is None:
+        axes = tuple([i for i, n in enumerate(shape) if n == 1])
+    else:
+        axes = normalize_axes(axis, x._data.ndim)
+        for i in axes:
+            if shape[i] != 1:
+                raise DimensionError('squeeze: axis {} has length {}, not 1 (shape {})'
+                                     .format(i, shape[i], shape))
+    return reshape(x, tuple([n for i, n in enumerate(shape) if i not in axes]))
+
+
+def expand_dims(a, axis):
+    """Insert an axis of length one at position ``axis``."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef Py_ssize_t ndim = x._data.ndim + 1
+    if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
+        raise TypeError('expand_dims: axis must be an int')
+    if not -ndim <= axis < ndim:
+        raise DimensionError('expand_dims: axis {} is out of range for the result '
+                             'with {} dimensions'.format(axis, ndim))
+    axis = axis % ndim
+    shape = x._data.shape
+    return reshape(x, shape[:axis] + (1,) + shape[axis:])
+
+
+def view(a):
+    return apply1(View.__new__(View), as_array(a, 'a'))
+
+
+def copy(a):
+    """A C-contiguous copy (recorded: the gradient passes through)."""
+    return apply1(Copy.__new__(Copy), as_array(a, 'a'))
+
+
+def astype(a, dtype, copy=True):
+    """Cast to ``dtype``; ``astype(a.dtype, copy=False)`` returns ``a`` itself."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef AsType op
+    try:
+        dtype = numpy.dtype(dtype)
+    except TypeError:
+        raise DtypeError('astype: {!r} is not a dtype'.format(dtype)) from None
+    if dtype == x._data.dtype:
+        return x if not copy else apply1(Copy.__new__(Copy), x)
+    op = AsType.__new__(AsType)
+    op.dtype = dtype
+    return apply1(op, x)
+
+
+def to_device(a, device, index=None):
+    """The array on ``device``, connected to ``a``: the gradient flows back."""
+    from xgrad._core import get_default_context
+    cdef ndarray x = as_array(a, 'a')
+    cdef ToDevice op = ToDevice.__new__(ToDevice)
+    target = get_default_context().get_device(device, index)
+    op.source = x._device
+    op.same_device = target is x._device
+    return apply_to_device(op, x, target)

@@ -1,0 +1,178 @@
+# cython: language_level=3
+"""Reductions and their adjoint, broadcasting: sum, mean, sum_to, broadcast_to.
+
+``sum_to`` (reduce a broadcast gradient back to an operand's shape) and
+``broadcast_to`` are each other's gradient, which closes the double-backprop
+loop for every binary op with broadcasting.
+"""
+
+import numpy
+
+from xgrad._core cimport ndarray, apply1
+from xgrad._ops._op cimport Op
+from xgrad._ops.elementwise cimport as_array
+from xgrad._ops._xp import _sum_to
+from xgrad._errors import DimensionError, DtypeError
+
+cdef tuple _NO_RETAIN = ()
+
+
+cdef tuple normalize_axes(object axis, Py_ssize_t ndim, str name='axis'):
+    """``axis`` (None, int or sequence) as a sorted tuple of non-negative axes."""
+    cdef list axes
+    if axis is None:
+        return tuple(range(ndim))
+    items = (axis,) if isinstance(axis, (int, numpy.integer)) else axis
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise TypeError('{} must be None, an int or a tuple of ints, not {}'.format(
+            name, type(axis).__name__)) from None
+    axes = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, (int, numpy.integer)):
+            raise TypeError('{} must hold ints, not {}'.format(name, type(a).__name__))
+        if not -ndim <= a < ndim:
+            raise DimensionError('{} {} is out of range for an array with {} '
+                                 'dimensions'.format(name, a, ndim))
+        a = int(a) % ndim if ndim else 0
+        if a in axes:
+            raise DimensionError('{} {} is repeated in {}'.format(name, a, axis))
+        axes.append(a)
+    return tuple(sorted(axes))
+
+
+cdef object _keepdims_shape(tuple shape, tuple axes):
+    return tuple([1 if i in axes else n for i, n in enumerate(shape)])
+
+
+cdef class Sum(Op):
+    op_name = 'sum'
+    cdef tuple axes
+    cdef bint keepdims
+    cdef tuple in_shape
+
+    cpdef forward(self, inputs):
+        x = inputs[0]
+        self.in_shape = x.shape
+        return (numpy.asarray(x.sum(axis=self.axes, keepdims=self.keepdims)),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        gy = gys[0]
+        if not self.keepdims:
+            gy = xp.reshape(gy, _keepdims_shape(self.in_shape, self.axes))
+        return (xp.broadcast_to(gy, self.in_shape),)
+
+
+cdef class Mean(Op):
+    op_name = 'mean'
+    cdef tuple axes
+    cdef bint keepdims
+    cdef tuple in_shape
+    cdef Py_ssize_t count
+
+    cpdef forward(self, inputs):
+        x = inputs[0]
+        self.in_shape = x.shape
+        self.count = 1
+        for a in self.axes:
+            self.count *= x.shape[a]
+        return (numpy.asarray(x.mean(axis=self.axes, keepdims=self.keepdims)),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        gy = gys[0] * (1.0 / self.count) if self.count else gys[0]
+        if not self.keepdims:
+            gy = xp.reshape(gy, _keepdims_shape(self.in_shape, self.axes))
+        return (xp.broadcast_to(gy, self.in_shape),)
+
+
+cdef class SumTo(Op):
+    op_name = 'sum_to'
+    cdef tuple shape
+    cdef tuple in_shape
+
+    cpdef forward(self, inputs):
+        self.in_shape = inputs[0].shape
+        return (numpy.ascontiguousarray(_sum_to(inputs[0], self.shape)),)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.broadcast_to(gys[0], self.in_shape),)
+
+
+cdef class BroadcastTo(Op):
+    op_name = 'broadcast_to'
+    cdef tuple shape
+    cdef tuple in_shape
+
+    cpdef forward(self, inputs):
+        self.in_shape = inputs[0].shape
+        try:
+            return (numpy.broadcast_to(inputs[0], self.shape),)
+        except ValueError:
+            raise DimensionError('broadcast_to: shape {} cannot be broadcast to {}'
+                                 .format(self.in_shape, self.shape)) from None
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.sum_to(gys[0], self.in_shape),)
+
+
+cdef tuple _as_shape(object shape):
+    if isinstance(shape, (int, numpy.integer)):
+        return (int(shape),)
+    try:
+        return tuple([int(n) for n in shape])
+    except TypeError:
+        raise TypeError('shape must be an int or a sequence of ints, not {}'.format(
+            type(shape).__name__)) from None
+
+
+def sum(a, axis=None, keepdims=False):
+    """Sum over ``axis`` (None: all axes)."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef Sum op = Sum.__new__(Sum)
+    op.axes = normalize_axes(axis, x._data.ndim)
+    op.keepdims = keepdims
+    if x._data.dtype == numpy.bool_:
+        # NumPy sums bools as integers; keep that (no gradient either way).
+        pass
+    return apply1(op, x)
+
+
+def mean(a, axis=None, keepdims=False):
+    """Arithmetic mean over ``axis`` (None: all axes)."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef Mean op = Mean.__new__(Mean)
+    op.axes = normalize_axes(axis, x._data.ndim)
+    op.keepdims = keepdims
+    return apply1(op, x)
+
+
+def sum_to(a, shape):
+    """Sum ``a`` down to ``shape``, the reverse of broadcasting to ``a.shape``."""
+    cdef ndarray x = as_array(a, 'a')
+    cdef SumTo op
+    shape = _as_shape(shape)
+    if x._data.shape == shape:
+        return x
+    try:
+        numpy.broadcast_shapes(shape, x._data.shape)
+        if len(shape) > x._data.ndim:
+            raise ValueError
+    except ValueError:
+        raise DimensionError('sum_to: shape {} cannot be reduced to {}'.format(
+            x._data.shape, shape)) from None
+    op = SumTo.__new__(SumTo)
+    op.shape = shape
+    return apply1(op, x)
+
+
+def broadcast_to(array, shape):
+    """A read-only broadcast view of ``array`` with ``shape``."""
+    cdef ndarray x = as_array(array, 'array')
+    cdef BroadcastTo op
+    shape = _as_shape(shape)
+    if x._data.shape == shape:
+        return x.view()
+    op = BroadcastTo.__new__(BroadcastTo)
+    op.shape = shape
+    return apply1(op, x)
