@@ -5,6 +5,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 MODULES = [
+    'xgrad._backend.native_kernels',
     'xgrad._core',
     'xgrad._ops._op',
     'xgrad._ops.elementwise',
@@ -13,10 +14,15 @@ MODULES = [
     'xgrad._ops.manipulation',
 ]
 
+# The engine uses C++ containers (a heap of ops) from Cython.
+CPP_MODULES = {'xgrad._core'}
+
 extensions = [
     Extension(name, [name.replace('.', '/') + '.pyx'],
+              language='c++' if name in CPP_MODULES else 'c',
               include_dirs=[numpy.get_include()],
-              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')])
+              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
+              extra_compile_args=['-O3'])
     for name in MODULES
 ]
 

@@ -52,6 +52,9 @@ cdef class ndarray:
     cdef ArrayNode _add_node(self, BackpropId bp, FunctionNode creator,
                              Py_ssize_t rank, int graph_index, int out_index)
     cdef bint _has_enabled_node(self)
+    cdef void _attach(self, ArrayNode node)
+    cdef object _grad_of(self, ArrayNode node)
+    cdef void _set_grad_of(self, ArrayNode node, object grad)
     cdef BackpropId _valid_bp(self, backprop_id)
     cdef ArrayNode _constant_check(self, BackpropId bp)
     cdef void _check_inplace(self, other) except *
@@ -60,9 +63,12 @@ cdef class ndarray:
 
 cdef class FunctionNode:
     cdef list _graphs
-    cdef list _ranks
-    cdef list _input_nodes
+    cdef Py_ssize_t _n_graphs
+    cdef char* _block
     cdef PyObject** _out_nodes
+    cdef PyObject** _in_nodes
+    cdef Py_ssize_t* _ranks
+    cdef unsigned char* _chained
     cdef Py_ssize_t _n_in
     cdef Py_ssize_t _n_out
     cdef bint _applied
@@ -74,11 +80,13 @@ cdef class FunctionNode:
     cdef object _device
     cdef tuple _bw_inputs
     cdef tuple _bw_outputs
+    cdef object _backward_raw_result
 
     cpdef forward(self, inputs)
     cpdef backward(self, target_input_indexes, grad_outputs)
     cdef object _backward_raw(self, tuple targets, tuple grad_outputs, tuple xs, tuple ys)
     cdef int _graph_index(self, BackpropId bp)
+    cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i)
     cdef void _unchain_graph(self, int k)
 
 

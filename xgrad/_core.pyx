@@ -17,12 +17,26 @@ never on nodes, so a gradient that is itself in a graph cannot close a cycle.
 cimport cython
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.pythread cimport PyThread_get_thread_ident
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+
+from cpython.dict cimport PyDict_GetItem
+from libcpp.algorithm cimport push_heap, pop_heap
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+
+ctypedef long long _HeapKey
+ctypedef pair[_HeapKey, PyObject*] _HeapItem
+cimport numpy as cnp
+
+from xgrad._backend cimport native_kernels
 
 import heapq
 import threading
 
 import numpy
+
+cnp.import_array()
+cdef object _NUMPY_NDARRAY = numpy.ndarray
 
 from xgrad._errors import (
     ContextError, DeviceError, DimensionError, DtypeError, GradientError,
@@ -517,6 +531,15 @@ cdef bint _is_float(object dtype):
     return dtype.kind == 'f'
 
 
+cdef inline object _as_raw_array(object g):
+    """NumPy returns scalars from 0-d operations; keep arrays arrays."""
+    if type(g) is _NUMPY_NDARRAY:
+        return g
+    if isinstance(g, numpy.generic):
+        return numpy.asarray(g)
+    return g
+
+
 cdef ndarray _wrap(object data, object device):
     cdef ndarray a = ndarray.__new__(ndarray)
     a._data = data
@@ -598,13 +621,29 @@ cdef class ndarray:
         node.shape = self._data.shape
         node.dtype = self._data.dtype
         node.device = self._device
+        self._attach(node)
+        return node
+
+    cdef void _attach(self, ArrayNode node):
+        """Add ``node`` to this array's nodes, with an empty gradient slot."""
         if self._nodes is None:
             self._nodes = [node]
-            self._grads = [None]
         else:
             self._nodes.append(node)
-            self._grads.append(None)
-        return node
+            if self._grads is not None:
+                self._grads.append(None)
+
+    cdef object _grad_of(self, ArrayNode node):
+        if self._grads is None:
+            return None
+        return self._grads[self._slot_of(node)]
+
+    cdef void _set_grad_of(self, ArrayNode node, object grad):
+        if self._grads is None:
+            if grad is None:
+                return
+            self._grads = [None] * len(self._nodes)
+        self._grads[self._slot_of(node)] = grad
 
     cdef bint _has_enabled_node(self):
         cdef ArrayNode node
@@ -794,14 +833,14 @@ cdef class ndarray:
         if node is None or not node.grad_required:
             raise XgradError('Array is not flagged as requiring gradient for '
                              "backprop id: '{}'.".format(bp.name))
-        return self._grads[self._slot_of(node)]
+        return self._grad_of(node)
 
     def set_grad(self, grad, backprop_id=None):
         cdef BackpropId bp = _resolve_bp(backprop_id, _context_of(self))
         cdef ArrayNode node = self._constant_check(bp)
         _context_of(self)._check_valid_backprop_id(bp)
         if grad is None:
-            self._grads[self._slot_of(node)] = None
+            self._set_grad_of(node, None)
             return
         if not isinstance(grad, ndarray):
             raise TypeError('set_grad(): incompatible function arguments: the '
@@ -811,13 +850,13 @@ cdef class ndarray:
                                      self._device)
         if message is not None:
             raise GradientError(message)
-        self._grads[self._slot_of(node)] = grad
+        self._set_grad_of(node, grad)
         node.grad_required = True
 
     def cleargrad(self, backprop_id=None):
         cdef ArrayNode node = self._constant_check(
             _resolve_bp(backprop_id, _context_of(self)))
-        self._grads[self._slot_of(node)] = None
+        self._set_grad_of(node, None)
 
     cdef ArrayNode _constant_check(self, BackpropId bp):
         cdef ArrayNode node = self._node_on(bp)
@@ -870,8 +909,8 @@ cdef class ndarray:
                 continue
             seen.add(id(creator))
             print('{}  <- {}'.format('  ' * depth, creator.name))
-            inputs = (<FunctionNode>creator)._input_nodes[(<ArrayNode>n).graph_index]
-            for child in reversed(inputs or []):
+            for i in reversed(range((<FunctionNode>creator)._n_in)):
+                child = (<FunctionNode>creator)._input_node((<ArrayNode>n).graph_index, i)
                 if child is not None:
                     stack.append((child, depth + 2))
 
@@ -1050,18 +1089,30 @@ cdef class FunctionNode:
     ``get_retained_inputs`` / ``get_retained_outputs``.
 
     One instance is one application: ``node.apply(inputs)`` once. The instance
-    is the graph's op node for every graph it is recorded on.
+    is the graph's op node for every graph it is recorded on; per graph k it
+    keeps a rank, its input nodes (owned) and its output nodes (borrowed), in
+    one C block so that recording allocates no Python containers.
     """
 
     def __dealloc__(self):
-        if self._out_nodes != NULL:
-            PyMem_Free(self._out_nodes)
-            self._out_nodes = NULL
-        if self._input_nodes is not None or self._retained_inputs is not None:
-            _release_queue.append(self._input_nodes)
+        cdef Py_ssize_t i
+        cdef PyObject* p
+        if self._in_nodes != NULL:
+            # Hand the input nodes to the release queue instead of freeing them
+            # here, which would recurse once per op of a long chain.
+            for i in range(self._n_graphs * self._n_in):
+                p = self._in_nodes[i]
+                if p != NULL:
+                    _release_queue.append(<object>p)
+                    self._in_nodes[i] = NULL
+                    Py_DECREF(<object>p)
+        if self._block != NULL:
+            PyMem_Free(self._block)
+            self._block = NULL
+        if self._retained_inputs is not None:
             _release_queue.append(self._retained_inputs)
-            self._input_nodes = None
             self._retained_inputs = None
+        if _release_queue:
             _drain_release_queue()
 
     @property
@@ -1070,7 +1121,7 @@ cdef class FunctionNode:
 
     @property
     def rank(self):
-        return self._ranks[0] if self._ranks else 0
+        return self._ranks[0] if self._n_graphs else 0
 
     def retain_inputs(self, indexes):
         self._retain_in_idx = tuple(indexes)
@@ -1109,17 +1160,19 @@ cdef class FunctionNode:
 
     cdef int _graph_index(self, BackpropId bp):
         cdef int k
-        if self._graphs is None:
-            return -1
-        for k in range(len(self._graphs)):
+        for k in range(self._n_graphs):
             if self._graphs[k] is bp:
                 return k
         return -1
 
+    cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i):
+        cdef PyObject* p = self._in_nodes[k * self._n_in + i]
+        return None if p == NULL else <ArrayNode>p
+
     cdef void _unchain_graph(self, int k):
         """Drop what graph k needed for backward (after a pass without double
         backprop); once no graph needs it, drop the retained arrays too."""
-        cdef Py_ssize_t j
+        cdef Py_ssize_t j, i
         cdef PyObject* p
         cdef ArrayNode out
         for j in range(self._n_out):
@@ -1127,10 +1180,18 @@ cdef class FunctionNode:
             if p != NULL:
                 out = <ArrayNode>p
                 self._out_nodes[k * self._n_out + j] = NULL
-                out.creator = None  # may free self: caller holds a reference
-        self._input_nodes[k] = None
-        for nodes in self._input_nodes:
-            if nodes is not None:
+                out.creator = None  # may free self: the caller holds a reference
+        for i in range(self._n_in):
+            p = self._in_nodes[k * self._n_in + i]
+            if p != NULL:
+                self._in_nodes[k * self._n_in + i] = NULL
+                _release_queue.append(<object>p)
+                Py_DECREF(<object>p)
+        self._chained[k] = 0
+        if _release_queue:
+            _drain_release_queue()
+        for k in range(self._n_graphs):
+            if self._chained[k]:
                 return
         self._retained_inputs = None
         self._retained_out_data = None
@@ -1185,12 +1246,12 @@ cdef list _collect_graphs(tuple xs):
 cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     """Record ``fn`` on every enabled graph its inputs live on."""
     cdef list graphs = _collect_graphs(xs)
-    cdef Py_ssize_t k, j, n_graphs, n_out, rank
+    cdef Py_ssize_t k, i, j, n_graphs, n_in, n_out, rank
     cdef ArrayNode node
     cdef ndarray out
-    cdef list in_nodes
     cdef BackpropId bp
     cdef bint any_float = False
+    cdef char* block
     if graphs is None:
         return
     for o in outs:
@@ -1200,31 +1261,43 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     if not any_float:
         return
     n_graphs = len(graphs)
+    n_in = len(xs)
     n_out = len(outs)
-    fn._n_in = len(xs)
+    # One block: out-node pointers, in-node pointers, ranks, chained flags.
+    block = <char*>PyMem_Calloc(
+        1, n_graphs * ((n_in + n_out) * sizeof(PyObject*) + sizeof(Py_ssize_t) + 1))
+    if block == NULL:
+        raise MemoryError()
+    fn._block = block
+    fn._out_nodes = <PyObject**>block
+    fn._in_nodes = fn._out_nodes + n_graphs * n_out
+    fn._ranks = <Py_ssize_t*>(fn._in_nodes + n_graphs * n_in)
+    fn._chained = <unsigned char*>(fn._ranks + n_graphs)
+    fn._n_graphs = n_graphs
+    fn._n_in = n_in
     fn._n_out = n_out
     fn._graphs = graphs
-    fn._ranks = []
-    fn._input_nodes = []
     fn._device = device
-    fn._out_nodes = <PyObject**>PyMem_Calloc(n_graphs * n_out + 1, sizeof(PyObject*))
-    if fn._out_nodes == NULL:
-        raise MemoryError()
     for k in range(n_graphs):
         bp = <BackpropId>graphs[k]
-        in_nodes = []
         rank = 0
-        for x in xs:
-            node = None if x is None else (<ndarray>x)._node_on(bp)
-            in_nodes.append(node)
-            if node is not None and node.rank >= rank:
+        for i in range(n_in):
+            x = xs[i]
+            if x is None:
+                continue
+            node = (<ndarray>x)._node_on(bp)
+            if node is None:
+                continue
+            Py_INCREF(node)
+            fn._in_nodes[k * n_in + i] = <PyObject*>node
+            if node.rank >= rank:
                 rank = node.rank + 1
-        fn._input_nodes.append(in_nodes)
-        fn._ranks.append(rank)
+        fn._ranks[k] = rank
+        fn._chained[k] = 1
         for j in range(n_out):
-            out = outs[j]
-            if out is not None and _is_float(out._data.dtype):
-                node = out._add_node(bp, fn, rank, <int>k, <int>j)
+            o = outs[j]
+            if o is not None and _is_float((<ndarray>o)._data.dtype):
+                node = (<ndarray>o)._add_node(bp, fn, rank, <int>k, <int>j)
                 fn._out_nodes[k * n_out + j] = <PyObject*>node
     if n_graphs > 1:
         ctx = (<BackpropId>graphs[0]).context
@@ -1232,7 +1305,10 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             for j in range(k + 1, n_graphs):
                 (<Context>ctx)._connect(graphs[k], graphs[j])
     if fn._retain_in_idx:
-        fn._retained_inputs = tuple([xs[i] for i in fn._retain_in_idx])
+        if len(fn._retain_in_idx) == n_in:
+            fn._retained_inputs = xs
+        else:
+            fn._retained_inputs = tuple([xs[i] for i in fn._retain_in_idx])
     if fn._retain_out_idx:
         fn._retained_out_data = tuple([
             None if outs[j] is None else (<ndarray>outs[j])._data
@@ -1266,7 +1342,8 @@ cpdef tuple apply(FunctionNode fn, inputs):
     raw = tuple([None if x is None else (<ndarray>x)._data for x in xs])
     cdef tuple out_raw = _normalize_outputs(fn.forward(raw), fn)
     fn._applied = True
-    cdef tuple outs = tuple([None if o is None else _wrap(o, device) for o in out_raw])
+    cdef tuple outs = tuple([None if o is None else _wrap(_as_raw_array(o), device)
+                             for o in out_raw])
     _link(fn, xs, outs, device)
     return outs
 
@@ -1275,8 +1352,10 @@ cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
     """``apply`` for a transfer: the output lives on ``device``; gradients
     flow back to ``x``'s device."""
     cdef object y = fn.forward((x._data,))
-    if isinstance(y, tuple):
+    if type(y) is tuple:
         y = (<tuple>y)[0]
+    if type(y) is not _NUMPY_NDARRAY:
+        y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, device)
     fn._applied = True
     if x._nodes is not None:
@@ -1287,8 +1366,10 @@ cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
 cdef ndarray apply1(FunctionNode fn, ndarray x):
     """``apply`` for one input and one output, without the tuple plumbing."""
     cdef object y = fn.forward((x._data,))
-    if isinstance(y, tuple):
+    if type(y) is tuple:
         y = (<tuple>y)[0]
+    if type(y) is not _NUMPY_NDARRAY:
+        y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, x._device)
     fn._applied = True
     if x._nodes is not None:
@@ -1302,8 +1383,10 @@ cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
         raise DeviceError('Operands are on different devices: {} and {}'.format(
             a._device.name, b._device.name))
     cdef object y = fn.forward((a._data, b._data))
-    if isinstance(y, tuple):
+    if type(y) is tuple:
         y = (<tuple>y)[0]
+    if type(y) is not _NUMPY_NDARRAY:
+        y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, a._device)
     fn._applied = True
     if a._nodes is not None or b._nodes is not None:
@@ -1407,7 +1490,12 @@ cdef ndarray _view_in_scope(ndarray a):
 
 @cython.final
 cdef class _BackwardPass:
-    """One run of backward/grad on one graph."""
+    """One run of backward/grad on one graph.
+
+    Ops wait in a max-heap keyed by rank (so every consumer of an array is
+    processed before its creator); gradients of nodes still to be processed
+    live in ``acc`` and leave it as soon as they have been propagated.
+    """
     cdef BackpropId bp
     cdef Context ctx
     cdef bint double
@@ -1417,9 +1505,9 @@ cdef class _BackwardPass:
     cdef tuple stop_ids
     cdef dict acc           # ArrayNode -> accumulated gradient (scaled)
     cdef set owned          # nodes whose accumulator is ours to add into in place
-    cdef list heap
-    cdef set pushed
-    cdef Py_ssize_t seq
+    cdef vector[_HeapItem] heap   # (rank << 32 | seq, op)
+    cdef set pushed         # ops in the heap or done (holds their references)
+    cdef long long seq
     cdef set output_nodes
     cdef set untouched      # outputs given explicit seeds: slots not touched
     cdef set input_nodes    # grad(): nodes whose gradients are returned
@@ -1441,7 +1529,6 @@ cdef class _BackwardPass:
         self.loss_scale = loss_scale
         self.acc = {}
         self.owned = set()
-        self.heap = []
         self.pushed = set()
         self.seq = 0
         self.output_nodes = set()
@@ -1468,16 +1555,15 @@ cdef class _BackwardPass:
 
     cdef void _find_subgraph(self, list in_nodes):
         """grad(): the nodes and ops on a path from some input to some output."""
-        cdef ArrayNode node
+        cdef ArrayNode node, child
         cdef FunctionNode fn
-        cdef int k
-        cdef Py_ssize_t j
+        cdef Py_ssize_t i, j, k
         cdef PyObject* p
         self.sub_nodes = set([n for n in in_nodes if n is not None])
         self.sub_ops = set()
         ops = []
         seen = set()
-        stack = [n for n in self.output_nodes]
+        stack = list(self.output_nodes)
         while stack:
             node = <ArrayNode>stack.pop()
             fn = node.creator
@@ -1486,13 +1572,15 @@ cdef class _BackwardPass:
             seen.add(fn)
             k = node.graph_index
             ops.append((fn._ranks[k], k, fn))
-            for child in fn._input_nodes[k]:
+            for i in range(fn._n_in):
+                child = fn._input_node(k, i)
                 if child is not None:
                     stack.append(child)
         ops.sort(key=lambda t: t[0])
         for _, k, fn_obj in ops:
             fn = <FunctionNode>fn_obj
-            for child in fn._input_nodes[k]:
+            for i in range(fn._n_in):
+                child = fn._input_node(k, i)
                 if child is not None and child in self.sub_nodes:
                     self.sub_ops.add(fn)
                     for j in range(fn._n_out):
@@ -1509,7 +1597,9 @@ cdef class _BackwardPass:
             return
         self.pushed.add(fn)
         self.seq += 1
-        heapq.heappush(self.heap, (-node.rank, self.seq, fn, node.graph_index))
+        self.heap.push_back(_HeapItem(
+            ((<_HeapKey>node.rank) << 32) | self.seq, <PyObject*>fn))
+        push_heap(self.heap.begin(), self.heap.end())
 
     cdef object _scaled(self, ndarray g):
         if self.loss_scale is None:
@@ -1522,10 +1612,9 @@ cdef class _BackwardPass:
         return _OPS.divide(g, self.loss_scale)
 
     cdef object _slot_value(self, ArrayNode node):
-        arr = node.array()
-        if arr is None:
+        if node._array == NULL:
             return None
-        return (<ndarray>arr)._grads[(<ndarray>arr)._slot_of(node)]
+        return (<ndarray>node._array)._grad_of(node)
 
     cdef void _seed(self, tuple outs, list seeds) except *:
         cdef ArrayNode node
@@ -1559,7 +1648,6 @@ cdef class _BackwardPass:
     cdef object run(self, tuple outs, list seeds, list in_nodes, bint set_grad):
         cdef ArrayNode node
         cdef FunctionNode fn
-        cdef int k
         self.ctx._check_backprop_allowed(self.bp)
         self._make_stop_scope()
         self._seed(outs, seeds)
@@ -1570,109 +1658,131 @@ cdef class _BackwardPass:
         for node in list(self.output_nodes):
             self._push(node)
         try:
-            while self.heap:
-                _, _, fn_obj, k = heapq.heappop(self.heap)
-                self._process(<FunctionNode>fn_obj, k)
+            while not self.heap.empty():
+                pop_heap(self.heap.begin(), self.heap.end())
+                fn = <FunctionNode>self.heap.back().second
+                self.heap.pop_back()
+                self._process(fn, fn._graph_index(self.bp))
             # What is left has no creator to process: leaves (and grad inputs).
             for node_obj, value in list(self.acc.items()):
                 self._finish(<ArrayNode>node_obj, value)
             self.acc.clear()
         finally:
             self.ctx._mark_backpropped(self.bp)
+            self.heap.clear()
         return self.results
 
+    cdef object _take_grad(self, ArrayNode node):
+        """The gradient that flows out of ``node`` now: what accumulated in
+        this pass, else whatever its array holds (None if dead or empty)."""
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p == NULL:
+            return self._slot_value(node)
+        g = <object>p
+        del self.acc[node]
+        self.owned.discard(node)
+        self._finish(node, g)
+        return g
+
     cdef void _process(self, FunctionNode fn, int k) except *:
-        cdef Py_ssize_t j, i, n_out = fn._n_out
+        cdef Py_ssize_t j, i, n_out = fn._n_out, n_in = fn._n_in
         cdef PyObject* p
-        cdef ArrayNode node
-        cdef list in_nodes = fn._input_nodes[k]
-        cdef list reached = []
-        gys = []
-        any_gy = False
-        for j in range(n_out):
-            p = fn._out_nodes[k * n_out + j]
-            if p == NULL:
-                gys.append(None)
-                continue
-            node = <ArrayNode>p
-            if node in self.acc:
-                g = self.acc.pop(node)
-                self.owned.discard(node)
-                reached.append((node, g))
-            else:
-                g = self._slot_value(node)
-            if g is not None:
-                any_gy = True
-            gys.append(g)
-        if in_nodes is not None and any_gy:
-            targets = []
-            for i in range(len(in_nodes)):
-                child = in_nodes[i]
-                if child is not None and (self.sub_nodes is None
-                                          or child in self.sub_nodes):
-                    targets.append(i)
+        cdef ArrayNode child
+        cdef bint any_gy = False
+        cdef tuple gys
+        if n_out == 1:
+            p = fn._out_nodes[k]
+            g = None if p == NULL else self._take_grad(<ArrayNode>p)
+            any_gy = g is not None
+            gys = (g,)
+        else:
+            gys_list = []
+            for j in range(n_out):
+                p = fn._out_nodes[k * n_out + j]
+                g = None if p == NULL else self._take_grad(<ArrayNode>p)
+                any_gy = any_gy or g is not None
+                gys_list.append(g)
+            gys = tuple(gys_list)
+        if any_gy and fn._chained[k]:
+            targets = _targets(fn, k, self.sub_nodes)
             if targets:
-                self._propagate(fn, k, tuple(targets), tuple(gys), in_nodes)
-        for node, g in reached:
-            self._finish(node, g)
+                self._propagate(fn, k, targets, gys)
         if not self.double:
             fn._unchain_graph(k)
 
-    cdef void _propagate(self, FunctionNode fn, int k, tuple targets, tuple gys,
-                         list in_nodes) except *:
+    cdef void _propagate(self, FunctionNode fn, int k, tuple targets,
+                         tuple gys) except *:
         cdef ArrayNode node
-        cdef Py_ssize_t t
+        cdef Py_ssize_t t, u
+        cdef bint raw
         grads = self._call_backward(fn, k, targets, gys)
+        raw = grads is not None
+        if raw:
+            grads = fn._backward_raw_result
+            fn._backward_raw_result = None
+        else:
+            grads = self._call_backward_graph(fn, k, targets, gys)
         if len(grads) != len(targets):
-            if len(grads) == len(in_nodes):
+            if len(grads) == fn._n_in:
                 grads = tuple([grads[i] for i in targets])
             else:
                 raise GradientError(
                     '{}.backward returned {} gradients for {} target inputs'.format(
                         fn.name, len(grads), len(targets)))
-        seen = []
         for t in range(len(targets)):
             g = grads[t]
             if g is None:
                 continue
-            node = <ArrayNode>in_nodes[targets[t]]
-            if not isinstance(g, ndarray):
+            node = fn._input_node(k, targets[t])
+            if raw:
+                g = _wrap(_as_raw_array(g), fn._device)
+            elif not isinstance(g, ndarray):
                 raise GradientError('{}.backward returned a {} for input {}; '
                                     'gradients must be xgrad arrays. Op: {}'.format(
                                         fn.name, type(g).__name__, targets[t], fn.name))
-            message = _gradient_mismatch(g, node.shape, node.dtype, node.device)
-            if message is not None:
-                raise GradientError('{} Op: {}'.format(message, fn.name))
-            for other in gys:
-                if other is g:
-                    g = _view_in_scope(g)
-                    break
             else:
-                for other in seen:
+                # The same object twice (x + x, a pass-through of gy) gets a
+                # fresh view, so that gradients never alias by identity.
+                for other in gys:
                     if other is g:
                         g = _view_in_scope(g)
                         break
-            seen.append(g)
-            self._accumulate(node, g)
+                else:
+                    for u in range(t):
+                        if grads[u] is g:
+                            g = _view_in_scope(g)
+                            break
+            if not _meta_matches(<ndarray>g, node):
+                raise GradientError('{} Op: {}'.format(
+                    _gradient_mismatch(g, node.shape, node.dtype, node.device),
+                    fn.name))
+            self._accumulate(node, <ndarray>g)
             self._push(node)
 
-    cdef tuple _call_backward(self, FunctionNode fn, int k, tuple targets,
-                              tuple gys):
-        cdef ndarray a
-        cdef ArrayNode node
-        cdef _ThreadState st
+    cdef object _call_backward(self, FunctionNode fn, int k, tuple targets,
+                               tuple gys):
+        """The raw fast path: True (result left in ``fn._backward_raw_result``)
+        when the op computed its gradients on raw arrays, else None."""
+        if not self._raw_ok(fn, gys):
+            return None
+        if len(gys) == 1:
+            raw_gys = ((<ndarray>gys[0])._data,)
+        else:
+            raw_gys = tuple([None if g is None else (<ndarray>g)._data for g in gys])
+        xs = None
+        if fn._retained_inputs is not None:
+            xs = tuple([(<ndarray>a)._data for a in fn._retained_inputs])
+        raw = fn._backward_raw(targets, raw_gys, xs, fn._retained_out_data)
+        if raw is None:
+            return None
+        fn._backward_raw_result = raw
+        return True
+
+    cdef tuple _call_backward_graph(self, FunctionNode fn, int k, tuple targets,
+                                    tuple gys):
+        """Call ``fn.backward`` on xgrad arrays, inside the stop scope."""
+        cdef _ThreadState st = _state()
         cdef Py_ssize_t j
-        device = fn._device
-        if self._raw_ok(fn, gys):
-            xs = None
-            if fn._retained_inputs is not None:
-                xs = tuple([(<ndarray>a)._data for a in fn._retained_inputs])
-            raw = fn._backward_raw(
-                targets, tuple([None if g is None else (<ndarray>g)._data for g in gys]),
-                xs, fn._retained_out_data)
-            if raw is not None:
-                return tuple([None if g is None else _wrap(g, device) for g in raw])
-        st = _state()
         if self.stop is not None:
             st.modes.append(self.stop)
         try:
@@ -1732,7 +1842,7 @@ cdef class _BackwardPass:
         if p != NULL and (<ArrayNode>p)._array != NULL:
             return _view_in_scope(<ndarray>(<ArrayNode>p)._array)
         substitute = _wrap(data, fn._device)
-        for kk in range(len(fn._graphs)):
+        for kk in range(fn._n_graphs):
             bp = fn._graphs[kk]
             if not is_enabled(bp):
                 continue
@@ -1740,12 +1850,7 @@ cdef class _BackwardPass:
             if p != NULL:
                 node = <ArrayNode>p
                 node._array = <PyObject*>substitute
-                if substitute._nodes is None:
-                    substitute._nodes = [node]
-                    substitute._grads = [None]
-                else:
-                    substitute._nodes.append(node)
-                    substitute._grads.append(None)
+                substitute._attach(node)
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
@@ -1753,20 +1858,22 @@ cdef class _BackwardPass:
 
     cdef void _accumulate(self, ArrayNode node, ndarray g) except *:
         cdef ndarray old
-        if node in self.acc:
-            old = self.acc[node]
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p != NULL:
+            old = <ndarray>p
             if old._nodes is None and g._nodes is None:
-                if node in self.owned:
-                    numpy.add(old._data, g._data, out=old._data)
-                else:
-                    self.acc[node] = _wrap(old._data + g._data, old._device)
-                    self.owned.add(node)
+                if node in self.owned and native_kernels.add_into(old._data, g._data):
+                    return
+                self.acc[node] = _wrap(native_kernels.add(old._data, g._data),
+                                       old._device)
+                self.owned.add(node)
             else:
                 self.acc[node] = _OPS.add(old, g)
                 self.owned.discard(node)
             return
-        if self.input_nodes is None or node not in self.input_nodes:
-            prior = self._slot_value(node)
+        if node._array != NULL and (self.input_nodes is None
+                                    or node not in self.input_nodes):
+            prior = (<ndarray>node._array)._grad_of(node)
             if prior is not None:
                 self.acc[node] = _OPS.add(self._scaled(prior), g)
                 return
@@ -1775,19 +1882,63 @@ cdef class _BackwardPass:
     cdef void _finish(self, ArrayNode node, object value) except *:
         """Store or drop a node's final gradient once nothing more flows in."""
         cdef ndarray arr
-        cdef bint is_output = node in self.output_nodes
         if self.input_nodes is not None and node in self.input_nodes:
             self.results[node] = value
             return
-        obj = node.array()
-        if obj is None or node in self.untouched:
+        if node._array == NULL or node in self.untouched:
             return
-        arr = <ndarray>obj
-        if node.grad_required or (self.retain_grad and not is_output):
-            arr._grads[arr._slot_of(node)] = self._unscaled(value)
+        arr = <ndarray>node._array
+        if node.grad_required or (self.retain_grad and node not in self.output_nodes):
+            arr._set_grad_of(node, self._unscaled(value))
             node.grad_required = True
         else:
-            arr._grads[arr._slot_of(node)] = None
+            arr._set_grad_of(node, None)
+
+
+cdef tuple _T0 = (0,)
+cdef tuple _T1 = (1,)
+cdef tuple _T01 = (0, 1)
+
+
+cdef tuple _targets(FunctionNode fn, Py_ssize_t k, set sub_nodes):
+    """Indexes of the inputs that need a gradient: those with a node on the
+    graph (and, for grad(), inside the evaluated sub-graph)."""
+    cdef Py_ssize_t i, n_in = fn._n_in
+    cdef PyObject* p
+    cdef bint has0, has1
+    if n_in <= 2 and sub_nodes is None:
+        has0 = fn._in_nodes[k * n_in] != NULL
+        has1 = n_in == 2 and fn._in_nodes[k * n_in + 1] != NULL
+        if has0:
+            return _T01 if has1 else _T0
+        return _T1 if has1 else ()
+    out = []
+    for i in range(n_in):
+        p = fn._in_nodes[k * n_in + i]
+        if p != NULL and (sub_nodes is None or <object>p in sub_nodes):
+            out.append(i)
+    return tuple(out)
+
+
+cdef bint _meta_matches(ndarray g, ArrayNode node):
+    """Whether ``g`` has the node's dtype, shape and device (fast checks first)."""
+    cdef object data = g._data
+    cdef cnp.ndarray arr
+    cdef Py_ssize_t i, nd
+    if g._device is not node.device:
+        return False
+    if type(data) is _NUMPY_NDARRAY:
+        arr = <cnp.ndarray>data
+        if <object>cnp.PyArray_DESCR(arr) is not node.dtype and data.dtype != node.dtype:
+            return False
+        nd = cnp.PyArray_NDIM(arr)
+        if nd != len(<tuple>node.shape):
+            return False
+        for i in range(nd):
+            if cnp.PyArray_DIM(arr, i) != <Py_ssize_t>(<tuple>node.shape)[i]:
+                return False
+        return True
+    return data.dtype == node.dtype and data.shape == node.shape
 
 
 _INCOMPATIBLE = ('{}(): incompatible function arguments. The following argument '

@@ -13,6 +13,8 @@ import numpy
 
 from xgrad._core cimport ndarray, apply1, apply2, _wrap, _is_float
 from xgrad._ops._op cimport Op
+from xgrad._backend cimport native_kernels as K
+from xgrad._ops._xp import numpy_ns
 from xgrad._errors import DeviceError, DimensionError, DtypeError
 
 cdef object np_add = numpy.add
@@ -29,6 +31,7 @@ cdef object np_log = numpy.log
 cdef object np_sqrt = numpy.sqrt
 cdef object np_square = numpy.square
 cdef object np_tanh = numpy.tanh
+cdef object NP = numpy_ns
 cdef tuple _RETAIN_0 = (0,)
 cdef tuple _RETAIN_01 = (0, 1)
 
@@ -69,10 +72,10 @@ cdef class Negative(_Unary):
     op_name = 'negative'
 
     cpdef forward(self, inputs):
-        return (np_negative(inputs[0]),)
+        return (K.negative(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return -gy
+        return K.negative(gy) if xp is NP else -gy
 
 
 cdef class Absolute(_Unary):
@@ -91,10 +94,10 @@ cdef class Exp(_Unary):
 
     cpdef forward(self, inputs):
         self._retain_out_idx = _RETAIN_0
-        return (np_exp(inputs[0]),)
+        return (K.exp_forward(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy * y
+        return K.multiply(gy, y) if xp is NP else gy * y
 
 
 cdef class Log(_Unary):
@@ -105,7 +108,7 @@ cdef class Log(_Unary):
         return (np_log(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy / x
+        return K.divide(gy, x) if xp is NP else gy / x
 
 
 cdef class Sqrt(_Unary):
@@ -116,7 +119,7 @@ cdef class Sqrt(_Unary):
         return (np_sqrt(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy / (y * 2)
+        return K.sqrt_grad(gy, y) if xp is NP else gy / (y * 2)
 
 
 cdef class Square(_Unary):
@@ -127,7 +130,7 @@ cdef class Square(_Unary):
         return (np_square(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy * (x * 2)
+        return K.square_grad(gy, x) if xp is NP else gy * (x * 2)
 
 
 cdef class Tanh(_Unary):
@@ -135,10 +138,10 @@ cdef class Tanh(_Unary):
 
     cpdef forward(self, inputs):
         self._retain_out_idx = _RETAIN_0
-        return (np_tanh(inputs[0]),)
+        return (K.tanh_forward(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy * (1 - y * y)
+        return K.tanh_grad(gy, y) if xp is NP else gy * (1 - y * y)
 
 
 cdef class Sigmoid(_Unary):
@@ -146,14 +149,10 @@ cdef class Sigmoid(_Unary):
 
     cpdef forward(self, inputs):
         self._retain_out_idx = _RETAIN_0
-        y = np_multiply(inputs[0], 0.5)
-        np_tanh(y, out=y)
-        np_multiply(y, 0.5, out=y)
-        np_add(y, 0.5, out=y)
-        return (y,)
+        return (K.sigmoid_forward(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy * (y * (1 - y))
+        return K.sigmoid_grad(gy, y) if xp is NP else gy * (y * (1 - y))
 
 
 cdef class Relu(_Unary):
@@ -161,10 +160,10 @@ cdef class Relu(_Unary):
 
     cpdef forward(self, inputs):
         self._retain_out_idx = _RETAIN_0
-        return (np_maximum(inputs[0], 0),)
+        return (K.relu_forward(inputs[0]),)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy * (y > 0)
+        return K.relu_grad(gy, y) if xp is NP else gy * (y > 0)
 
 
 cdef inline ndarray _unary(_Unary op, object x):
@@ -302,7 +301,7 @@ cdef class Add(_Binary):
     op_name = 'add'
 
     cdef object _fwd(self, a, b):
-        return np_add(a, b)
+        return K.add(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
         return gy
@@ -312,7 +311,7 @@ cdef class Subtract(_Binary):
     op_name = 'subtract'
 
     cdef object _fwd(self, a, b):
-        return np_subtract(a, b)
+        return K.subtract(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
         return gy if p == 0 else -gy
@@ -325,9 +324,11 @@ cdef class Multiply(_Binary):
         self.keep_inputs = True
 
     cdef object _fwd(self, a, b):
-        return np_multiply(a, b)
+        return K.multiply(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
+        if xp is NP:
+            return K.multiply(gy, b) if p == 0 else K.multiply(gy, a)
         return gy * b if p == 0 else gy * a
 
 
@@ -338,7 +339,7 @@ cdef class Divide(_Binary):
         self.keep_inputs = True
 
     cdef object _fwd(self, a, b):
-        return np_divide(a, b)
+        return K.divide(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
         if p == 0:

@@ -93,7 +93,7 @@ cdef class SumTo(Op):
 
     cpdef forward(self, inputs):
         self.in_shape = inputs[0].shape
-        return (numpy.ascontiguousarray(_sum_to(inputs[0], self.shape)),)
+        return (numpy.asarray(_sum_to(inputs[0], self.shape)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.broadcast_to(gys[0], self.in_shape),)
