@@ -74,7 +74,7 @@ cdef class FunctionNode:
     cdef bint _applied
     cdef tuple _retain_in_idx
     cdef tuple _retain_out_idx
-    cdef tuple _retained_inputs
+    cdef tuple _retained_in_data
     cdef tuple _retained_out_data
     cdef tuple _out_dtypes
     cdef object _device
@@ -85,6 +85,9 @@ cdef class FunctionNode:
     cpdef forward(self, inputs)
     cpdef backward(self, target_input_indexes, grad_outputs)
     cdef object _backward_raw(self, tuple targets, tuple grad_outputs, tuple xs, tuple ys)
+    cdef object _forward1(self, object x)
+    cdef object _forward2(self, object a, object b)
+    cdef ArrayNode _any_input_node(self, Py_ssize_t i)
     cdef int _graph_index(self, BackpropId bp)
     cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i)
     cdef void _unchain_graph(self, int k)

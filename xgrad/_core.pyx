@@ -17,7 +17,7 @@ never on nodes, so a gradient that is itself in a graph cannot close a cycle.
 cimport cython
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.pythread cimport PyThread_get_thread_ident
-from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_REFCNT
 
 from cpython.dict cimport PyDict_GetItem
 from libcpp.algorithm cimport push_heap, pop_heap
@@ -231,26 +231,39 @@ cdef class _ThreadState:
 
 
 cdef object _tls = threading.local()
-cdef unsigned long _cached_ident = 0
-cdef _ThreadState _cached_state = None
+# Mode entries pushed in all threads together: while it is 0 (the common
+# case) every graph is enabled and is_enabled need not look at thread state.
+cdef Py_ssize_t _active_mode_entries = 0
 
 
 cdef _ThreadState _state():
-    global _cached_ident, _cached_state
-    cdef unsigned long ident = PyThread_get_thread_ident()
-    if ident == _cached_ident and _cached_state is not None:
-        return _cached_state
     try:
-        st = _tls.state
+        return <_ThreadState>_tls.state
     except AttributeError:
         st = _tls.state = _ThreadState()
-    _cached_ident = ident
-    _cached_state = <_ThreadState>st
-    return _cached_state
+        return <_ThreadState>st
+
+
+cdef void _push_mode(_ThreadState st, _ModeEntry entry):
+    global _active_mode_entries
+    st.modes.append(entry)
+    _active_mode_entries += 1
+
+
+cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *:
+    global _active_mode_entries
+    cdef list modes = st.modes
+    if modes and modes[-1] is entry:
+        modes.pop()
+    else:
+        modes.remove(entry)
+    _active_mode_entries -= 1
 
 
 cdef bint is_enabled(BackpropId bp):
     """Whether backprop is enabled for ``bp`` in this thread (modes only)."""
+    if _active_mode_entries == 0:
+        return True
     cdef list modes = _state().modes
     cdef Py_ssize_t i
     cdef _ModeEntry e
@@ -387,16 +400,11 @@ cdef class _BackpropModeScope:
 
     def __enter__(self):
         if self.entry is not None:
-            _state().modes.append(self.entry)
+            _push_mode(_state(), self.entry)
 
     def __exit__(self, *exc):
-        cdef list modes
         if self.entry is not None:
-            modes = _state().modes
-            if modes and modes[-1] is self.entry:
-                modes.pop()
-            else:
-                modes.remove(self.entry)
+            _pop_mode(_state(), self.entry)
 
 
 def no_backprop_mode(arg=None, context=None):
@@ -485,19 +493,21 @@ cdef inline Context _context_of(ndarray a):
 # ---------------------------------------------------------------------------
 
 cdef list _release_queue = []
-cdef bint _releasing = False
+cdef set _draining_threads = set()
 
 
 cdef void _drain_release_queue():
-    global _releasing
-    if _releasing:
+    """Free what the queue holds, one object at a time. A release nested in
+    the drain only queues (bounded C stack); another thread drains too."""
+    cdef unsigned long ident = PyThread_get_thread_ident()
+    if ident in _draining_threads:
         return
-    _releasing = True
+    _draining_threads.add(ident)
     try:
         while _release_queue:
             _release_queue.pop()
     finally:
-        _releasing = False
+        _draining_threads.discard(ident)
 
 
 # ---------------------------------------------------------------------------
@@ -529,6 +539,13 @@ cdef class ArrayNode:
 
 cdef bint _is_float(object dtype):
     return dtype.kind == 'f'
+
+
+cdef inline bint _has_float_data(object data):
+    """Whether raw array ``data`` holds floats (C-level check for NumPy)."""
+    if type(data) is _NUMPY_NDARRAY:
+        return cnp.PyArray_ISFLOAT(<cnp.ndarray>data)
+    return data.dtype.kind == 'f'
 
 
 cdef inline object _as_raw_array(object g):
@@ -963,8 +980,13 @@ cdef class ndarray:
             raise RuntimeError('Cannot assign to an array that requires '
                                'backprop; use as_grad_stopped() first.')
         self._check_inplace(value)
-        self._data[_OPS.raw_index(key)] = (
-            (<ndarray>value)._data if isinstance(value, ndarray) else value)
+        raw = (<ndarray>value)._data if isinstance(value, ndarray) else value
+        try:
+            self._data[_OPS.raw_index(key)] = raw
+        except ValueError as e:
+            raise DimensionError('Cannot assign a value of shape {} to {}[{!r}] '
+                                 '(shape {}): {}'.format(numpy.shape(raw), 'array',
+                                                         key, self._data.shape, e)) from None
 
     # -- operators -----------------------------------------------------------
 
@@ -1103,15 +1125,15 @@ cdef class FunctionNode:
             for i in range(self._n_graphs * self._n_in):
                 p = self._in_nodes[i]
                 if p != NULL:
-                    _release_queue.append(<object>p)
                     self._in_nodes[i] = NULL
-                    Py_DECREF(<object>p)
+                    if Py_REFCNT(<object>p) > 1:
+                        Py_DECREF(<object>p)  # someone else keeps it: no cascade
+                    else:
+                        _release_queue.append(<object>p)
+                        Py_DECREF(<object>p)
         if self._block != NULL:
             PyMem_Free(self._block)
             self._block = NULL
-        if self._retained_inputs is not None:
-            _release_queue.append(self._retained_inputs)
-            self._retained_inputs = None
         if _release_queue:
             _drain_release_queue()
 
@@ -1154,6 +1176,25 @@ cdef class FunctionNode:
         """Fast path on raw arrays when nothing can be recorded; None: no fast path."""
         return None
 
+    cdef object _forward1(self, object x):
+        """One input, one output: built-in ops override this to skip tuples."""
+        y = self.forward((x,))
+        return (<tuple>y)[0] if type(y) is tuple else y
+
+    cdef object _forward2(self, object a, object b):
+        y = self.forward((a, b))
+        return (<tuple>y)[0] if type(y) is tuple else y
+
+    cdef ArrayNode _any_input_node(self, Py_ssize_t i):
+        """Input i's node on some graph (they share shape and dtype)."""
+        cdef Py_ssize_t k
+        cdef PyObject* p
+        for k in range(self._n_graphs):
+            p = self._in_nodes[k * self._n_in + i]
+            if p != NULL:
+                return <ArrayNode>p
+        return None
+
     def apply(self, inputs):
         """Run forward on ``inputs`` (xgrad arrays) and record the op."""
         return apply(self, inputs)
@@ -1185,15 +1226,18 @@ cdef class FunctionNode:
             p = self._in_nodes[k * self._n_in + i]
             if p != NULL:
                 self._in_nodes[k * self._n_in + i] = NULL
-                _release_queue.append(<object>p)
-                Py_DECREF(<object>p)
+                if Py_REFCNT(<object>p) > 1:
+                    Py_DECREF(<object>p)
+                else:
+                    _release_queue.append(<object>p)
+                    Py_DECREF(<object>p)
         self._chained[k] = 0
         if _release_queue:
             _drain_release_queue()
         for k in range(self._n_graphs):
             if self._chained[k]:
                 return
-        self._retained_inputs = None
+        self._retained_in_data = None
         self._retained_out_data = None
 
 
@@ -1255,7 +1299,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     if graphs is None:
         return
     for o in outs:
-        if o is not None and _is_float((<ndarray>o)._data.dtype):
+        if o is not None and _has_float_data((<ndarray>o)._data):
             any_float = True
             break
     if not any_float:
@@ -1296,7 +1340,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
         fn._chained[k] = 1
         for j in range(n_out):
             o = outs[j]
-            if o is not None and _is_float((<ndarray>o)._data.dtype):
+            if o is not None and _has_float_data((<ndarray>o)._data):
                 node = (<ndarray>o)._add_node(bp, fn, rank, <int>k, <int>j)
                 fn._out_nodes[k * n_out + j] = <PyObject*>node
     if n_graphs > 1:
@@ -1305,10 +1349,11 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             for j in range(k + 1, n_graphs):
                 (<Context>ctx)._connect(graphs[k], graphs[j])
     if fn._retain_in_idx:
-        if len(fn._retain_in_idx) == n_in:
-            fn._retained_inputs = xs
-        else:
-            fn._retained_inputs = tuple([xs[i] for i in fn._retain_in_idx])
+        # The data, not the arrays: an op holding its input arrays would close
+        # a cycle array -> gradient -> (double-backprop graph) -> op -> array.
+        fn._retained_in_data = tuple([
+            None if xs[i] is None else (<ndarray>xs[i])._data
+            for i in fn._retain_in_idx])
     if fn._retain_out_idx:
         fn._retained_out_data = tuple([
             None if outs[j] is None else (<ndarray>outs[j])._data
@@ -1341,6 +1386,10 @@ cpdef tuple apply(FunctionNode fn, inputs):
     device = _common_device(xs)
     raw = tuple([None if x is None else (<ndarray>x)._data for x in xs])
     cdef tuple out_raw = _normalize_outputs(fn.forward(raw), fn)
+    for j, o in enumerate(out_raw):
+        if o is not None and not (hasattr(o, 'dtype') and hasattr(o, 'shape')):
+            raise TypeError('{}.forward returned a {} as output {}; outputs must '
+                            'be arrays (or None)'.format(fn.name, type(o).__name__, j))
     fn._applied = True
     cdef tuple outs = tuple([None if o is None else _wrap(_as_raw_array(o), device)
                              for o in out_raw])
@@ -1365,9 +1414,7 @@ cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
 
 cdef ndarray apply1(FunctionNode fn, ndarray x):
     """``apply`` for one input and one output, without the tuple plumbing."""
-    cdef object y = fn.forward((x._data,))
-    if type(y) is tuple:
-        y = (<tuple>y)[0]
+    cdef object y = fn._forward1(x._data)
     if type(y) is not _NUMPY_NDARRAY:
         y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, x._device)
@@ -1382,9 +1429,7 @@ cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
     if a._device is not b._device:
         raise DeviceError('Operands are on different devices: {} and {}'.format(
             a._device.name, b._device.name))
-    cdef object y = fn.forward((a._data, b._data))
-    if type(y) is tuple:
-        y = (<tuple>y)[0]
+    cdef object y = fn._forward2(a._data, b._data)
     if type(y) is not _NUMPY_NDARRAY:
         y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, a._device)
@@ -1668,8 +1713,8 @@ cdef class _BackwardPass:
                 self._finish(<ArrayNode>node_obj, value)
             self.acc.clear()
         finally:
-            self.ctx._mark_backpropped(self.bp)
             self.heap.clear()
+        self.ctx._mark_backpropped(self.bp)
         return self.results
 
     cdef object _take_grad(self, ArrayNode node):
@@ -1769,10 +1814,8 @@ cdef class _BackwardPass:
             raw_gys = ((<ndarray>gys[0])._data,)
         else:
             raw_gys = tuple([None if g is None else (<ndarray>g)._data for g in gys])
-        xs = None
-        if fn._retained_inputs is not None:
-            xs = tuple([(<ndarray>a)._data for a in fn._retained_inputs])
-        raw = fn._backward_raw(targets, raw_gys, xs, fn._retained_out_data)
+        raw = fn._backward_raw(targets, raw_gys, fn._retained_in_data,
+                               fn._retained_out_data)
         if raw is None:
             return None
         fn._backward_raw_result = raw
@@ -1784,10 +1827,11 @@ cdef class _BackwardPass:
         cdef _ThreadState st = _state()
         cdef Py_ssize_t j
         if self.stop is not None:
-            st.modes.append(self.stop)
+            _push_mode(st, self.stop)
         try:
-            if fn._retained_inputs is not None:
-                fn._bw_inputs = tuple([_view_in_scope(a) for a in fn._retained_inputs])
+            if fn._retain_in_idx:
+                fn._bw_inputs = tuple([self._retained_input(fn, k, j)
+                                       for j in range(len(fn._retain_in_idx))])
             if fn._retain_out_idx:
                 fn._bw_outputs = tuple([self._retained_output(fn, k, j)
                                         for j in fn._retain_out_idx])
@@ -1796,10 +1840,7 @@ cdef class _BackwardPass:
             fn._bw_inputs = None
             fn._bw_outputs = None
             if self.stop is not None:
-                if st.modes and st.modes[-1] is self.stop:
-                    st.modes.pop()
-                else:
-                    st.modes.remove(self.stop)
+                _pop_mode(st, self.stop)
         if grads is None:
             raise GradientError('{}.backward returned None; return a tuple with '
                                 'one gradient (or None) per target input'.format(
@@ -1820,13 +1861,35 @@ cdef class _BackwardPass:
         for bp in fn._graphs:
             if not self._is_stopped(bp):
                 return False
-        if fn._retained_inputs is not None:
-            for a in fn._retained_inputs:
-                if (<ndarray>a)._nodes is not None:
+        if fn._retain_in_idx:
+            for i in fn._retain_in_idx:
+                a = _alive_input(fn, i)
+                if a is not None:
                     for node in (<ndarray>a)._nodes:
                         if not self._is_stopped(node.backprop_id):
                             return False
         return True
+
+    cdef object _retained_input(self, FunctionNode fn, int k, Py_ssize_t pos):
+        """A retained input as the backward sees it: a view of the input if it
+        is alive, else its saved data re-attached to the op's input nodes."""
+        cdef Py_ssize_t i = fn._retain_in_idx[pos], kk
+        cdef PyObject* p
+        cdef ndarray substitute
+        data = fn._retained_in_data[pos]
+        if data is None:
+            return None
+        a = _alive_input(fn, i)
+        if a is not None:
+            return _view_in_scope(<ndarray>a)
+        substitute = _wrap(data, fn._device)
+        for kk in range(fn._n_graphs):
+            p = fn._in_nodes[kk * fn._n_in + i]
+            if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
+                if (<ArrayNode>p)._array == NULL:
+                    (<ArrayNode>p)._array = <PyObject*>substitute
+                substitute._attach(<ArrayNode>p)
+        return substitute
 
     cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t j):
         """A retained output as the backward sees it: a view of the output if
@@ -1849,7 +1912,8 @@ cdef class _BackwardPass:
             p = fn._out_nodes[kk * n_out + j]
             if p != NULL:
                 node = <ArrayNode>p
-                node._array = <PyObject*>substitute
+                if node._array == NULL:
+                    node._array = <PyObject*>substitute
                 substitute._attach(node)
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
@@ -1893,6 +1957,17 @@ cdef class _BackwardPass:
             node.grad_required = True
         else:
             arr._set_grad_of(node, None)
+
+
+cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
+    """Input i of ``fn`` if some graph's node still points to its array."""
+    cdef Py_ssize_t k
+    cdef PyObject* p
+    for k in range(fn._n_graphs):
+        p = fn._in_nodes[k * fn._n_in + i]
+        if p != NULL and (<ArrayNode>p)._array != NULL:
+            return <object>(<ArrayNode>p)._array
+    return None
 
 
 cdef tuple _T0 = (0,)

@@ -57,6 +57,16 @@ cdef inline int _kind(object a, Py_ssize_t* size, bint* scalar):
     return t
 
 
+cdef bint _same_shape(cnp.ndarray a, cnp.ndarray b):
+    cdef int i, nd = cnp.PyArray_NDIM(a)
+    if nd != cnp.PyArray_NDIM(b):
+        return False
+    for i in range(nd):
+        if cnp.PyArray_DIM(a, i) != cnp.PyArray_DIM(b, i):
+            return False
+    return True
+
+
 cdef bint _fits(cnp.ndarray s, cnp.ndarray o):
     """Whether broadcasting ``s`` against ``o`` leaves ``o``'s shape as is."""
     cdef int ns = cnp.PyArray_NDIM(s), no = cnp.PyArray_NDIM(o), i
@@ -143,7 +153,7 @@ cdef object _binary(Formula f, object a, object b):
     if not sa:
         shape_of = <cnp.ndarray>a
         n = na
-        if not sb and (nb != na or (<cnp.ndarray>a).shape != (<cnp.ndarray>b).shape):
+        if not sb and (nb != na or not _same_shape(<cnp.ndarray>a, <cnp.ndarray>b)):
             return None
         if sb and not _fits(<cnp.ndarray>b, shape_of):
             return None
@@ -154,7 +164,7 @@ cdef object _binary(Formula f, object a, object b):
             return None
     else:
         # Both scalars: the result has the broadcast shape of the two.
-        if (<cnp.ndarray>a).shape != (<cnp.ndarray>b).shape:
+        if not _same_shape(<cnp.ndarray>a, <cnp.ndarray>b):
             return None
         shape_of = <cnp.ndarray>a
         n = na
@@ -343,7 +353,7 @@ cpdef bint add_into(object acc, object g):
         return False
     if not cnp.PyArray_IS_C_CONTIGUOUS(acc) or not cnp.PyArray_ISWRITEABLE(acc):
         return False
-    if not sg and (ng != na or (<cnp.ndarray>acc).shape != (<cnp.ndarray>g).shape):
+    if not sg and (ng != na or not _same_shape(<cnp.ndarray>acc, <cnp.ndarray>g)):
         return False
     if sg and not _fits(<cnp.ndarray>g, <cnp.ndarray>acc):
         return False

@@ -11,7 +11,7 @@ import math
 
 import numpy
 
-from xgrad._core cimport ndarray, apply1, apply2, _wrap, _is_float
+from xgrad._core cimport ndarray, ArrayNode, apply1, apply2, _wrap
 from xgrad._ops._op cimport Op
 from xgrad._backend cimport native_kernels as K
 from xgrad._ops._xp import numpy_ns
@@ -58,7 +58,11 @@ cdef ndarray as_array(object x, str name, object like=None):
 # ---------------------------------------------------------------------------
 
 cdef class _Unary(Op):
-    """y = f(x); ``_grad`` maps gy (and retained x, y) to gx."""
+    """y = f(x), defined in ``_forward1``; ``_grad`` maps gy (and retained
+    x, y) to gx."""
+
+    cdef object _forward1(self, x):
+        return self._forward1(x)
 
     cdef object _grad(self, xp, gy, x, y):
         raise NotImplementedError
@@ -71,8 +75,8 @@ cdef class _Unary(Op):
 cdef class Negative(_Unary):
     op_name = 'negative'
 
-    cpdef forward(self, inputs):
-        return (K.negative(inputs[0]),)
+    cdef object _forward1(self, x):
+        return K.negative(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.negative(gy) if xp is NP else -gy
@@ -81,9 +85,9 @@ cdef class Negative(_Unary):
 cdef class Absolute(_Unary):
     op_name = 'absolute'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return (np_absolute(inputs[0]),)
+        return np_absolute(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return gy * xp.sign(x)
@@ -92,9 +96,9 @@ cdef class Absolute(_Unary):
 cdef class Exp(_Unary):
     op_name = 'exp'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return (K.exp_forward(inputs[0]),)
+        return K.exp_forward(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.multiply(gy, y) if xp is NP else gy * y
@@ -103,9 +107,9 @@ cdef class Exp(_Unary):
 cdef class Log(_Unary):
     op_name = 'log'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return (np_log(inputs[0]),)
+        return np_log(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.divide(gy, x) if xp is NP else gy / x
@@ -114,9 +118,9 @@ cdef class Log(_Unary):
 cdef class Sqrt(_Unary):
     op_name = 'sqrt'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return (np_sqrt(inputs[0]),)
+        return np_sqrt(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.sqrt_grad(gy, y) if xp is NP else gy / (y * 2)
@@ -125,9 +129,9 @@ cdef class Sqrt(_Unary):
 cdef class Square(_Unary):
     op_name = 'square'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return (np_square(inputs[0]),)
+        return np_square(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.square_grad(gy, x) if xp is NP else gy * (x * 2)
@@ -136,9 +140,9 @@ cdef class Square(_Unary):
 cdef class Tanh(_Unary):
     op_name = 'tanh'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return (K.tanh_forward(inputs[0]),)
+        return K.tanh_forward(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.tanh_grad(gy, y) if xp is NP else gy * (1 - y * y)
@@ -147,9 +151,9 @@ cdef class Tanh(_Unary):
 cdef class Sigmoid(_Unary):
     op_name = 'sigmoid'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return (K.sigmoid_forward(inputs[0]),)
+        return K.sigmoid_forward(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.sigmoid_grad(gy, y) if xp is NP else gy * (y * (1 - y))
@@ -158,9 +162,9 @@ cdef class Sigmoid(_Unary):
 cdef class Relu(_Unary):
     op_name = 'relu'
 
-    cpdef forward(self, inputs):
+    cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return (K.relu_forward(inputs[0]),)
+        return K.relu_forward(x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.relu_grad(gy, y) if xp is NP else gy * (y > 0)
@@ -222,11 +226,10 @@ cdef class _Binary(Op):
 
     ``_grad(xp, p, gy, a, b, y)`` gives the unreduced gradient for operand
     ``p`` (0 = a, 1 = b); ``_grads`` sums it back to the operand's shape and
-    casts it to the operand's dtype.
+    casts it to the operand's dtype (both read from the operand's node).
     """
     cdef object scalar
     cdef int scalar_pos       # -1: both operands are arrays; else the scalar's side
-    cdef object shape_a, shape_b, dtype_a, dtype_b
     cdef bint keep_inputs
     cdef bint keep_output
 
@@ -238,42 +241,37 @@ cdef class _Binary(Op):
 
     cpdef forward(self, inputs):
         if self.scalar_pos == -1:
-            a = inputs[0]
-            b = inputs[1]
-            self.shape_a = a.shape
-            self.dtype_a = a.dtype
-            self.shape_b = b.shape
-            self.dtype_b = b.dtype
-            if self.keep_inputs:
-                self._retain_in_idx = _RETAIN_01
-        elif self.scalar_pos == 1:
-            a = inputs[0]
-            b = self.scalar
-            self.shape_a = a.shape
-            self.dtype_a = a.dtype
-            if self.keep_inputs:
-                self._retain_in_idx = _RETAIN_0
-        else:
-            a = self.scalar
-            b = inputs[0]
-            self.shape_b = b.shape
-            self.dtype_b = b.dtype
-            if self.keep_inputs:
-                self._retain_in_idx = _RETAIN_0
+            return (self._forward2(inputs[0], inputs[1]),)
+        return (self._forward1(inputs[0]),)
+
+    cdef object _forward2(self, a, b):
+        if self.keep_inputs:
+            self._retain_in_idx = _RETAIN_01
+        return self._checked_fwd(a, b)
+
+    cdef object _forward1(self, x):
+        if self.keep_inputs:
+            self._retain_in_idx = _RETAIN_0
+        if self.scalar_pos == 1:
+            return self._checked_fwd(x, self.scalar)
+        return self._checked_fwd(self.scalar, x)
+
+    cdef object _checked_fwd(self, a, b):
         if self.keep_output:
             self._retain_out_idx = _RETAIN_0
         try:
-            y = self._fwd(a, b)
+            return self._fwd(a, b)
         except ValueError as e:
             if 'broadcast' in str(e):
                 raise DimensionError('{}: operands with shapes {} and {} cannot be '
                                      'broadcast together'.format(
                                          self.name, numpy.shape(a), numpy.shape(b))) from None
             raise
-        return (y,)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         cdef int p
+        cdef Py_ssize_t t
+        cdef ArrayNode node
         gy = gys[0]
         y = ys[0] if ys else None
         if self.scalar_pos == -1:
@@ -289,10 +287,11 @@ cdef class _Binary(Op):
         for t in targets:
             p = 1 if (self.scalar_pos == 0 or t == 1) else 0
             g = self._grad(xp, p, gy, a, b, y)
-            if p == 0:
-                g = xp.cast(xp.sum_to(g, self.shape_a), self.dtype_a)
-            else:
-                g = xp.cast(xp.sum_to(g, self.shape_b), self.dtype_b)
+            node = self._any_input_node(t)
+            if g.shape != node.shape:
+                g = xp.sum_to(g, node.shape)
+            if g.dtype != node.dtype:
+                g = xp.cast(g, node.dtype)
             out.append(g)
         return tuple(out)
 
