@@ -7,6 +7,7 @@ from setuptools import Extension, setup
 MODULES = [
     'xgrad._backend.native_kernels',
     'xgrad._core',
+    'xgrad._ops._xp',
     'xgrad._ops._op',
     'xgrad._ops.elementwise',
     'xgrad._ops.reduction',

@@ -11,7 +11,15 @@ large arrays.
 """
 
 cimport numpy as cnp
+from cpython.object cimport PyTypeObject
+from cpython.ref cimport PyObject, Py_INCREF
 from libc.math cimport tanh, tanhf, exp, expf
+
+cdef extern from "numpy/arrayobject.h":
+    PyTypeObject PyArray_Type
+    object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr,
+                                int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
+                                void* data, int flags, PyObject* obj)
 
 import numpy
 
@@ -150,11 +158,11 @@ cdef object _binary(Formula f, object a, object b):
     if ta < 0 or _kind(b, &nb, &sb) != ta:
         return None
     cdef cnp.ndarray shape_of
+    if not sa and not sb and not (na == nb and _same_shape(<cnp.ndarray>a, <cnp.ndarray>b)):
+        return _binary_rows(f, <cnp.ndarray>a, na, <cnp.ndarray>b, nb, ta)
     if not sa:
         shape_of = <cnp.ndarray>a
         n = na
-        if not sb and (nb != na or not _same_shape(<cnp.ndarray>a, <cnp.ndarray>b)):
-            return None
         if sb and not _fits(<cnp.ndarray>b, shape_of):
             return None
     elif not sb:
@@ -185,6 +193,56 @@ cdef object _binary(Formula f, object a, object b):
                 _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
         else:
             _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
+    return out
+
+
+cdef bint _is_row_of(cnp.ndarray row, cnp.ndarray big):
+    """Whether ``row`` (leading 1s aside) equals the trailing dims of ``big``."""
+    cdef int nr = cnp.PyArray_NDIM(row), nb = cnp.PyArray_NDIM(big), i = 0, j
+    while i < nr and cnp.PyArray_DIM(row, i) == 1:
+        i += 1
+    if nr - i > nb:
+        return False
+    for j in range(i, nr):
+        if cnp.PyArray_DIM(row, j) != cnp.PyArray_DIM(big, nb - nr + j):
+            return False
+    return nr <= nb
+
+
+cdef object _binary_rows(Formula f, cnp.ndarray a, Py_ssize_t na,
+                        cnp.ndarray b, Py_ssize_t nb, int t):
+    """a op b where the smaller operand repeats along the leading axes of the
+    larger one (a bias row added to every row of a batch), or None."""
+    cdef bint a_is_row = na < nb
+    cdef cnp.ndarray big = b if a_is_row else a
+    cdef cnp.ndarray row = a if a_is_row else b
+    cdef Py_ssize_t m = nb if not a_is_row else na, n = na if not a_is_row else nb
+    cdef Py_ssize_t r, rows
+    if m == 0 or n % m or not _is_row_of(row, big):
+        return None
+    rows = n // m
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(
+        cnp.PyArray_NDIM(big), cnp.PyArray_DIMS(big), t, 0)
+    cdef char* pbig = <char*>cnp.PyArray_DATA(big)
+    cdef char* prow = <char*>cnp.PyArray_DATA(row)
+    cdef char* po = <char*>cnp.PyArray_DATA(out)
+    cdef Py_ssize_t step = m * cnp.PyArray_ITEMSIZE(big)
+    with nogil:
+        for r in range(rows):
+            if t == cnp.NPY_FLOAT:
+                if a_is_row:
+                    _loop2[float](f, <float*>prow, False, <float*>(pbig + r * step),
+                                  False, <float*>(po + r * step), m)
+                else:
+                    _loop2[float](f, <float*>(pbig + r * step), False, <float*>prow,
+                                  False, <float*>(po + r * step), m)
+            else:
+                if a_is_row:
+                    _loop2[double](f, <double*>prow, False, <double*>(pbig + r * step),
+                                   False, <double*>(po + r * step), m)
+                else:
+                    _loop2[double](f, <double*>(pbig + r * step), False, <double*>prow,
+                                   False, <double*>(po + r * step), m)
     return out
 
 
@@ -366,3 +424,84 @@ cpdef bint add_into(object acc, object g):
         with nogil:
             _loop2[double](ADD, <double*>pa, False, <double*>pg, sg, <double*>pa, na)
     return True
+
+
+# -- broadcasting and its reverse -----------------------------------------------
+
+cpdef object broadcast_view(object a, tuple shape):
+    """A read-only view of ``a`` broadcast to ``shape`` (strides 0 where ``a``
+    has length 1): ``numpy.broadcast_to`` in C, without its Python overhead."""
+    if type(a) is not cnp.ndarray:
+        return numpy.broadcast_to(a, shape)
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    cdef int nd = len(shape), na = cnp.PyArray_NDIM(arr), i, j
+    cdef cnp.npy_intp dims[32]
+    cdef cnp.npy_intp strides[32]
+    if nd > 32 or na > nd:
+        return numpy.broadcast_to(a, shape)
+    for i in range(nd):
+        dims[i] = shape[i]
+        j = i - (nd - na)
+        if j < 0:
+            strides[i] = 0
+        elif cnp.PyArray_DIM(arr, j) == dims[i]:
+            strides[i] = cnp.PyArray_STRIDE(arr, j)
+        elif cnp.PyArray_DIM(arr, j) == 1:
+            strides[i] = 0
+        else:
+            return numpy.broadcast_to(a, shape)  # raises the proper error
+    cdef cnp.PyArray_Descr* descr = cnp.PyArray_DESCR(arr)
+    Py_INCREF(<object>descr)  # PyArray_NewFromDescr steals it
+    # flags 0: the view is read-only, as numpy.broadcast_to makes it.
+    cdef cnp.ndarray view = PyArray_NewFromDescr(
+        &PyArray_Type, descr, nd, dims, strides, cnp.PyArray_DATA(arr), 0, NULL)
+    cnp.set_array_base(view, arr)
+    return view
+
+
+cpdef object sum_to(object a, tuple shape):
+    """Sum ``a`` down to ``shape`` (the reverse of broadcasting). The common
+    case, summing a contiguous batch down to one row, is one C loop."""
+    cdef Py_ssize_t n = 0, m = 1, r, i, rows
+    cdef bint scalar = False
+    cdef int t, nd, lead
+    if a.shape == shape:
+        return a
+    t = _kind(a, &n, &scalar)
+    nd = len(shape)
+    if t >= 0 and not scalar and cnp.PyArray_NDIM(a) >= nd and (
+            tuple(a.shape[cnp.PyArray_NDIM(a) - nd:]) == shape):
+        for i in range(nd):
+            m *= shape[i]
+        if m > 0 and n % m == 0:
+            rows = n // m
+            out = numpy.zeros(shape, dtype=a.dtype)
+            _sum_rows(t, cnp.PyArray_DATA(a), cnp.PyArray_DATA(out), rows, m)
+            return out
+    lead = a.ndim - nd
+    axes = tuple(range(lead)) + tuple([
+        lead + i for i in range(nd) if shape[i] == 1 and a.shape[lead + i] != 1])
+    out = a.sum(axis=axes, keepdims=True) if axes else a
+    if lead:
+        out = out.reshape(shape)
+    return out
+
+
+cdef void _sum_rows(int t, void* src, void* dst, Py_ssize_t rows, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t r, i
+    cdef float* fs
+    cdef float* fd
+    cdef double* ds
+    cdef double* dd
+    if t == cnp.NPY_FLOAT:
+        fs = <float*>src
+        fd = <float*>dst
+        for r in range(rows):
+            for i in range(m):
+                fd[i] += fs[r * m + i]
+    else:
+        ds = <double*>src
+        dd = <double*>dst
+        for r in range(rows):
+            for i in range(m):
+                dd[i] += ds[r * m + i]

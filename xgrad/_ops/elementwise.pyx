@@ -131,7 +131,7 @@ cdef class Square(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return np_square(x)
+        return K.multiply(x, x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.square_grad(gy, x) if xp is NP else gy * (x * 2)
@@ -313,7 +313,9 @@ cdef class Subtract(_Binary):
         return K.subtract(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
-        return gy if p == 0 else -gy
+        if p == 0:
+            return gy
+        return K.negative(gy) if xp is NP else -gy
 
 
 cdef class Multiply(_Binary):

@@ -11,7 +11,7 @@ import numpy
 from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array
-from xgrad._ops._xp import _sum_to
+from xgrad._backend.native_kernels cimport sum_to as native_sum_to
 from xgrad._errors import DimensionError, DtypeError
 
 cdef tuple _NO_RETAIN = ()
@@ -93,7 +93,7 @@ cdef class SumTo(Op):
 
     cpdef forward(self, inputs):
         self.in_shape = inputs[0].shape
-        return (numpy.asarray(_sum_to(inputs[0], self.shape)),)
+        return (numpy.asarray(native_sum_to(inputs[0], self.shape)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.broadcast_to(gys[0], self.in_shape),)

@@ -1,3 +1,4 @@
+# cython: language_level=3
 """The two array namespaces that gradient formulas are written against.
 
 ``numpy_ns`` works on raw NumPy arrays (the engine's fast path, nothing is
@@ -7,18 +8,29 @@ which is what makes double backprop work). Both offer the same functions.
 
 import numpy
 
+from xgrad._backend.native_kernels import (
+    broadcast_view, negative as _negative, sum_to as _native_sum_to)
+
 
 def _sum_to(a, shape):
     """Sum ``a`` down to ``shape`` (the reverse of broadcasting)."""
-    if a.shape == shape:
-        return a
-    lead = a.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
-    out = a.sum(axis=axes, keepdims=True) if axes else a
-    if lead:
-        out = out.reshape(shape)
-    return out
+    return _native_sum_to(a, tuple(shape))
+
+
+def _broadcast_to(a, shape):
+    return broadcast_view(a, tuple(shape))
+
+
+def _reshape(a, shape):
+    return a.reshape(shape)
+
+
+def _swapaxes(a, axis1, axis2):
+    return a.swapaxes(axis1, axis2)
+
+
+def _transpose(a, axes=None):
+    return a.transpose(axes)
 
 
 def _scatter(gy, key, shape):
@@ -35,10 +47,11 @@ class _NumpyNamespace:
     log = staticmethod(numpy.log)
     sqrt = staticmethod(numpy.sqrt)
     matmul = staticmethod(numpy.matmul)
-    swapaxes = staticmethod(numpy.swapaxes)
-    transpose = staticmethod(numpy.transpose)
-    reshape = staticmethod(numpy.reshape)
-    broadcast_to = staticmethod(numpy.broadcast_to)
+    swapaxes = staticmethod(_swapaxes)
+    transpose = staticmethod(_transpose)
+    reshape = staticmethod(_reshape)
+    broadcast_to = staticmethod(_broadcast_to)
+    negative = staticmethod(_negative)
     multiply = staticmethod(numpy.multiply)
     power = staticmethod(numpy.power)
 
