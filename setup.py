@@ -21,7 +21,7 @@ CPP_MODULES = {'xgrad._core'}
 extensions = [
     Extension(name, [name.replace('.', '/') + '.pyx'],
               language='c++' if name in CPP_MODULES else 'c',
-              include_dirs=[numpy.get_include()],
+              include_dirs=[numpy.get_include(), 'xgrad/_backend'],
               define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
               extra_compile_args=['-O3'])
     for name in MODULES

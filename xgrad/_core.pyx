@@ -1947,13 +1947,13 @@ cdef class _BackwardPass:
         """Store or drop a node's final gradient once nothing more flows in."""
         cdef ndarray arr
         if self.input_nodes is not None and node in self.input_nodes:
-            self.results[node] = value
+            self.results[node] = _writable(value)
             return
         if node._array == NULL or node in self.untouched:
             return
         arr = <ndarray>node._array
         if node.grad_required or (self.retain_grad and node not in self.output_nodes):
-            arr._set_grad_of(node, self._unscaled(value))
+            arr._set_grad_of(node, _writable(self._unscaled(value)))
             node.grad_required = True
         else:
             arr._set_grad_of(node, None)
@@ -1968,6 +1968,20 @@ cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
         if p != NULL and (<ArrayNode>p)._array != NULL:
             return <object>(<ArrayNode>p)._array
     return None
+
+
+cdef object _writable(object g):
+    """A gradient the user may update in place: read-only data (a broadcast
+    view, or a view of retained forward data) is copied before it is stored."""
+    cdef ndarray a
+    if g is None:
+        return None
+    a = <ndarray>g
+    data = a._data
+    if type(data) is _NUMPY_NDARRAY and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data):
+        return _wrap(numpy.array(data, copy=True, order='C'), a._device) \
+            if a._nodes is None else _OPS.copy(a)
+    return g
 
 
 cdef tuple _T0 = (0,)

@@ -15,6 +15,12 @@ from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF
 from libc.math cimport tanh, tanhf, exp, expf
 
+cdef extern from "select_loops.h" nogil:
+    void xgrad_relu_f32(const float* x, float* out, Py_ssize_t n)
+    void xgrad_relu_f64(const double* x, double* out, Py_ssize_t n)
+    void xgrad_relu_grad_f32(const float* gy, const float* y, float* out, Py_ssize_t n)
+    void xgrad_relu_grad_f64(const double* gy, const double* y, double* out, Py_ssize_t n)
+
 cdef extern from "numpy/arrayobject.h":
     PyTypeObject PyArray_Type
     object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr,
@@ -101,7 +107,7 @@ cdef inline real _apply(Formula f, real a, real b) noexcept nogil:
     if f == SIGMOID_GRAD:
         return a * b * (1 - b)
     if f == RELU_GRAD:
-        return a if b > 0 else 0
+        return a * (b > 0)
     if f == SQRT_GRAD:
         return a / (b + b)
     if f == SQUARE_GRAD:
@@ -111,10 +117,16 @@ cdef inline real _apply(Formula f, real a, real b) noexcept nogil:
 
 cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
                  real* out, Py_ssize_t n) noexcept nogil:
+    """out = f(a, b) elementwise. Each formula gets its own plain loop (the
+    formula test is outside the loop), so the compiler vectorises it."""
     cdef Py_ssize_t i
     cdef real sa, sb
-    # One specialised loop per formula and operand pattern, so the compiler
-    # can vectorise the common ones.
+    if f == RELU_GRAD and not a_scalar and not b_scalar:
+        if real is float:
+            xgrad_relu_grad_f32(a, b, out, n)
+        else:
+            xgrad_relu_grad_f64(a, b, out, n)
+        return
     if not a_scalar and not b_scalar:
         if f == MUL:
             for i in range(n):
@@ -122,23 +134,56 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
         elif f == ADD:
             for i in range(n):
                 out[i] = a[i] + b[i]
+        elif f == SUB:
+            for i in range(n):
+                out[i] = a[i] - b[i]
+        elif f == DIV:
+            for i in range(n):
+                out[i] = a[i] / b[i]
         elif f == TANH_GRAD:
             for i in range(n):
                 out[i] = a[i] * (1 - b[i] * b[i])
-        else:
+        elif f == SIGMOID_GRAD:
             for i in range(n):
-                out[i] = _apply(f, a[i], b[i])
+                out[i] = a[i] * b[i] * (1 - b[i])
+        elif f == RELU_GRAD:
+            for i in range(n):
+                out[i] = a[i] * (b[i] > 0)  # branch-free: vectorises
+        elif f == SQRT_GRAD:
+            for i in range(n):
+                out[i] = a[i] / (b[i] + b[i])
+        elif f == SQUARE_GRAD:
+            for i in range(n):
+                out[i] = 2 * a[i] * b[i]
     elif a_scalar and not b_scalar:
         sa = a[0]
-        if f == TANH_GRAD:
-            for i in range(n):
-                out[i] = sa * (1 - b[i] * b[i])
-        elif f == MUL:
+        if f == MUL:
             for i in range(n):
                 out[i] = sa * b[i]
-        else:
+        elif f == ADD:
             for i in range(n):
-                out[i] = _apply(f, sa, b[i])
+                out[i] = sa + b[i]
+        elif f == SUB:
+            for i in range(n):
+                out[i] = sa - b[i]
+        elif f == DIV:
+            for i in range(n):
+                out[i] = sa / b[i]
+        elif f == TANH_GRAD:
+            for i in range(n):
+                out[i] = sa * (1 - b[i] * b[i])
+        elif f == SIGMOID_GRAD:
+            for i in range(n):
+                out[i] = sa * b[i] * (1 - b[i])
+        elif f == RELU_GRAD:
+            for i in range(n):
+                out[i] = sa * (b[i] > 0)
+        elif f == SQRT_GRAD:
+            for i in range(n):
+                out[i] = sa / (b[i] + b[i])
+        elif f == SQUARE_GRAD:
+            for i in range(n):
+                out[i] = 2 * sa * b[i]
     elif b_scalar and not a_scalar:
         sb = b[0]
         for i in range(n):
@@ -270,8 +315,10 @@ cdef void _loop1(Formula f, real* a, real* out, Py_ssize_t n) noexcept nogil:
             for i in range(n):
                 out[i] = 0.5 * tanh(0.5 * a[i]) + 0.5
     elif f == RELU:
-        for i in range(n):
-            out[i] = a[i] if a[i] > 0 else 0
+        if real is float:
+            xgrad_relu_f32(a, out, n)
+        else:
+            xgrad_relu_f64(a, out, n)
     elif f == NEG:
         for i in range(n):
             out[i] = -a[i]
@@ -349,9 +396,39 @@ cpdef object negative(object x):
     return np_negative(x) if r is None else r
 
 
+cdef object _times_one(object scale, object other):
+    """``other`` as a read-only view when ``scale`` is a broadcast 1 that
+    leaves ``other``'s shape and dtype as they are (the seed of a sum); None
+    otherwise. Saves a full pass per op on the ones gradient of a loss."""
+    cdef Py_ssize_t ns = 0, no = 0
+    cdef bint ss = False, so = False
+    cdef int t = _kind(scale, &ns, &ss)
+    if t < 0 or not ss or _kind(other, &no, &so) != t or so:
+        return None
+    if not _fits(<cnp.ndarray>scale, <cnp.ndarray>other):
+        return None
+    cdef void* p = cnp.PyArray_DATA(<cnp.ndarray>scale)
+    if (t == cnp.NPY_FLOAT and (<float*>p)[0] != 1) or (
+            t == cnp.NPY_DOUBLE and (<double*>p)[0] != 1):
+        return None
+    view = (<cnp.ndarray>other).view()
+    cnp.PyArray_CLEARFLAGS(<cnp.ndarray>view, cnp.NPY_ARRAY_WRITEABLE)
+    return view
+
+
 cpdef object multiply(object a, object b):
     r = _binary(MUL, a, b)
-    return np_multiply(a, b) if r is None else r
+    if r is None:
+        return np_multiply(a, b)
+    return r
+
+
+cpdef object multiply_grad(object gy, object x):
+    """gy * x for a gradient ``gy``: a view of ``x`` when gy is a broadcast 1."""
+    r = _times_one(gy, x)
+    if r is not None:
+        return r
+    return multiply(gy, x)
 
 
 cpdef object add(object a, object b):

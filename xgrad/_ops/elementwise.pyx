@@ -101,7 +101,7 @@ cdef class Exp(_Unary):
         return K.exp_forward(x)
 
     cdef object _grad(self, xp, gy, x, y):
-        return K.multiply(gy, y) if xp is NP else gy * y
+        return K.multiply_grad(gy, y) if xp is NP else gy * y
 
 
 cdef class Log(_Unary):
@@ -329,7 +329,7 @@ cdef class Multiply(_Binary):
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
         if xp is NP:
-            return K.multiply(gy, b) if p == 0 else K.multiply(gy, a)
+            return K.multiply_grad(gy, b) if p == 0 else K.multiply_grad(gy, a)
         return gy * b if p == 0 else gy * a
 
 
