@@ -1681,9 +1681,9 @@ cdef class _BackwardPass:
                 elif seeds is not None:
                     continue  # explicitly no seed for this output
                 else:
-                    value = _wrap(numpy.full(
-                        y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
-                        dtype=y._data.dtype), y._device)
+                    seed = numpy.empty(y._data.shape, dtype=y._data.dtype)
+                    seed.fill(1 if self.loss_scale is None else self.loss_scale)
+                    value = _wrap(seed, y._device)
                     self.owned.add(node)
             self.output_nodes.add(node)
             self.acc[node] = value

@@ -354,6 +354,15 @@ cdef object _unary(Formula f, object a, Py_ssize_t limit):
 
 # -- forward ----------------------------------------------------------------
 
+cdef object _binary_small(Formula f, object a, object b):
+    """A plain a op b: our loop on small operands (where NumPy's dispatch
+    costs more than the arithmetic), NumPy's SIMD loops on large ones."""
+    if (type(a) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>a) > SMALL) or (
+            type(b) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>b) > SMALL):
+        return None
+    return _binary(f, a, b)
+
+
 cdef object np_tanh = numpy.tanh
 cdef object np_exp = numpy.exp
 cdef object np_multiply = numpy.multiply
@@ -392,7 +401,7 @@ cpdef object relu_forward(object x):
 
 
 cpdef object negative(object x):
-    r = _unary(NEG, x, UNLIMITED)
+    r = _unary(NEG, x, SMALL)
     return np_negative(x) if r is None else r
 
 
@@ -417,7 +426,7 @@ cdef object _times_one(object scale, object other):
 
 
 cpdef object multiply(object a, object b):
-    r = _binary(MUL, a, b)
+    r = _binary_small(MUL, a, b)
     if r is None:
         return np_multiply(a, b)
     return r
@@ -432,17 +441,17 @@ cpdef object multiply_grad(object gy, object x):
 
 
 cpdef object add(object a, object b):
-    r = _binary(ADD, a, b)
+    r = _binary_small(ADD, a, b)
     return np_add(a, b) if r is None else r
 
 
 cpdef object subtract(object a, object b):
-    r = _binary(SUB, a, b)
+    r = _binary_small(SUB, a, b)
     return np_subtract(a, b) if r is None else r
 
 
 cpdef object divide(object a, object b):
-    r = _binary(DIV, a, b)
+    r = _binary_small(DIV, a, b)
     return np_divide(a, b) if r is None else r
 
 
@@ -558,7 +567,7 @@ cpdef object sum_to(object a, tuple shape):
     lead = a.ndim - nd
     axes = tuple(range(lead)) + tuple([
         lead + i for i in range(nd) if shape[i] == 1 and a.shape[lead + i] != 1])
-    out = a.sum(axis=axes, keepdims=True) if axes else a
+    out = numpy.add.reduce(a, axis=axes, keepdims=True) if axes else a
     if lead:
         out = out.reshape(shape)
     return out

@@ -42,8 +42,10 @@ cdef class Transpose(Op):
         return (inputs[0].transpose(self.axes),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
-        inverse = tuple(numpy.argsort(self.axes).tolist())
-        return (xp.transpose(gys[0], inverse),)
+        cdef list inverse = [0] * len(self.axes)
+        for i, a in enumerate(self.axes):
+            inverse[a] = i
+        return (xp.transpose(gys[0], tuple(inverse)),)
 
 
 cdef class GetItem(Op):

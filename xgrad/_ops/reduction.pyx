@@ -11,10 +11,11 @@ import numpy
 from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array
-from xgrad._backend.native_kernels cimport sum_to as native_sum_to
+from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view
 from xgrad._errors import DimensionError, DtypeError
 
 cdef tuple _NO_RETAIN = ()
+cdef object np_add_reduce = numpy.add.reduce
 
 
 cdef tuple normalize_axes(object axis, Py_ssize_t ndim, str name='axis'):
@@ -55,6 +56,10 @@ cdef class Sum(Op):
     cpdef forward(self, inputs):
         x = inputs[0]
         self.in_shape = x.shape
+        if x.dtype.kind in 'fc':
+            # add.reduce is sum() without NumPy's Python-level wrapper.
+            return (numpy.asarray(np_add_reduce(x, axis=self.axes,
+                                                keepdims=self.keepdims)),)
         return (numpy.asarray(x.sum(axis=self.axes, keepdims=self.keepdims)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
@@ -77,6 +82,9 @@ cdef class Mean(Op):
         self.count = 1
         for a in self.axes:
             self.count *= x.shape[a]
+        if self.count and (x.dtype == numpy.float32 or x.dtype == numpy.float64):
+            y = numpy.asarray(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
+            return (numpy.true_divide(y, self.count, out=y),)
         return (numpy.asarray(x.mean(axis=self.axes, keepdims=self.keepdims)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
@@ -107,7 +115,7 @@ cdef class BroadcastTo(Op):
     cpdef forward(self, inputs):
         self.in_shape = inputs[0].shape
         try:
-            return (numpy.broadcast_to(inputs[0], self.shape),)
+            return (broadcast_view(inputs[0], self.shape),)
         except ValueError:
             raise DimensionError('broadcast_to: shape {} cannot be broadcast to {}'
                                  .format(self.in_shape, self.shape)) from None
@@ -124,6 +132,17 @@ cdef tuple _as_shape(object shape):
     except TypeError:
         raise TypeError('shape must be an int or a sequence of ints, not {}'.format(
             type(shape).__name__)) from None
+
+
+cdef bint _reduces_to(tuple src, tuple dst):
+    """Whether broadcasting ``dst`` gives ``src`` (so ``src`` sums down to it)."""
+    cdef Py_ssize_t i, lead = len(src) - len(dst)
+    if lead < 0:
+        return False
+    for i in range(len(dst)):
+        if dst[i] != 1 and dst[i] != src[lead + i]:
+            return False
+    return True
 
 
 def sum(a, axis=None, keepdims=False):
@@ -154,13 +173,9 @@ def sum_to(a, shape):
     shape = _as_shape(shape)
     if x._data.shape == shape:
         return x
-    try:
-        numpy.broadcast_shapes(shape, x._data.shape)
-        if len(shape) > x._data.ndim:
-            raise ValueError
-    except ValueError:
+    if not _reduces_to(x._data.shape, shape):
         raise DimensionError('sum_to: shape {} cannot be reduced to {}'.format(
-            x._data.shape, shape)) from None
+            x._data.shape, shape))
     op = SumTo.__new__(SumTo)
     op.shape = shape
     return apply1(op, x)
