@@ -1759,7 +1759,7 @@ cdef class _BackwardPass:
                          tuple gys) except *:
         cdef ArrayNode node
         cdef Py_ssize_t t, u
-        cdef bint raw
+        cdef bint raw, fresh = False
         grads = self._call_backward(fn, k, targets, gys)
         raw = grads is not None
         if raw:
@@ -1780,7 +1780,14 @@ cdef class _BackwardPass:
                 continue
             node = fn._input_node(k, targets[t])
             if raw:
-                g = _wrap(_as_raw_array(g), fn._device)
+                data = _as_raw_array(g)
+                # A buffer the kernel just made, held only by the result tuple
+                # and these two locals, can take the other contributions in place.
+                fresh = (data is g and type(data) is _NUMPY_NDARRAY
+                         and Py_REFCNT(data) <= 3
+                         and cnp.PyArray_CHKFLAGS(<cnp.ndarray>data, cnp.NPY_ARRAY_OWNDATA)
+                         and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data))
+                g = _wrap(data, fn._device)
             elif not isinstance(g, ndarray):
                 raise GradientError('{}.backward returned a {} for input {}; '
                                     'gradients must be xgrad arrays. Op: {}'.format(
@@ -1801,7 +1808,7 @@ cdef class _BackwardPass:
                 raise GradientError('{} Op: {}'.format(
                     _gradient_mismatch(g, node.shape, node.dtype, node.device),
                     fn.name))
-            self._accumulate(node, <ndarray>g)
+            self._accumulate(node, <ndarray>g, fresh)
             self._push(node)
 
     cdef object _call_backward(self, FunctionNode fn, int k, tuple targets,
@@ -1920,13 +1927,19 @@ cdef class _BackwardPass:
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
         return substitute
 
-    cdef void _accumulate(self, ArrayNode node, ndarray g) except *:
+    cdef void _accumulate(self, ArrayNode node, ndarray g, bint fresh=False) except *:
+        """Add ``g`` to the node's gradient; in place into a buffer this pass
+        owns (``fresh``: ``g`` is one) when no graph records the sum."""
         cdef ndarray old
         cdef PyObject* p = PyDict_GetItem(self.acc, node)
         if p != NULL:
             old = <ndarray>p
             if old._nodes is None and g._nodes is None:
                 if node in self.owned and native_kernels.add_into(old._data, g._data):
+                    return
+                if fresh and native_kernels.add_into(g._data, old._data):
+                    self.acc[node] = g
+                    self.owned.add(node)
                     return
                 self.acc[node] = _wrap(native_kernels.add(old._data, g._data),
                                        old._device)
@@ -1942,6 +1955,8 @@ cdef class _BackwardPass:
                 self.acc[node] = _OPS.add(self._scaled(prior), g)
                 return
         self.acc[node] = g
+        if fresh and g._nodes is None:
+            self.owned.add(node)
 
     cdef void _finish(self, ArrayNode node, object value) except *:
         """Store or drop a node's final gradient once nothing more flows in."""

@@ -57,8 +57,10 @@ cdef class Sum(Op):
         x = inputs[0]
         self.in_shape = x.shape
         if x.dtype.kind in 'fc':
-            # add.reduce is sum() without NumPy's Python-level wrapper.
-            return (numpy.asarray(np_add_reduce(x, axis=self.axes,
+            # add.reduce is sum() without NumPy's Python-level wrapper; axis
+            # None takes its contiguous fast path when every axis goes.
+            axes = None if len(self.axes) == x.ndim else self.axes
+            return (numpy.asarray(np_add_reduce(x, axis=axes,
                                                 keepdims=self.keepdims)),)
         return (numpy.asarray(x.sum(axis=self.axes, keepdims=self.keepdims)),)
 
