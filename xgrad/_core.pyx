@@ -1090,10 +1090,6 @@ def _array_of(object data, object device=None):
     return _wrap(data, _resolve_device(device))
 
 
-def _raw(ndarray a):
-    return a._data
-
-
 # ---------------------------------------------------------------------------
 # Function nodes: the op protocol
 # ---------------------------------------------------------------------------
@@ -1690,7 +1686,7 @@ cdef class _BackwardPass:
 
     # -- the loop -------------------------------------------------------------
 
-    cdef object run(self, tuple outs, list seeds, list in_nodes, bint set_grad):
+    cdef object run(self, tuple outs, list seeds, list in_nodes):
         cdef ArrayNode node
         cdef FunctionNode fn
         self.ctx._check_backprop_allowed(self.bp)
@@ -2079,7 +2075,7 @@ cdef _backward(outputs, backprop_id, bint double, grad_outputs, bint retain_grad
         return
     cdef BackpropId bp = _resolve_bp(backprop_id, _context_of(<ndarray>outs[0]))
     seeds = _check_seeds(grad_outputs, outs, 'grad_outputs')
-    _BackwardPass(bp, double, retain_grad, loss_scale).run(outs, seeds, None, False)
+    _BackwardPass(bp, double, retain_grad, loss_scale).run(outs, seeds, None)
 
 
 def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
@@ -2107,7 +2103,7 @@ def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
         seeds = _check_seeds(grad_outputs, outs, 'grad_outputs')
         in_nodes = [(<ndarray>x)._node_on(bp) for x in ins]
         results = _BackwardPass(bp, enable_double_backprop, retain_grad,
-                                loss_scale).run(outs, seeds, in_nodes, set_grad)
+                                loss_scale).run(outs, seeds, in_nodes)
         grads = [None if n is None else results.get(n) for n in in_nodes]
         if loss_scale is not None and loss_scale != 1:
             grads = [None if g is None else _OPS.divide(g, loss_scale) for g in grads]

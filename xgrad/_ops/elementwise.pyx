@@ -17,20 +17,12 @@ from xgrad._backend cimport native_kernels as K
 from xgrad._ops._xp import numpy_ns
 from xgrad._errors import DeviceError, DimensionError, DtypeError
 
-cdef object np_add = numpy.add
-cdef object np_subtract = numpy.subtract
-cdef object np_multiply = numpy.multiply
-cdef object np_divide = numpy.true_divide
 cdef object np_power = numpy.power
 cdef object np_maximum = numpy.maximum
 cdef object np_minimum = numpy.minimum
-cdef object np_negative = numpy.negative
 cdef object np_absolute = numpy.absolute
-cdef object np_exp = numpy.exp
 cdef object np_log = numpy.log
 cdef object np_sqrt = numpy.sqrt
-cdef object np_square = numpy.square
-cdef object np_tanh = numpy.tanh
 cdef object NP = numpy_ns
 cdef tuple _RETAIN_0 = (0,)
 cdef tuple _RETAIN_01 = (0, 1)

@@ -14,7 +14,6 @@ from xgrad._ops.elementwise cimport as_array
 from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view
 from xgrad._errors import DimensionError, DtypeError
 
-cdef tuple _NO_RETAIN = ()
 cdef object np_add_reduce = numpy.add.reduce
 
 
@@ -153,9 +152,6 @@ def sum(a, axis=None, keepdims=False):
     cdef Sum op = Sum.__new__(Sum)
     op.axes = normalize_axes(axis, x._data.ndim)
     op.keepdims = keepdims
-    if x._data.dtype == numpy.bool_:
-        # NumPy sums bools as integers; keep that (no gradient either way).
-        pass
     return apply1(op, x)
 
 
