@@ -509,3 +509,13 @@ def test_inplace_on_gradient_is_visible_through_get_grad():
     gx = x.get_grad()
     gx += 1
     _assert_values(x.get_grad(), [3, 5, 7])
+
+
+def test_pickle_round_trip_keeps_data_dtype_and_device_but_no_graph():
+    import pickle
+    a = xgrad.array([[1.0, 2.0], [3.0, 4.0]], device='native:1').require_grad()
+    b = pickle.loads(pickle.dumps(a * 2))
+    assert b.device.name == 'native:1'
+    assert b.dtype == xgrad.float32
+    numpy.testing.assert_array_equal(b.to_numpy(), [[2.0, 4.0], [6.0, 8.0]])
+    assert not b.is_backprop_required()

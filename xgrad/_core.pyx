@@ -787,7 +787,8 @@ cdef class ndarray:
         return text + ')'
 
     def __reduce__(self):
-        return (_OPS.array, (self._data, None, self._device.name))
+        """Pickles the data and the device name (not graphs or gradients)."""
+        return (_unpickle_array, (self._data, self._device.name))
 
     # -- copies, views, conversions (recorded ops) ---------------------------
 
@@ -1083,6 +1084,10 @@ cdef class ndarray:
 
     def dot(self, other):
         return _OPS.dot(self, other)
+
+
+def _unpickle_array(data, device_name):
+    return _wrap(data, _resolve_device(device_name))
 
 
 def _array_of(object data, object device=None):
@@ -1775,6 +1780,8 @@ cdef class _BackwardPass:
             if g is None:
                 continue
             node = fn._input_node(k, targets[t])
+            if node is None:
+                continue  # unchained meanwhile (another thread's pass): nothing to feed
             if raw:
                 data = _as_raw_array(g)
                 # A buffer the kernel just made, held only by the result tuple
