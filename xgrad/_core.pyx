@@ -1399,11 +1399,9 @@ cpdef tuple apply(FunctionNode fn, inputs):
 
 
 cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
-    """``apply`` for a transfer: the output lives on ``device``; gradients
-    flow back to ``x``'s device."""
-    cdef object y = fn.forward((x._data,))
-    if type(y) is tuple:
-        y = (<tuple>y)[0]
+    """``apply`` for one input and one output, the output on ``device``
+    (gradients flow back to ``x``'s device), without the tuple plumbing."""
+    cdef object y = fn._forward1(x._data)
     if type(y) is not _NUMPY_NDARRAY:
         y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, device)
@@ -1414,15 +1412,8 @@ cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
 
 
 cdef ndarray apply1(FunctionNode fn, ndarray x):
-    """``apply`` for one input and one output, without the tuple plumbing."""
-    cdef object y = fn._forward1(x._data)
-    if type(y) is not _NUMPY_NDARRAY:
-        y = _as_raw_array(y)
-    cdef ndarray out = _wrap(y, x._device)
-    fn._applied = True
-    if x._nodes is not None:
-        _link(fn, (x,), (out,), x._device)
-    return out
+    """``apply`` for one input and one output."""
+    return apply_to_device(fn, x, x._device)
 
 
 cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
@@ -1502,8 +1493,8 @@ cdef list _check_seeds(object grad_outputs, tuple outs, str what):
     """Validate user-given output gradients; returns a list (or None)."""
     if grad_outputs is None:
         return None
-    seeds = list(_as_array_tuple(grad_outputs, what)) if not isinstance(
-        grad_outputs, (list, tuple)) else list(grad_outputs)
+    seeds = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [
+        grad_outputs]
     if len(seeds) != len(outs):
         raise GradientError('Grad_outputs and outputs must have the same size: '
                             '{} grad_outputs for {} outputs'.format(
