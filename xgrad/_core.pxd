@@ -21,6 +21,7 @@ cdef class BackpropId:
     cdef readonly Py_ssize_t ordinal
     cdef str _name
     cdef bint _released
+    cdef tuple _solo
 
     cdef Py_ssize_t _ordinal_against(self, other) except? -1
 
@@ -43,7 +44,7 @@ cdef class ArrayNode:
 cdef class ndarray:
     cdef object _data
     cdef object _device
-    cdef list _nodes
+    cdef tuple _nodes
     cdef list _grads
     cdef object __weakref__
 
@@ -62,7 +63,7 @@ cdef class ndarray:
 
 
 cdef class FunctionNode:
-    cdef list _graphs
+    cdef tuple _graphs
     cdef Py_ssize_t _n_graphs
     cdef char* _block
     cdef PyObject** _out_nodes

@@ -77,6 +77,7 @@ cdef class Context:
 
     def make_backprop_id(self, str backprop_name):
         cdef BackpropId bp = BackpropId.__new__(BackpropId)
+        bp._solo = (bp,)  # a cycle until release, like context <-> ID
         bp.context = self
         bp.ordinal = self._next_ordinal
         bp._name = backprop_name
@@ -96,6 +97,7 @@ cdef class Context:
         if bp.ordinal == 0:
             raise XgradError('The default backprop ID cannot be released.')
         bp._released = True
+        bp._solo = None
         del self._alive_ids[bp.ordinal]
         ordinal = bp.ordinal
         self._connections = {c for c in self._connections if ordinal not in c}
@@ -643,10 +645,13 @@ cdef class ndarray:
 
     cdef void _attach(self, ArrayNode node):
         """Add ``node`` to this array's nodes, with an empty gradient slot."""
+        # A tuple, not a list: it holds only ArrayNodes (invisible to the
+        # garbage collector), so the collector stops tracking it and long
+        # graphs do not slow down collections.
         if self._nodes is None:
-            self._nodes = [node]
+            self._nodes = (node,)
         else:
-            self._nodes.append(node)
+            self._nodes = self._nodes + (node,)
             if self._grads is not None:
                 self._grads.append(None)
 
@@ -1259,8 +1264,9 @@ cdef tuple _normalize_outputs(object out, FunctionNode fn):
     return (out,)
 
 
-cdef list _collect_graphs(tuple xs):
-    """The enabled graphs that some input has a node on (None if none)."""
+cdef tuple _collect_graphs(tuple xs):
+    """The enabled graphs that some input has a node on (None if none). The
+    common one-graph answer is the ID's own 1-tuple: no allocation per op."""
     cdef list graphs = None
     cdef ArrayNode node
     cdef BackpropId bp
@@ -1285,12 +1291,17 @@ cdef list _collect_graphs(tuple xs):
                     break
             if not seen and is_enabled(bp):
                 graphs.append(bp)
-    return graphs
+    if graphs is None:
+        return None
+    if len(graphs) == 1:
+        solo = (<BackpropId>graphs[0])._solo
+        return solo if solo is not None else (graphs[0],)
+    return tuple(graphs)
 
 
 cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     """Record ``fn`` on every enabled graph its inputs live on."""
-    cdef list graphs = _collect_graphs(xs)
+    cdef tuple graphs = _collect_graphs(xs)
     cdef Py_ssize_t k, i, j, n_graphs, n_in, n_out, rank
     cdef ArrayNode node
     cdef ndarray out
