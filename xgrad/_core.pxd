@@ -38,7 +38,6 @@ cdef class ArrayNode:
     cdef object dtype
     cdef object device
 
-    cdef object array(self)
 
 
 cdef class ndarray:
@@ -54,6 +53,7 @@ cdef class ndarray:
                              Py_ssize_t rank, int graph_index, int out_index)
     cdef bint _has_enabled_node(self)
     cdef void _attach(self, ArrayNode node)
+    cdef void _adopt(self, ArrayNode node)
     cdef object _grad_of(self, ArrayNode node)
     cdef void _set_grad_of(self, ArrayNode node, object grad)
     cdef BackpropId _valid_bp(self, backprop_id)
@@ -81,7 +81,6 @@ cdef class FunctionNode:
     cdef object _device
     cdef tuple _bw_inputs
     cdef tuple _bw_outputs
-    cdef object _backward_raw_result
 
     cpdef forward(self, inputs)
     cpdef backward(self, target_input_indexes, grad_outputs)
@@ -95,7 +94,6 @@ cdef class FunctionNode:
 
 
 cdef ndarray _wrap(object data, object device)
-cdef bint _is_float(object dtype)
 cpdef tuple apply(FunctionNode fn, inputs)
 cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device)
 cdef ndarray apply1(FunctionNode fn, ndarray x)

@@ -521,11 +521,6 @@ cdef void _drain_release_queue():
 cdef class ArrayNode:
     """An array's vertex in one graph: its creator and rank there."""
 
-    cdef object array(self):
-        if self._array == NULL:
-            return None
-        return <object>self._array
-
     def __dealloc__(self):
         cdef FunctionNode creator = self.creator
         cdef Py_ssize_t pos
@@ -537,10 +532,6 @@ cdef class ArrayNode:
     def __repr__(self):
         return '<ArrayNode shape={} dtype={} rank={} backprop_id={}>'.format(
             self.shape, self.dtype, self.rank, self.backprop_id)
-
-
-cdef bint _is_float(object dtype):
-    return dtype.kind == 'f'
 
 
 cdef inline bint _has_float_data(object data):
@@ -654,6 +645,13 @@ cdef class ndarray:
             self._nodes = self._nodes + (node,)
             if self._grads is not None:
                 self._grads.append(None)
+
+    cdef void _adopt(self, ArrayNode node):
+        """Attach another array's ``node`` to this stand-in for its dead
+        array (semantics 9: retained data re-attached to the saved nodes)."""
+        if node._array == NULL:
+            node._array = <PyObject*>self
+        self._attach(node)
 
     cdef object _grad_of(self, ArrayNode node):
         if self._grads is None:
@@ -826,10 +824,9 @@ cdef class ndarray:
     def require_grad(self, backprop_id=None):
         cdef BackpropId bp = self._valid_bp(backprop_id)
         cdef ArrayNode node
-        dtype = self._data.dtype
-        if not _is_float(dtype):
+        if not _has_float_data(self._data):
             raise DtypeError('Array with integral dtype ({}) cannot compute '
-                             'gradient'.format(dtype.name))
+                             'gradient'.format(self._data.dtype.name))
         node = self._node_on(bp)
         if node is None:
             if self._nodes is not None:
@@ -1516,7 +1513,7 @@ cdef list _check_seeds(object grad_outputs, tuple outs, str what):
         if not isinstance(seed, ndarray):
             raise TypeError('{}[{}] must be an xgrad.ndarray or None, not {}'
                             .format(what, i, type(seed).__name__))
-        if not _is_float((<ndarray>y)._data.dtype):
+        if not _has_float_data((<ndarray>y)._data):
             raise DtypeError('Output {} has dtype {}, which cannot take a '
                              'gradient; its {} entry must be None'.format(
                                  i, (<ndarray>y)._data.dtype.name, what))
@@ -1559,7 +1556,7 @@ cdef class _BackwardPass:
     cdef set output_nodes
     cdef set untouched      # outputs given explicit seeds: slots not touched
     cdef set input_nodes    # grad(): nodes whose gradients are returned
-    cdef dict results       # grad(): input node -> gradient (scaled)
+    cdef dict results       # grad(): input node -> gradient
     cdef set sub_nodes      # grad(): nodes in the evaluated sub-graph
     cdef set sub_ops
 
@@ -1763,12 +1760,9 @@ cdef class _BackwardPass:
         cdef ArrayNode node
         cdef Py_ssize_t t, u
         cdef bint raw, fresh = False
-        grads = self._call_backward(fn, k, targets, gys)
+        grads = self._call_backward_raw(fn, targets, gys)
         raw = grads is not None
-        if raw:
-            grads = fn._backward_raw_result
-            fn._backward_raw_result = None
-        else:
+        if not raw:
             grads = self._call_backward_graph(fn, k, targets, gys)
         if len(grads) != len(targets):
             if len(grads) == fn._n_in:
@@ -1816,22 +1810,17 @@ cdef class _BackwardPass:
             self._accumulate(node, <ndarray>g, fresh)
             self._push(node)
 
-    cdef object _call_backward(self, FunctionNode fn, int k, tuple targets,
-                               tuple gys):
-        """The raw fast path: True (result left in ``fn._backward_raw_result``)
-        when the op computed its gradients on raw arrays, else None."""
+    cdef object _call_backward_raw(self, FunctionNode fn, tuple targets, tuple gys):
+        """The fast path: the op's gradients computed on raw arrays, or None
+        when something could be recorded or the op has no raw path."""
         if not self._raw_ok(fn, gys):
             return None
         if len(gys) == 1:
             raw_gys = ((<ndarray>gys[0])._data,)
         else:
             raw_gys = tuple([None if g is None else (<ndarray>g)._data for g in gys])
-        raw = fn._backward_raw(targets, raw_gys, fn._retained_in_data,
-                               fn._retained_out_data)
-        if raw is None:
-            return None
-        fn._backward_raw_result = raw
-        return True
+        return fn._backward_raw(targets, raw_gys, fn._retained_in_data,
+                                fn._retained_out_data)
 
     cdef tuple _call_backward_graph(self, FunctionNode fn, int k, tuple targets,
                                     tuple gys):
@@ -1846,7 +1835,7 @@ cdef class _BackwardPass:
                                        for j in range(len(fn._retain_in_idx))])
             if fn._retain_out_idx:
                 fn._bw_outputs = tuple([self._retained_output(fn, k, j)
-                                        for j in fn._retain_out_idx])
+                                        for j in range(len(fn._retain_out_idx))])
             grads = fn.backward(targets, gys)
         finally:
             fn._bw_inputs = None
@@ -1898,20 +1887,18 @@ cdef class _BackwardPass:
         for kk in range(fn._n_graphs):
             p = fn._in_nodes[kk * fn._n_in + i]
             if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
-                if (<ArrayNode>p)._array == NULL:
-                    (<ArrayNode>p)._array = <PyObject*>substitute
-                substitute._attach(<ArrayNode>p)
+                substitute._adopt(<ArrayNode>p)
         return substitute
 
-    cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t j):
+    cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t pos):
         """A retained output as the backward sees it: a view of the output if
-        it is alive, else its saved data re-attached to the op's nodes."""
-        cdef Py_ssize_t n_out = fn._n_out, kk
+        it is alive, else its saved data re-attached to the op's output nodes
+        (made anew on graphs where they died)."""
+        cdef Py_ssize_t n_out = fn._n_out, kk, j = fn._retain_out_idx[pos]
         cdef PyObject* p = fn._out_nodes[k * n_out + j]
         cdef ArrayNode node
         cdef ndarray substitute
-        cdef int index = fn._retain_out_idx.index(j)
-        data = fn._retained_out_data[index]
+        data = fn._retained_out_data[pos]
         if data is None:
             return None
         if p != NULL and (<ArrayNode>p)._array != NULL:
@@ -1923,10 +1910,7 @@ cdef class _BackwardPass:
                 continue
             p = fn._out_nodes[kk * n_out + j]
             if p != NULL:
-                node = <ArrayNode>p
-                if node._array == NULL:
-                    node._array = <PyObject*>substitute
-                substitute._attach(node)
+                substitute._adopt(<ArrayNode>p)
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
@@ -1967,7 +1951,7 @@ cdef class _BackwardPass:
         """Store or drop a node's final gradient once nothing more flows in."""
         cdef ndarray arr
         if self.input_nodes is not None and node in self.input_nodes:
-            self.results[node] = _writable(value)
+            self.results[node] = _writable(self._unscaled(value))
             return
         if node._array == NULL or node in self.untouched:
             return
@@ -2114,8 +2098,6 @@ def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
         results = _BackwardPass(bp, enable_double_backprop, retain_grad,
                                 loss_scale).run(outs, seeds, in_nodes)
         grads = [None if n is None else results.get(n) for n in in_nodes]
-        if loss_scale is not None and loss_scale != 1:
-            grads = [None if g is None else _OPS.divide(g, loss_scale) for g in grads]
     else:
         bp = None
         in_nodes = [None] * len(ins)

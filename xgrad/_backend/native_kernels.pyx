@@ -195,6 +195,15 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
             out[i] = _apply(f, sa, sb)
 
 
+cdef inline void _run2(int t, Formula f, void* pa, bint sa, void* pb, bint sb,
+                       void* po, Py_ssize_t n) noexcept nogil:
+    """``_loop2`` for the dtype ``t`` (NPY_FLOAT or NPY_DOUBLE)."""
+    if t == cnp.NPY_FLOAT:
+        _loop2[float](f, <float*>pa, sa, <float*>pb, sb, <float*>po, n)
+    else:
+        _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
+
+
 cdef object _binary(Formula f, object a, object b):
     """The fused loop for two operands, or None if they do not qualify."""
     cdef Py_ssize_t na = 0, nb = 0, n
@@ -226,18 +235,11 @@ cdef object _binary(Formula f, object a, object b):
     cdef void* pa = cnp.PyArray_DATA(<cnp.ndarray>a)
     cdef void* pb = cnp.PyArray_DATA(<cnp.ndarray>b)
     cdef void* po = cnp.PyArray_DATA(out)
-    if ta == cnp.NPY_FLOAT:
-        if n >= NOGIL_SIZE:
-            with nogil:
-                _loop2[float](f, <float*>pa, sa, <float*>pb, sb, <float*>po, n)
-        else:
-            _loop2[float](f, <float*>pa, sa, <float*>pb, sb, <float*>po, n)
+    if n >= NOGIL_SIZE:  # worth releasing the GIL for
+        with nogil:
+            _run2(ta, f, pa, sa, pb, sb, po, n)
     else:
-        if n >= NOGIL_SIZE:
-            with nogil:
-                _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
-        else:
-            _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
+        _run2(ta, f, pa, sa, pb, sb, po, n)
     return out
 
 
@@ -274,20 +276,10 @@ cdef object _binary_rows(Formula f, cnp.ndarray a, Py_ssize_t na,
     cdef Py_ssize_t step = m * cnp.PyArray_ITEMSIZE(big)
     with nogil:
         for r in range(rows):
-            if t == cnp.NPY_FLOAT:
-                if a_is_row:
-                    _loop2[float](f, <float*>prow, False, <float*>(pbig + r * step),
-                                  False, <float*>(po + r * step), m)
-                else:
-                    _loop2[float](f, <float*>(pbig + r * step), False, <float*>prow,
-                                  False, <float*>(po + r * step), m)
+            if a_is_row:
+                _run2(t, f, prow, False, pbig + r * step, False, po + r * step, m)
             else:
-                if a_is_row:
-                    _loop2[double](f, <double*>prow, False, <double*>(pbig + r * step),
-                                   False, <double*>(po + r * step), m)
-                else:
-                    _loop2[double](f, <double*>(pbig + r * step), False, <double*>prow,
-                                   False, <double*>(po + r * step), m)
+                _run2(t, f, pbig + r * step, False, prow, False, po + r * step, m)
     return out
 
 
@@ -333,23 +325,21 @@ cdef object _unary(Formula f, object a, Py_ssize_t limit):
     cdef cnp.ndarray arr = <cnp.ndarray>a
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(
         cnp.PyArray_NDIM(arr), cnp.PyArray_DIMS(arr), t, 0)
-    if t == cnp.NPY_FLOAT:
-        if n >= NOGIL_SIZE:
-            with nogil:
-                _loop1[float](f, <float*>cnp.PyArray_DATA(arr),
-                              <float*>cnp.PyArray_DATA(out), n)
-        else:
-            _loop1[float](f, <float*>cnp.PyArray_DATA(arr),
-                          <float*>cnp.PyArray_DATA(out), n)
+    cdef void* pa = cnp.PyArray_DATA(arr)
+    cdef void* po = cnp.PyArray_DATA(out)
+    if n >= NOGIL_SIZE:
+        with nogil:
+            _run1(t, f, pa, po, n)
     else:
-        if n >= NOGIL_SIZE:
-            with nogil:
-                _loop1[double](f, <double*>cnp.PyArray_DATA(arr),
-                               <double*>cnp.PyArray_DATA(out), n)
-        else:
-            _loop1[double](f, <double*>cnp.PyArray_DATA(arr),
-                           <double*>cnp.PyArray_DATA(out), n)
+        _run1(t, f, pa, po, n)
     return out
+
+
+cdef inline void _run1(int t, Formula f, void* pa, void* po, Py_ssize_t n) noexcept nogil:
+    if t == cnp.NPY_FLOAT:
+        _loop1[float](f, <float*>pa, <float*>po, n)
+    else:
+        _loop1[double](f, <double*>pa, <double*>po, n)
 
 
 # -- forward ----------------------------------------------------------------
@@ -503,12 +493,8 @@ cpdef bint add_into(object acc, object g):
         return False
     cdef void* pa = cnp.PyArray_DATA(<cnp.ndarray>acc)
     cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>g)
-    if t == cnp.NPY_FLOAT:
-        with nogil:
-            _loop2[float](ADD, <float*>pa, False, <float*>pg, sg, <float*>pa, na)
-    else:
-        with nogil:
-            _loop2[double](ADD, <double*>pa, False, <double*>pg, sg, <double*>pa, na)
+    with nogil:
+        _run2(t, ADD, pa, False, pg, sg, pa, na)
     return True
 
 

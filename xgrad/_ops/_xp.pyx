@@ -8,6 +8,7 @@ which is what makes double backprop work). Both offer the same functions.
 
 import numpy
 
+from xgrad._core import _array_of
 from xgrad._backend.native_kernels import (
     broadcast_view, negative as _negative, sum_to as _native_sum_to)
 
@@ -85,12 +86,10 @@ class _XgradNamespace:
 
     @staticmethod
     def sign(a):
-        from xgrad._core import _array_of
         return _array_of(numpy.sign(a.to_numpy()), a.device)
 
     @staticmethod
     def constant(raw, like):
-        from xgrad._core import _array_of
         return _array_of(raw, like.device)
 
 

@@ -16,6 +16,7 @@ from xgrad._ops._op cimport Op
 from xgrad._backend cimport native_kernels as K
 from xgrad._ops._xp import numpy_ns
 from xgrad._errors import DeviceError, DimensionError, DtypeError
+from xgrad._ops.creation import array
 
 cdef object np_power = numpy.power
 cdef object np_maximum = numpy.maximum
@@ -37,7 +38,6 @@ cdef ndarray as_array(object x, str name, object like=None):
     arrays and (nested) sequences become constants on ``like``'s device."""
     if isinstance(x, ndarray):
         return <ndarray>x
-    from xgrad._ops.creation import array
     try:
         return array(x, device=None if like is None else (<ndarray>like).device)
     except (TypeError, ValueError):
@@ -460,8 +460,7 @@ cdef object _compare(object ufunc, object a, object b):
                                  ufunc.__name__, numpy.shape(raw_a),
                                  numpy.shape(raw_b))) from None
     if ref is None:
-        from xgrad._ops.creation import array
-        return array(result)
+            return array(result)
     return _wrap(numpy.asarray(result), ref._device)
 
 
