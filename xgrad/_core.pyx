@@ -1092,6 +1092,12 @@ def _unpickle_array(data, device_name):
     return _wrap(data, _resolve_device(device_name))
 
 
+def _raw_data(ndarray a not None):
+    """The backend array an xgrad array wraps (NumPy on native devices): what
+    plain-Python op modules compute on. No copy; do not write to it."""
+    return a._data
+
+
 def _array_of(object data, object device=None):
     """Wrap a raw backend array (no copy) on ``device`` (default device)."""
     return _wrap(data, _resolve_device(device))

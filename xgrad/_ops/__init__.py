@@ -1,5 +1,6 @@
 """The op library. Each family lives in its own module; this package gathers
-them into the namespace the engine and the public API use."""
+them into the namespace the engine, the gradient formulas and the public API
+use. A module lists its public ops in ``__all__``; ``PUBLIC`` collects them."""
 
 from xgrad import _core
 from xgrad._ops import _xp
@@ -25,3 +26,17 @@ for _name in ('sum_to', 'scatter', 'exp', 'log', 'sqrt', 'matmul', 'swapaxes',
     setattr(_xp._XgradNamespace, _name, staticmethod(globals()[_name]))
 
 _core._install_ops(__import__('sys').modules[__name__])
+
+# The plain-Python op families, each with its own __all__.
+from xgrad._ops import (  # NOQA: E402
+    mathematical, logic, arithmetic, statistics, contraction, norms, shaping,
+    indexing, convolution, pooling, normalization, loss, dropout)
+
+PUBLIC = []
+for _module in (mathematical, logic, arithmetic, statistics, contraction, shaping,
+                indexing, convolution, pooling, normalization, loss, dropout):
+    for _name in _module.__all__:
+        globals()[_name] = getattr(_module, _name)
+        PUBLIC.append(_name)
+
+__all__ = PUBLIC

@@ -10,7 +10,8 @@ import numpy
 
 from xgrad._core import _array_of
 from xgrad._backend.native_kernels import (
-    broadcast_view, negative as _negative, sum_to as _native_sum_to)
+    broadcast_view, negative as _negative, sum_to as _native_sum_to,
+    sigmoid_forward as _sigmoid, relu_forward as _relu)
 
 
 def _sum_to(a, shape):
@@ -42,6 +43,12 @@ def _scatter(gy, key, shape):
 
 
 class _NumpyNamespace:
+    """NumPy's functions under their own names, plus the few gradient
+    helpers NumPy lacks (``sum_to``, ``scatter``, ``cast``, ``constant``)."""
+
+    def __getattr__(self, name):
+        return getattr(numpy, name)
+
     sum_to = staticmethod(_sum_to)
     scatter = staticmethod(_scatter)
     exp = staticmethod(numpy.exp)
@@ -55,6 +62,8 @@ class _NumpyNamespace:
     negative = staticmethod(_negative)
     multiply = staticmethod(numpy.multiply)
     power = staticmethod(numpy.power)
+    sigmoid = staticmethod(_sigmoid)
+    relu = staticmethod(_relu)
 
     @staticmethod
     def cast(a, dtype):
@@ -78,7 +87,17 @@ class _NumpyNamespace:
 
 
 class _XgradNamespace:
-    """Filled in by xgrad/_ops/__init__.py once every op module is loaded."""
+    """xgrad's ops under their own names (recorded, so differentiable again);
+    the hot ones are bound in xgrad/_ops/__init__.py once every op module is
+    loaded, the rest are looked up there on first use."""
+
+    def __getattr__(self, name):
+        import sys
+        try:
+            return getattr(sys.modules['xgrad._ops'], name)
+        except AttributeError:
+            raise AttributeError('xgrad has no op {!r} for gradient formulas'
+                                 .format(name)) from None
 
     @staticmethod
     def cast(a, dtype):

@@ -189,3 +189,8 @@ def broadcast_to(array, shape):
     op = BroadcastTo.__new__(BroadcastTo)
     op.shape = shape
     return apply1(op, x)
+
+
+def _normalize_axes(axis, ndim, name='axis'):
+    """Python access to ``normalize_axes`` for the plain-Python op modules."""
+    return normalize_axes(axis, ndim, name)

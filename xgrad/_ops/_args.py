@@ -1,0 +1,88 @@
+"""Argument handling shared by the plain-Python op modules: turning inputs
+into xgrad arrays, checking axes and dtypes, applying an op. Each check
+raises the xgrad error class ChainerX raises, naming the argument at fault."""
+
+import numbers
+
+import numpy
+
+from xgrad import _core
+from xgrad._errors import DimensionError, DtypeError
+from xgrad._ops.creation import array
+from xgrad._ops.reduction import _normalize_axes
+
+ndarray = _core.ndarray
+
+
+raw = _core._raw_data
+
+
+def as_array(x, name, like=None):
+    """An xgrad array for argument ``name``: xgrad arrays pass through, NumPy
+    arrays, Python scalars and (nested) sequences become constants on
+    ``like``'s device."""
+    if isinstance(x, ndarray):
+        return x
+    if x is None or isinstance(x, (str, bytes, dict, set)):
+        raise TypeError('{} must be an xgrad.ndarray (or array-like), not {}'.format(
+            name, type(x).__name__))
+    try:
+        return array(x, device=None if like is None else like.device)
+    except (TypeError, ValueError):
+        raise TypeError('{} must be an xgrad.ndarray (or array-like), not {}'.format(
+            name, type(x).__name__)) from None
+
+
+def is_scalar(v):
+    """A Python or NumPy scalar (kept as a scalar so NumPy's weak-scalar
+    promotion applies: ``float16_array * 2.0`` stays float16)."""
+    return isinstance(v, (numbers.Number, numpy.generic)) and not isinstance(v, ndarray)
+
+
+def normalize_axes(axis, ndim, name='axis'):
+    """``axis`` (None, int or sequence) as a sorted tuple of axes in [0, ndim)."""
+    return _normalize_axes(axis, ndim, name)
+
+
+def normalize_axis(axis, ndim, name='axis'):
+    """One axis in [0, ndim); DimensionError names it when out of range."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
+        raise TypeError('{} must be an int, not {}'.format(name, type(axis).__name__))
+    if not -ndim <= axis < ndim:
+        raise DimensionError('{} {} is out of range for an array with {} '
+                             'dimensions'.format(name, axis, ndim))
+    return int(axis) % ndim
+
+
+def require_float(x, op, name='x'):
+    """DtypeError unless ``x`` has a float dtype (ops only defined on reals)."""
+    if x.dtype.kind != 'f':
+        raise DtypeError('{}: {} must have a float dtype, not {}'.format(
+            op, name, x.dtype))
+
+
+def require_dtype_kind(x, kinds, op, name='x'):
+    if x.dtype.kind not in kinds:
+        raise DtypeError('{}: {} has dtype {}, which {} does not take'.format(
+            op, name, x.dtype, op))
+
+
+def same_device(arrays, op):
+    arrays = [a for a in arrays if a is not None]
+    for a in arrays[1:]:
+        if a.device is not arrays[0].device:
+            from xgrad._errors import DeviceError
+            raise DeviceError('{}: operands are on different devices: {} and {}'.format(
+                op, arrays[0].device.name, a.device.name))
+
+
+def apply(op, *inputs):
+    """Apply ``op`` (a PyOp instance) to xgrad arrays; one output is returned
+    bare, several as a tuple."""
+    outs = _core.apply(op, inputs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def wrap(raw, like):
+    """A constant xgrad array holding ``raw`` on ``like``'s device."""
+    return _core._array_of(numpy.asarray(raw), like.device)

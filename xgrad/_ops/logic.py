@@ -1,0 +1,174 @@
+"""Logic and selection: logical_and/or/xor/not, isnan/isinf/isfinite, all,
+any, and ``where`` (the one differentiable op here: the condition picks which
+operand each gradient element goes to)."""
+
+import numpy
+
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops.registry import (
+    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, BOOL, Arg, OpInfo, Sample, real, register)
+
+__all__ = ['where', 'logical_and', 'logical_or', 'logical_xor', 'logical_not', 'isnan',
+           'isinf', 'isfinite', 'all', 'any']
+
+
+# ---------------------------------------------------------------------------
+# where
+
+class Where(PyOp):
+    op_name = 'where'
+
+    def __init__(self, condition, x_scalar, y_scalar):
+        self.condition = condition  # raw bool array
+        self.x_scalar = x_scalar    # Python scalar standing in for x (or None)
+        self.y_scalar = y_scalar
+
+    def forward(self, inputs):
+        it = iter(inputs)
+        x = next(it) if self.x_scalar is None else self.x_scalar
+        y = next(it) if self.y_scalar is None else self.y_scalar
+        self.shapes = tuple(a.shape for a in inputs)
+        self.dtypes = tuple(a.dtype for a in inputs)
+        return (numpy.asarray(numpy.where(self.condition, x, y)),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        gy = gys[0]
+        cond = xp.constant(self.condition, gy)
+        zero = 0  # a weak Python scalar: keeps gy's dtype
+        sides = ([] if self.x_scalar is not None else [True]) + \
+            ([] if self.y_scalar is not None else [False])
+        out = []
+        for t in targets:
+            g = xp.where(cond, gy, zero) if sides[t] else xp.where(cond, zero, gy)
+            if g.shape != self.shapes[t]:
+                g = xp.sum_to(g, self.shapes[t])
+            out.append(xp.cast(g, self.dtypes[t]))
+        return tuple(out)
+
+
+def where(condition, x, y):
+    """Elements of ``x`` where ``condition`` holds, else of ``y`` (NumPy's
+    broadcasting and promotion; either operand may be a Python scalar).
+    The gradient flows to the chosen operand only."""
+    like = next((a for a in (condition, x, y) if isinstance(a, _args.ndarray)), None)
+    cond = _args.as_array(condition, 'condition', like)
+    inputs = []
+    scalars = []
+    for name, v in (('x', x), ('y', y)):
+        if _args.is_scalar(v):
+            scalars.append(v.item() if isinstance(v, numpy.generic) else v)
+        else:
+            inputs.append(_args.as_array(v, name, like))
+            scalars.append(None)
+    _args.same_device([cond] + inputs, 'where')
+    raw_cond = _args.raw(cond).astype(bool, copy=False)
+    try:
+        numpy.broadcast_shapes(cond.shape, *[a.shape for a in inputs])
+    except ValueError:
+        raise _args.DimensionError(
+            'where: condition, x and y with shapes {} cannot be broadcast '
+            'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y)))
+        ) from None
+    if not inputs:
+        return _args.wrap(numpy.where(raw_cond, scalars[0], scalars[1]), cond)
+    return _args.apply(Where(raw_cond, scalars[0], scalars[1]), *inputs)
+
+
+def _where_ref(c, x, y):
+    return numpy.where(c, x, y)
+
+
+register(OpInfo(
+    'where', where, ref=_where_ref,
+    samples=[Sample(Arg((2, 3), dtype=BOOL), (2, 3), (2, 3)),
+             Sample(Arg((3,), dtype=BOOL), (2, 3), (2, 1)),
+             Sample(Arg((2, 3), dtype=BOOL), (), (2, 3)),
+             Sample(Arg((0, 3), dtype=BOOL), (0, 3), (3,))],
+    domain=real, int_dtypes=(numpy.int64, numpy.int32, BOOL)))
+
+
+# ---------------------------------------------------------------------------
+# Non-differentiable logic: bool results, NumPy's semantics
+
+def _logic(ufunc):
+    def op(*xs):
+        like = next((a for a in xs if isinstance(a, _args.ndarray)), None)
+        arrays = [_args.as_array(x, 'x{}'.format(i + 1), like) for i, x in enumerate(xs)]
+        _args.same_device(arrays, ufunc.__name__)
+        try:
+            result = ufunc(*[_args.raw(a) for a in arrays])
+        except ValueError:
+            raise _args.DimensionError('{}: operands with shapes {} cannot be broadcast '
+                                       'together'.format(ufunc.__name__, ' and '.join(
+                                           str(a.shape) for a in arrays))) from None
+        except TypeError as e:
+            raise _args.DtypeError('{}: {}'.format(ufunc.__name__, e)) from None
+        return _args.wrap(result, arrays[0])
+    op.__name__ = ufunc.__name__
+    op.__doc__ = 'NumPy\'s ``{}``, elementwise; no gradient.'.format(ufunc.__name__)
+    return op
+
+
+logical_and = _logic(numpy.logical_and)
+logical_or = _logic(numpy.logical_or)
+logical_xor = _logic(numpy.logical_xor)
+logical_not = _logic(numpy.logical_not)
+isnan = _logic(numpy.isnan)
+isinf = _logic(numpy.isinf)
+isfinite = _logic(numpy.isfinite)
+
+_BINARY_SAMPLES = [Sample((2, 3), (2, 3)), Sample((2, 3), (3,)), Sample((), ()),
+                   Sample((0, 3), (3,))]
+_UNARY_SAMPLES = [Sample((2, 3)), Sample(()), Sample((0, 2))]
+
+for _f, _samples in ((logical_and, _BINARY_SAMPLES), (logical_or, _BINARY_SAMPLES),
+                     (logical_xor, _BINARY_SAMPLES), (logical_not, _UNARY_SAMPLES)):
+    register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__), samples=_samples,
+                    differentiable=False, int_dtypes=(BOOL,) + INT_DTYPES))
+
+
+def _special_values(rs, shape):
+    """Mostly finite values with some nan, inf and -inf."""
+    x = rs.uniform(-1, 1, shape)
+    pick = rs.randint(0, 5, shape)
+    return numpy.where(pick == 0, numpy.nan, numpy.where(
+        pick == 1, numpy.inf, numpy.where(pick == 2, -numpy.inf, x)))
+
+
+for _f in (isnan, isinf, isfinite):
+    register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__),
+                    samples=[Sample((3, 4)), Sample(()), Sample((0,))],
+                    domain=_special_values, differentiable=False,
+                    int_dtypes=(numpy.int64, BOOL)))
+
+
+# ---------------------------------------------------------------------------
+# all / any
+
+def _truth_reduction(name, reducer):
+    def op(a, axis=None, keepdims=False):
+        a = _args.as_array(a, 'a')
+        axes = _args.normalize_axes(axis, a.ndim)
+        return _args.wrap(reducer(_args.raw(a), axis=axes, keepdims=keepdims), a)
+    op.__name__ = name
+    op.__doc__ = ('Whether {} element along ``axis`` is true (nonzero); NumPy\'s '
+                  '``{}``.'.format('every' if name == 'all' else 'some', name))
+    return op
+
+
+all = _truth_reduction('all', numpy.all)
+any = _truth_reduction('any', numpy.any)
+
+
+def _sparse_truth(rs, shape):
+    return (rs.uniform(0, 1, shape) < 0.4) * rs.uniform(0.5, 1, shape)
+
+
+for _f in (all, any):
+    register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__),
+                    samples=[Sample((2, 3)), Sample((2, 3), axis=1),
+                             Sample((2, 3, 2), axis=(0, 2), keepdims=True),
+                             Sample((2, 3), axis=-1), Sample(()), Sample((0, 3), axis=0)],
+                    domain=_sparse_truth, differentiable=False,
+                    int_dtypes=(BOOL, numpy.int64)))

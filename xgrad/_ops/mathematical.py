@@ -1,0 +1,246 @@
+"""Elementwise math beyond the Cython hot set: exponentials and logarithms,
+trigonometric and hyperbolic functions, activations, rounding, and the
+remaining binary arithmetic.
+
+A unary op here is one declaration (``_unary``): the NumPy ufunc (or
+function) that computes it, its derivative written against an array
+namespace ``xp`` (so it is differentiable again, see ``_op.pyx``), which of
+x and y the derivative reads, and its registry entry (domain away from poles
+and kinks). Results follow NumPy's dtype rules: ``sin`` of an int64 array is
+float64, of a float16 array float16.
+"""
+
+import math
+
+import numpy
+
+from xgrad import _core
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops.registry import (
+    FLOAT_DTYPES, INT_DTYPES, BOOL, Arg, OpInfo, Sample, away_from, nonzero,
+    positive, real, register, within)
+
+__all__ = ['expm1', 'exp2', 'log1p', 'log2', 'log10', 'reciprocal', 'sin', 'cos',
+           'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh', 'arccosh',
+           'fabs', 'sign', 'ceil', 'floor', 'softplus', 'leaky_relu', 'elu',
+           'clipped_relu', 'clip']
+
+UNARY_SAMPLES = (Sample((2, 3)), Sample(()), Sample((3, 0)))
+BINARY_SAMPLES = (Sample((2, 3), (2, 3)), Sample((2, 3), (3,)),
+                  Sample((2, 1), (1, 3)), Sample((), ()), Sample((0, 3), (3,)))
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
+
+
+class _Unary(PyOp):
+    """y = f(x) elementwise; ``derivative(xp, gy, x, y)`` -> gx."""
+    compute = None
+    derivative = None
+    uses = ''  # which of 'x', 'y' the derivative reads
+
+    def __init__(self, kwargs):
+        self.kwargs = kwargs
+
+    def forward(self, inputs):
+        if 'x' in self.uses:
+            self.retain_inputs((0,))
+        if 'y' in self.uses:
+            self.retain_outputs((0,))
+        return (numpy.asarray(_checked(type(self).compute, self.op_name, inputs[0],
+                                       **self.kwargs)),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x = xs[0] if xs else None
+        y = ys[0] if ys else None
+        return (type(self).derivative(xp, gys[0], x, y, **self.kwargs),)
+
+
+def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
+           doc='', ints=True, samples=UNARY_SAMPLES, tol=None, check_float=False,
+           public=None, **info):
+    """Define and register the unary op ``name``; returns its function.
+    ``derivative`` None: not differentiable (the result never joins a graph).
+    ``public``: turns the generic ``f(x, **kwargs)`` into the public
+    signature (with argument checks)."""
+    cls = type(name.title().replace('_', ''), (_Unary,), {
+        'op_name': name, 'compute': staticmethod(compute), 'uses': uses,
+        'derivative': staticmethod(derivative) if derivative else None})
+
+    def op(x, **kwargs):
+        x = _args.as_array(x, 'x')
+        if check_float:
+            _args.require_float(x, name)
+        if derivative is None:
+            return _args.wrap(_checked(compute, name, _args.raw(x), **kwargs), x)
+        return _args.apply(cls(kwargs), x)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc or 'NumPy\'s ``{}``, elementwise.'.format(name)
+    if public is not None:
+        op = public(op)
+    register(OpInfo(name, op, ref=ref or compute, samples=samples, domain=domain,
+                    int_dtypes=_accepted(compute, INT_DTYPES + (BOOL,)) if ints else (),
+                    differentiable=derivative is not None, tol=tol or {}, **info))
+    return op
+
+
+def _accepted(compute, dtypes):
+    """The dtypes among ``dtypes`` that NumPy's ``compute`` takes."""
+    ok = []
+    for d in dtypes:
+        try:
+            compute(numpy.ones(1, d))
+            ok.append(d)
+        except TypeError:
+            pass
+    return tuple(ok)
+
+
+def _checked(compute, name, *args, **kwargs):
+    try:
+        return compute(*args, **kwargs)
+    except TypeError as e:
+        raise _args.DtypeError('{}: {}'.format(name, e)) from None
+
+
+# ---------------------------------------------------------------------------
+# Exponentials and logarithms
+
+expm1 = _unary('expm1', numpy.expm1, lambda xp, gy, x, y: gy * (y + 1), uses='y')
+exp2 = _unary('exp2', numpy.exp2, lambda xp, gy, x, y: gy * y * LN2, uses='y')
+log1p = _unary('log1p', numpy.log1p, lambda xp, gy, x, y: gy / (x + 1),
+               domain=within(-0.5, 2))
+log2 = _unary('log2', numpy.log2, lambda xp, gy, x, y: gy / (x * LN2), domain=positive)
+log10 = _unary('log10', numpy.log10, lambda xp, gy, x, y: gy / (x * LN10),
+               domain=positive)
+reciprocal = _unary(
+    'reciprocal', numpy.reciprocal, lambda xp, gy, x, y: -(gy * y * y), uses='y',
+    domain=nonzero, ints=False,
+    doc='1 / x. On integer arrays NumPy\'s reciprocal truncates; xgrad takes '
+        'float arrays only.', check_float=True)
+
+# ---------------------------------------------------------------------------
+# Trigonometric and hyperbolic
+
+sin = _unary('sin', numpy.sin, lambda xp, gy, x, y: gy * xp.cos(x))
+cos = _unary('cos', numpy.cos, lambda xp, gy, x, y: -(gy * xp.sin(x)))
+tan = _unary('tan', numpy.tan, lambda xp, gy, x, y: gy * (y * y + 1), uses='y')
+arcsin = _unary('arcsin', numpy.arcsin,
+                lambda xp, gy, x, y: gy / xp.sqrt(1 - x * x), domain=within(-0.8, 0.8))
+arccos = _unary('arccos', numpy.arccos,
+                lambda xp, gy, x, y: -(gy / xp.sqrt(1 - x * x)),
+                domain=within(-0.8, 0.8))
+arctan = _unary('arctan', numpy.arctan, lambda xp, gy, x, y: gy / (x * x + 1))
+sinh = _unary('sinh', numpy.sinh, lambda xp, gy, x, y: gy * xp.cosh(x))
+cosh = _unary('cosh', numpy.cosh, lambda xp, gy, x, y: gy * xp.sinh(x))
+arcsinh = _unary('arcsinh', numpy.arcsinh,
+                 lambda xp, gy, x, y: gy / xp.sqrt(x * x + 1))
+arccosh = _unary('arccosh', numpy.arccosh,
+                 lambda xp, gy, x, y: gy / xp.sqrt(x * x - 1), domain=within(1.3, 3))
+
+
+# ---------------------------------------------------------------------------
+# Absolute value, sign, rounding
+
+fabs = _unary('fabs', numpy.fabs, lambda xp, gy, x, y: gy * xp.sign(x), domain=nonzero,
+              doc='|x| as a float (NumPy\'s ``fabs``); gradient sign(x), 0 at 0.')
+sign = _unary('sign', numpy.sign, doc='The sign of x (-1, 0 or 1); no gradient.')
+ceil = _unary('ceil', numpy.ceil, domain=within(-3, 3),
+              doc='The ceiling of x; no gradient.')
+floor = _unary('floor', numpy.floor, domain=within(-3, 3),
+               doc='The floor of x; no gradient.')
+
+
+# ---------------------------------------------------------------------------
+# Activations (ChainerX's names and arguments)
+
+def _softplus(x, beta=1.0):
+    bx = x * x.dtype.type(beta) if x.dtype.kind == 'f' else x * beta
+    return numpy.logaddexp(0, bx) / (x.dtype.type(beta) if x.dtype.kind == 'f' else beta)
+
+
+def _softplus_grad(xp, gy, x, y, beta=1.0):
+    return gy * xp.sigmoid(x * beta)
+
+
+softplus = _unary(
+    'softplus', _softplus, _softplus_grad, check_float=True, ints=False,
+    samples=UNARY_SAMPLES + (Sample((2, 3), beta=2.0),),
+    doc='log(1 + exp(beta * x)) / beta, without overflow. Float arrays only.')
+
+
+def _leaky_relu(x, slope=0.2):
+    return numpy.where(x >= 0, x, x * x.dtype.type(slope))
+
+
+def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
+    return xp.where(x >= 0, gy, gy * slope)
+
+
+leaky_relu = _unary(
+    'leaky_relu', _leaky_relu, _leaky_relu_grad, domain=nonzero, check_float=True,
+    ints=False, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
+    doc='x where x >= 0, else slope * x. Float arrays only.')
+
+
+def _elu(x, alpha=1.0):
+    return numpy.where(x >= 0, x, numpy.expm1(numpy.minimum(x, 0)) * x.dtype.type(alpha))
+
+
+def _elu_grad(xp, gy, x, y, alpha=1.0):
+    return xp.where(x >= 0, gy, gy * (y + alpha))
+
+
+elu = _unary('elu', _elu, _elu_grad, uses='xy', domain=nonzero, check_float=True,
+             ints=False, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
+             doc='x where x >= 0, else alpha * (exp(x) - 1). Float arrays only.')
+
+
+def _clipped_relu(x, z=20.0):
+    return numpy.minimum(numpy.maximum(x, x.dtype.type(0)), x.dtype.type(z))
+
+
+def _clipped_relu_grad(xp, gy, x, y, z=20.0):
+    return xp.where(x > 0, xp.where(x < z, gy, 0), 0)
+
+
+clipped_relu = _unary(
+    'clipped_relu', _clipped_relu, _clipped_relu_grad, check_float=True, ints=False,
+    domain=away_from(0.0, 0.5, low=-1.5, high=1.5),
+    samples=UNARY_SAMPLES + (Sample((2, 3), z=0.5),),
+    doc='min(max(x, 0), z). Float arrays only.')
+
+
+def _clip(a, a_min, a_max):
+    return numpy.clip(a, a_min, a_max)
+
+
+def _clip_grad(xp, gy, x, y, a_min, a_max):
+    inside = gy
+    if a_max is not None:
+        inside = xp.where(x <= a_max, inside, 0)
+    if a_min is not None:
+        inside = xp.where(x >= a_min, inside, 0)
+    return inside
+
+
+def _clip_signature(op):
+    def clip(a, a_min, a_max):
+        """``a`` limited to [a_min, a_max] (either bound may be None); the
+        gradient passes where a_min <= a <= a_max."""
+        if a_min is None and a_max is None:
+            raise ValueError('clip: a_min and a_max cannot both be None')
+        for name, v in (('a_min', a_min), ('a_max', a_max)):
+            if v is not None and not _args.is_scalar(v):
+                raise TypeError('clip: {} must be a scalar or None, not {}'.format(
+                    name, type(v).__name__))
+        return op(a, a_min=a_min, a_max=a_max)
+    return clip
+
+
+clip = _unary(
+    'clip', _clip, _clip_grad, domain=away_from(-0.5, 0.5), public=_clip_signature,
+    samples=(Sample((2, 3), a_min=-0.5, a_max=0.5), Sample((), a_min=-0.5, a_max=0.5),
+             Sample((2, 3), a_min=None, a_max=0.5), Sample((2, 3), a_min=-0.5, a_max=None),
+             Sample((0, 3), a_min=-0.5, a_max=0.5)))

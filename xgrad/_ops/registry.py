@@ -1,0 +1,293 @@
+"""The op registry: every op of the library, declared once with what it takes
+to test it.
+
+Each op module declares its ops right after defining them::
+
+    register(OpInfo('cos', cos, ref=numpy.cos, samples=UNARY_SAMPLES))
+
+An ``OpInfo`` says how to call the op (``samples``: input shapes and keyword
+arguments), what NumPy computes for the same call (``ref``), the dtypes it
+takes, whether it is differentiable once or twice, the input domain gradient
+checks sample from (away from poles and kinks), and tolerances where the
+defaults do not fit. The test suite and ``python -m xgrad check`` enumerate
+the registry, so adding an op is one ``register`` call (PyTorch's OpInfo idea).
+"""
+
+import dataclasses
+import zlib
+from typing import Any, Callable, Optional
+
+import numpy
+
+
+F16 = numpy.dtype('float16')
+F32 = numpy.dtype('float32')
+F64 = numpy.dtype('float64')
+FLOAT_DTYPES = (F16, F32, F64)
+SIGNED_DTYPES = tuple(numpy.dtype(d) for d in ('int8', 'int16', 'int32', 'int64'))
+INT_DTYPES = SIGNED_DTYPES + (numpy.dtype('uint8'),)
+BOOL = numpy.dtype('bool')
+ALL_DTYPES = (BOOL,) + INT_DTYPES + FLOAT_DTYPES
+
+# Numerical-differentiation step and the |analytic - numerical| <= atol +
+# rtol * |numerical| tolerance, per working precision. float16 gradients are
+# compared with float64 central differences (float16 differences are noise).
+DEFAULT_EPS = {F16: 1e-3, F32: 1e-3, F64: 1e-5}
+DEFAULT_TOL = {F16: (1e-2, 1e-2), F32: (2e-3, 2e-3), F64: (1e-6, 1e-5)}
+# Forward results against NumPy.
+FORWARD_TOL = {F16: (1e-3, 2e-3), F32: (1e-6, 1e-5), F64: (1e-12, 1e-12)}
+
+
+# ---------------------------------------------------------------------------
+# Input domains: (numpy.random.RandomState, shape) -> float64 data
+
+def real(rs, shape):
+    """Uniform in [-1, 1]."""
+    return rs.uniform(-1, 1, shape)
+
+
+def positive(rs, shape):
+    """Uniform in [0.5, 2]: away from the poles of log, sqrt, 1/x at 0."""
+    return rs.uniform(0.5, 2, shape)
+
+
+def nonzero(rs, shape):
+    """|x| in [0.3, 1.5]: away from the kinks of abs/relu/sign at 0."""
+    return rs.choice([-1.0, 1.0], shape) * rs.uniform(0.3, 1.5, shape)
+
+
+def within(low, high):
+    """Uniform in [low, high]."""
+    def domain(rs, shape):
+        return rs.uniform(low, high, shape)
+    domain.__name__ = 'within({}, {})'.format(low, high)
+    return domain
+
+
+def away_from(*points, margin=0.2, low=-2.0, high=2.0):
+    """Uniform in [low, high], at least ``margin`` from every point in
+    ``points`` (the kinks of clip, huber, leaky_relu...)."""
+    def domain(rs, shape):
+        x = rs.uniform(low, high, shape)
+        for _ in range(1000):
+            bad = numpy.zeros(numpy.shape(x), bool)
+            for p in points:
+                bad |= numpy.abs(x - p) < margin
+            if not bad.any():
+                return x
+            x = numpy.where(bad, rs.uniform(low, high, numpy.shape(x)), x)
+        raise AssertionError('could not sample away from {}'.format(points))
+    domain.__name__ = 'away_from{}'.format(points)
+    return domain
+
+
+def distinct(rs, shape):
+    """Values in [-1, 1] that differ pairwise by at least 1/size (no ties for
+    max, min, argmax, sort-like ops, even in float16)."""
+    n = int(numpy.prod(shape, dtype=numpy.int64))
+    if n == 0:
+        return numpy.zeros(shape)
+    grid = (numpy.arange(n) - (n - 1) / 2) * (2.0 / max(n, 2))
+    return rs.permutation(grid).reshape(shape)
+
+
+def integers(low, high):
+    """Whole numbers in [low, high) (labels, indices, counts)."""
+    def domain(rs, shape):
+        return rs.randint(low, high, shape).astype(numpy.float64)
+    domain.__name__ = 'integers({}, {})'.format(low, high)
+    return domain
+
+
+def untied(rs, shapes):
+    """Joint sampler: two operands that differ by at least 0.2 everywhere
+    (no ties for maximum/minimum, even after rounding to float16)."""
+    a = rs.uniform(-1, 1, shapes[0])
+    full = numpy.broadcast_shapes(*shapes)
+    for _ in range(100):
+        b = rs.uniform(-1, 1, shapes[1])
+        if numpy.all(numpy.abs(numpy.broadcast_to(a, full)
+                               - numpy.broadcast_to(b, full)) >= 0.2):
+            return [a, b]
+    raise AssertionError('could not draw untied operands')
+
+
+# ---------------------------------------------------------------------------
+# Declarations
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One input of a sample. ``domain`` None: the op's domain for this
+    position. ``dtype`` None: the dtype under test; a fixed dtype (labels,
+    indices) is never differentiated."""
+    shape: tuple
+    domain: Optional[Callable] = None
+    dtype: Any = None
+
+
+class Sample:
+    """One way to call an op: its array inputs (shapes or ``Arg``) and its
+    keyword arguments. ``name`` tells samples of one op apart in test ids."""
+
+    def __init__(self, *args, name=None, **kwargs):
+        self.args = tuple(a if isinstance(a, Arg) else Arg(tuple(a)) for a in args)
+        self.kwargs = kwargs
+        if name is None:
+            parts = ['x'.join(map(str, a.shape)) or '0d' for a in self.args]
+            parts += ['{}={}'.format(k, _short(v)) for k, v in sorted(kwargs.items())]
+            name = '-'.join(parts)
+        self.name = name
+
+    @property
+    def shapes(self):
+        return tuple(a.shape for a in self.args)
+
+    @property
+    def is_empty(self):
+        return any(0 in a.shape for a in self.args)
+
+    def __repr__(self):
+        return 'Sample({})'.format(self.name)
+
+
+def _short(v):
+    if isinstance(v, numpy.ndarray):
+        return 'array{}'.format('x'.join(map(str, v.shape)))
+    return str(v).replace(' ', '')
+
+
+def _call(func, xs, kwargs):
+    return func(*xs, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """Everything the test suite and ``check`` need to know about one op.
+
+    name: the public name (``'linalg.norm'`` for namespaced ones).
+    func: the xgrad function.
+    ref: the NumPy computation of the same call (same arguments, NumPy
+        arrays in), or None when there is no NumPy counterpart to compare with.
+    samples: the calls to test.
+    domain: where the inputs are sampled from, one for all inputs or a tuple
+        with one per input; ``gen`` (rs, shapes) -> arrays samples them jointly.
+    dtypes: the float dtypes the op and its gradient are tested on.
+    int_dtypes: integer/bool dtypes the forward is also checked on (NumPy's
+        promotion rules decide the result dtype).
+    differentiable / twice_differentiable: what the gradient tests check; an
+        op not twice differentiable must raise when double backprop goes
+        through it.
+    tol / eps: per-dtype overrides of ``DEFAULT_TOL`` / ``DEFAULT_EPS``;
+        ``forward_tol`` of ``FORWARD_TOL``.
+    call: how to apply ``func``/``ref`` to the inputs and keyword arguments
+        (for ops that take a list of arrays, like ``concatenate``).
+    """
+    name: str
+    func: Callable
+    samples: tuple
+    ref: Optional[Callable] = None
+    domain: Any = real
+    gen: Optional[Callable] = None
+    dtypes: tuple = FLOAT_DTYPES
+    int_dtypes: tuple = ()
+    differentiable: bool = True
+    twice_differentiable: bool = True
+    tol: dict = dataclasses.field(default_factory=dict)
+    eps: dict = dataclasses.field(default_factory=dict)
+    forward_tol: dict = dataclasses.field(default_factory=dict)
+    call: Callable = _call
+
+    def __post_init__(self):
+        object.__setattr__(self, 'samples', tuple(self.samples))
+        object.__setattr__(self, 'dtypes', tuple(numpy.dtype(d) for d in self.dtypes))
+        object.__setattr__(self, 'int_dtypes',
+                           tuple(numpy.dtype(d) for d in self.int_dtypes))
+        if not self.differentiable:
+            object.__setattr__(self, 'twice_differentiable', False)
+
+    def __repr__(self):
+        return 'OpInfo({!r})'.format(self.name)
+
+    def tolerance(self, dtype):
+        dtype = numpy.dtype(dtype)
+        return self.tol.get(dtype, DEFAULT_TOL.get(dtype, DEFAULT_TOL[F64]))
+
+    def step(self, dtype):
+        dtype = numpy.dtype(dtype)
+        return self.eps.get(dtype, DEFAULT_EPS.get(dtype, DEFAULT_EPS[F64]))
+
+    def forward_tolerance(self, dtype):
+        dtype = numpy.dtype(dtype)
+        return self.forward_tol.get(dtype, FORWARD_TOL.get(dtype, (0, 0)))
+
+    def input_dtypes(self, sample, dtype):
+        return tuple(numpy.dtype(dtype if a.dtype is None else a.dtype)
+                     for a in sample.args)
+
+    def differentiable_inputs(self, sample):
+        """Positions of the inputs that gradient checks differentiate."""
+        return tuple(i for i, a in enumerate(sample.args) if a.dtype is None)
+
+    def sample_data(self, sample, dtype, rs):
+        """The inputs of ``sample`` as NumPy arrays of their dtypes, drawn from
+        the declared domains. Float data is rounded to ``dtype`` first, so
+        float64 copies hold exactly the values under test."""
+        dtypes = self.input_dtypes(sample, dtype)
+        if self.gen is not None:
+            raw = list(self.gen(rs, sample.shapes))
+        else:
+            raw = []
+            for i, a in enumerate(sample.args):
+                domain = a.domain or (self.domain[i] if isinstance(self.domain, tuple)
+                                      else self.domain)
+                raw.append(domain(rs, a.shape))
+        out = []
+        for data, d, a in zip(raw, dtypes, sample.args):
+            data = numpy.asarray(data, F64)
+            if d.kind in 'iub':
+                data = numpy.nan_to_num(data, posinf=1, neginf=-1)
+            if d.kind in 'iu' and a.dtype is None:
+                data = numpy.round(data * 3)  # integers for int-dtype forward checks
+                if d.kind == 'u':
+                    data = numpy.abs(data)
+            elif d.kind == 'b' and a.dtype is None:
+                data = data > 0
+            out.append(numpy.array(data, dtype=d))
+        return out
+
+    def __call__(self, xs, sample):
+        return self.call(self.func, list(xs), sample.kwargs)
+
+    def reference(self, xs, sample):
+        return self.call(self.ref, list(xs), sample.kwargs)
+
+
+_REGISTRY = {}
+
+
+def register(info):
+    """Add ``info`` to the registry (one declaration per op name)."""
+    if info.name in _REGISTRY:
+        raise ValueError('op {!r} is registered twice'.format(info.name))
+    if not info.samples:
+        raise ValueError('op {!r} declares no samples'.format(info.name))
+    _REGISTRY[info.name] = info
+    return info
+
+
+def registered_ops():
+    """Every registered op, sorted by name."""
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def op_info(name):
+    """The ``OpInfo`` registered as ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError('no op named {!r} is registered'.format(name)) from None
+
+
+def sample_seed(*keys):
+    """A stable seed for one (op, sample, dtype, purpose) combination."""
+    return zlib.crc32('/'.join(map(str, keys)).encode())
