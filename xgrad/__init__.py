@@ -7,7 +7,7 @@ import numpy as _numpy
 
 from xgrad._errors import (  # NOQA
     XgradError, ChainerxError, ContextError, BackendError, DeviceError,
-    DimensionError, DtypeError, NotImplementedError, GradientError,
+    DimensionError, DtypeError, NotImplementedError, IndexError, GradientError,
     GradientCheckError, BackpropModeError)
 from xgrad._core import (  # NOQA
     ndarray, Context, BackpropId, AnyGraph, anygraph, FunctionNode,

@@ -40,6 +40,10 @@ class NotImplementedError(XgradError, builtins.NotImplementedError):
     """A feature xgrad does not have (yet); also a builtin NotImplementedError."""
 
 
+class IndexError(XgradError, builtins.IndexError):
+    """An index or indices out of bounds; also a builtin IndexError."""
+
+
 class GradientError(XgradError):
     """A gradient whose dtype, shape or device does not match its array."""
 

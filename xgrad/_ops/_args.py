@@ -7,7 +7,7 @@ import numbers
 import numpy
 
 from xgrad import _core
-from xgrad._errors import DimensionError, DtypeError
+from xgrad._errors import DeviceError, DimensionError, DtypeError, IndexError  # NOQA
 from xgrad._ops.creation import array
 from xgrad._ops.reduction import _normalize_axes
 
@@ -71,7 +71,6 @@ def same_device(arrays, op):
     arrays = [a for a in arrays if a is not None]
     for a in arrays[1:]:
         if a.device is not arrays[0].device:
-            from xgrad._errors import DeviceError
             raise DeviceError('{}: operands are on different devices: {} and {}'.format(
                 op, arrays[0].device.name, a.device.name))
 
