@@ -85,3 +85,40 @@ def apply(op, *inputs):
 def wrap(raw, like):
     """A constant xgrad array holding ``raw`` on ``like``'s device."""
     return _core._array_of(numpy.asarray(raw), like.device)
+
+
+def operands(op, *values):
+    """The array operands among ``values`` as xgrad arrays, and ``values``
+    with scalars kept as Python scalars (NumPy's weak-scalar promotion) and
+    array-likes converted. At least one operand becomes an array."""
+    like = next((v for v in values if isinstance(v, ndarray)), None)
+    out = []
+    for i, v in enumerate(values):
+        if is_scalar(v) and not (like is None and i == 0):
+            out.append(v.item() if isinstance(v, numpy.generic) else v)
+        else:
+            v = as_array(v, 'x{}'.format(i + 1), like)
+            like = v if like is None else like
+            out.append(v)
+    arrays = [v for v in out if isinstance(v, ndarray)]
+    same_device(arrays, op)
+    return arrays, out
+
+
+def check_broadcast(op, *values):
+    """DimensionError naming the shapes when ``values`` do not broadcast."""
+    shapes = [numpy.shape(v) if not isinstance(v, ndarray) else v.shape for v in values]
+    try:
+        numpy.broadcast_shapes(*shapes)
+    except ValueError:
+        raise DimensionError('{}: operands with shapes {} cannot be broadcast '
+                             'together'.format(op, ' and '.join(map(str, shapes)))) from None
+
+
+def checked_ufunc(op, ufunc, *raw):
+    """``ufunc(*raw)``, with NumPy's dtype and shape failures as xgrad errors."""
+    check_broadcast(op, *raw)
+    try:
+        return ufunc(*raw)
+    except TypeError as e:
+        raise DtypeError('{}: {}'.format(op, e)) from None

@@ -486,3 +486,53 @@ def less(x1, x2):
 
 def less_equal(x1, x2):
     return _compare(numpy.less_equal, x1, x2)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+from xgrad._ops.registry import (
+    register, OpInfo, Sample, INT_DTYPES, BOOL, real, positive, nonzero, untied)
+
+_UNARY_SAMPLES = (Sample((2, 3)), Sample(()), Sample((3, 0)))
+_BINARY_SAMPLES = (Sample((2, 3), (2, 3)), Sample((2, 3), (3,)), Sample((2, 1), (1, 3)),
+                   Sample((), ()), Sample((0, 3), (3,)))
+_SIGNED = tuple(d for d in INT_DTYPES if d.kind == 'i')
+
+
+def _np_sigmoid(x):
+    x = numpy.asarray(x)
+    return (1 / (1 + numpy.exp(-x.astype(numpy.float64)))).astype(x.dtype)
+
+
+for _f, _ref, _domain, _ints in (
+        (negative, numpy.negative, real, _SIGNED),
+        (absolute, numpy.absolute, nonzero, INT_DTYPES + (BOOL,)),
+        (exp, numpy.exp, real, INT_DTYPES + (BOOL,)),
+        (log, numpy.log, positive, INT_DTYPES + (BOOL,)),
+        (sqrt, numpy.sqrt, positive, INT_DTYPES + (BOOL,)),
+        (square, numpy.square, real, INT_DTYPES),
+        (tanh, numpy.tanh, real, INT_DTYPES + (BOOL,)),
+        (sigmoid, _np_sigmoid, real, ()),
+        (relu, lambda x: numpy.maximum(x, x.dtype.type(0)), nonzero, ())):
+    register(OpInfo(_f.__name__, _f, ref=_ref, samples=_UNARY_SAMPLES, domain=_domain,
+                    int_dtypes=_ints))
+
+for _name, _f, _ref, _domain, _ints in (
+        ('add', add, numpy.add, real, INT_DTYPES),
+        ('subtract', subtract, numpy.subtract, real, INT_DTYPES),
+        ('multiply', multiply, numpy.multiply, real, INT_DTYPES + (BOOL,)),
+        ('divide', divide, numpy.divide, (real, nonzero), ()),
+        ('true_divide', true_divide, numpy.true_divide, (real, nonzero), ()),
+        ('power', power, numpy.power, (positive, real), ())):
+    register(OpInfo(_name, _f, ref=_ref, samples=_BINARY_SAMPLES, domain=_domain,
+                    int_dtypes=_ints))
+
+for _f, _ref in ((maximum, numpy.maximum), (minimum, numpy.minimum)):
+    register(OpInfo(_f.__name__, _f, ref=_ref, samples=_BINARY_SAMPLES, gen=untied,
+                    int_dtypes=INT_DTYPES + (BOOL,)))
+
+for _f in (equal, not_equal, greater, greater_equal, less, less_equal):
+    register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__),
+                    samples=_BINARY_SAMPLES, gen=untied, differentiable=False,
+                    int_dtypes=INT_DTYPES + (BOOL,)))

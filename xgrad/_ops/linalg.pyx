@@ -91,3 +91,20 @@ def dot(a, b):
             'dot supports operands of up to 2 dimensions (got {} and {}); use '
             'matmul for batched products'.format(x1._data.shape, x2._data.shape))
     return matmul(x1, x2)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES
+
+_PRODUCT_SAMPLES = (Sample((3,), (3,)), Sample((2, 3), (3,)), Sample((3,), (3, 2)),
+                    Sample((2, 3), (3, 2)), Sample((2, 0), (0, 2)))
+register(OpInfo('dot', dot, ref=numpy.dot,
+                samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)),),
+                int_dtypes=(numpy.int64, numpy.int32)))
+register(OpInfo('matmul', matmul, ref=numpy.matmul,
+                samples=_PRODUCT_SAMPLES + (
+                    Sample((2, 2, 3), (3, 2)), Sample((2, 1, 2, 3), (3, 3, 2)),
+                    Sample((3,), (2, 3, 2)), Sample((0, 2, 3), (3, 2))),
+                int_dtypes=(numpy.int64, numpy.int32)))

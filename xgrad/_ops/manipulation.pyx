@@ -270,3 +270,52 @@ def to_device(a, device, index=None):
     op.source = x._device
     op.same_device = target is x._device
     return apply_to_device(op, x, target)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+from xgrad._ops.registry import register, OpInfo, Sample, FLOAT_DTYPES, INT_DTYPES, BOOL
+
+_ALL_INTS = INT_DTYPES + (BOOL,)
+
+register(OpInfo('reshape', reshape, ref=lambda a, newshape: numpy.reshape(a, newshape),
+                samples=(Sample((2, 3), newshape=(3, 2)), Sample((2, 3), newshape=(-1,)),
+                         Sample((2, 3), newshape=(1, -1, 3)), Sample((), newshape=(1, 1)),
+                         Sample((1,), newshape=()), Sample((0, 3), newshape=(3, 0))),
+                int_dtypes=_ALL_INTS))
+register(OpInfo('transpose', transpose, ref=numpy.transpose,
+                samples=(Sample((2, 3)), Sample((2, 3, 2), axes=(1, 0, 2)),
+                         Sample((2, 3, 2), axes=(-1, 0, 1)), Sample(()),
+                         Sample((0, 3))),
+                int_dtypes=_ALL_INTS))
+register(OpInfo('swapaxes', swapaxes, ref=numpy.swapaxes,
+                samples=(Sample((2, 3), axis1=0, axis2=1),
+                         Sample((2, 3, 2), axis1=-1, axis2=0),
+                         Sample((0, 3), axis1=1, axis2=0)),
+                int_dtypes=_ALL_INTS))
+register(OpInfo('squeeze', squeeze, ref=numpy.squeeze,
+                samples=(Sample((1, 3, 1)), Sample((1, 3, 1), axis=0),
+                         Sample((1, 3, 1), axis=(0, -1)), Sample((1, 1)),
+                         Sample((1, 0, 1))),
+                int_dtypes=_ALL_INTS))
+register(OpInfo('expand_dims', expand_dims, ref=numpy.expand_dims,
+                samples=(Sample((2, 3), axis=0), Sample((2, 3), axis=-1),
+                         Sample((2, 3), axis=1), Sample((), axis=0),
+                         Sample((0, 3), axis=-3)),
+                int_dtypes=_ALL_INTS))
+register(OpInfo('copy', copy, ref=numpy.copy,
+                samples=(Sample((2, 3)), Sample(()), Sample((0, 2))),
+                int_dtypes=_ALL_INTS))
+
+
+def _other_float(dtype):
+    return {'float16': 'float32', 'float32': 'float64'}.get(numpy.dtype(dtype).name,
+                                                            'float32')
+
+
+register(OpInfo('astype', astype, ref=lambda a, dtype, copy=True: a.astype(dtype),
+                samples=tuple(Sample((2, 3), dtype=d) for d in FLOAT_DTYPES) + (
+                    Sample((), dtype='float64'), Sample((0, 3), dtype='float32')),
+                # Differences of float16 results need a wide step (astype is linear).
+                eps={numpy.dtype('float16'): 0.25}, int_dtypes=(numpy.int64, BOOL)))

@@ -194,3 +194,23 @@ def broadcast_to(array, shape):
 def _normalize_axes(axis, ndim, name='axis'):
     """Python access to ``normalize_axes`` for the plain-Python op modules."""
     return normalize_axes(axis, ndim, name)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES, BOOL
+
+_REDUCTION_SAMPLES = (
+    Sample((2, 3)), Sample((2, 3), axis=0), Sample((2, 3), axis=-1, keepdims=True),
+    Sample((2, 3, 2), axis=(0, 2)), Sample((2, 3, 2), axis=(-1, 0), keepdims=True),
+    Sample(()), Sample((0, 3), axis=1))
+
+register(OpInfo('sum', sum, ref=numpy.sum, samples=_REDUCTION_SAMPLES + (
+    Sample((0, 3), axis=0),), int_dtypes=INT_DTYPES + (BOOL,)))
+register(OpInfo('mean', mean, ref=numpy.mean, samples=_REDUCTION_SAMPLES,
+                int_dtypes=(numpy.int64, numpy.int32)))
+register(OpInfo('broadcast_to', broadcast_to, ref=numpy.broadcast_to, samples=(
+    Sample((3,), shape=(2, 3)), Sample((2, 1), shape=(2, 3)), Sample((), shape=(2, 3)),
+    Sample((1, 3), shape=(2, 2, 3)), Sample((3,), shape=(0, 3))),
+    int_dtypes=INT_DTYPES + (BOOL,)))
