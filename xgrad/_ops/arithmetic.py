@@ -128,14 +128,14 @@ def _good_quotients(rs, shapes):
 
 
 register(OpInfo('floor_divide', floor_divide, ref=numpy.floor_divide,
-                samples=BINARY_SAMPLES, domain=(real, nonzero), differentiable=False,
+                samples=BINARY_SAMPLES, broadcasting=True, domain=(real, nonzero), differentiable=False,
                 int_dtypes=(numpy.int64, numpy.int32, numpy.int8, numpy.uint8)))
 for _f, _ref in ((remainder, numpy.remainder), (fmod, numpy.fmod)):
-    register(OpInfo(_f.__name__, _f, ref=_ref, samples=BINARY_SAMPLES,
+    register(OpInfo(_f.__name__, _f, ref=_ref, samples=BINARY_SAMPLES, broadcasting=True,
                     gen=_good_quotients,
                     int_dtypes=(numpy.int64, numpy.int32, numpy.int8)))
-register(OpInfo('arctan2', arctan2, ref=numpy.arctan2, samples=BINARY_SAMPLES,
+register(OpInfo('arctan2', arctan2, ref=numpy.arctan2, samples=BINARY_SAMPLES, broadcasting=True,
                 domain=(nonzero, nonzero), int_dtypes=(numpy.int64, numpy.int32)))
 register(OpInfo('squared_difference', squared_difference,
                 ref=lambda a, b: numpy.square(numpy.subtract(a, b)),
-                samples=BINARY_SAMPLES, int_dtypes=(numpy.int64, numpy.int32)))
+                samples=BINARY_SAMPLES, broadcasting=True, int_dtypes=(numpy.int64, numpy.int32)))

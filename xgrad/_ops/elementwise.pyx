@@ -192,7 +192,10 @@ def sqrt(x):
 
 
 def square(x):
-    return _unary(Square.__new__(Square), x)
+    x = as_array(x, 'x')
+    if (<ndarray>x).dtype == numpy.bool_:
+        raise DtypeError('square is not defined for bool arrays (as in NumPy)')
+    return apply1(Square.__new__(Square), x)
 
 
 def tanh(x):
@@ -200,8 +203,12 @@ def tanh(x):
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)), computed as 0.5 * tanh(x / 2) + 0.5 (no overflow)"""
-    return _unary(Sigmoid.__new__(Sigmoid), x)
+    """1 / (1 + exp(-x)), computed as 0.5 * tanh(x / 2) + 0.5 (no overflow).
+    Integer and bool arrays give the float dtype NumPy's exp would."""
+    x = as_array(x, 'x')
+    if (<ndarray>x).dtype.kind != 'f':
+        x = x.astype(numpy.promote_types((<ndarray>x).dtype, numpy.float16))
+    return apply1(Sigmoid.__new__(Sigmoid), x)
 
 
 def relu(x):
@@ -259,6 +266,8 @@ cdef class _Binary(Op):
                                      'broadcast together'.format(
                                          self.name, numpy.shape(a), numpy.shape(b))) from None
             raise
+        except TypeError as e:  # NumPy has no loop for these dtypes
+            raise DtypeError('{}: {}'.format(self.name, e)) from None
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         cdef int p
@@ -444,6 +453,10 @@ def minimum(x1, x2):
 # ---------------------------------------------------------------------------
 
 cdef object _compare(object ufunc, object a, object b):
+    if not isinstance(a, ndarray) and not _is_python_scalar(a):
+        a = as_array(a, 'x1', b if isinstance(b, ndarray) else None)
+    if not isinstance(b, ndarray) and not _is_python_scalar(b):
+        b = as_array(b, 'x2', a if isinstance(a, ndarray) else None)
     cdef ndarray ref = <ndarray>a if isinstance(a, ndarray) else (
         <ndarray>b if isinstance(b, ndarray) else None)
     raw_a = (<ndarray>a)._data if isinstance(a, ndarray) else a
@@ -502,7 +515,8 @@ _SIGNED = tuple(d for d in INT_DTYPES if d.kind == 'i')
 
 def _np_sigmoid(x):
     x = numpy.asarray(x)
-    return (1 / (1 + numpy.exp(-x.astype(numpy.float64)))).astype(x.dtype)
+    dtype = numpy.promote_types(x.dtype, numpy.float16)
+    return (1 / (1 + numpy.exp(-x.astype(numpy.float64)))).astype(dtype)
 
 
 for _f, _ref, _domain, _ints in (
@@ -513,8 +527,8 @@ for _f, _ref, _domain, _ints in (
         (sqrt, numpy.sqrt, positive, INT_DTYPES + (BOOL,)),
         (square, numpy.square, real, INT_DTYPES),
         (tanh, numpy.tanh, real, INT_DTYPES + (BOOL,)),
-        (sigmoid, _np_sigmoid, real, ()),
-        (relu, lambda x: numpy.maximum(x, x.dtype.type(0)), nonzero, ())):
+        (sigmoid, _np_sigmoid, real, INT_DTYPES + (BOOL,)),
+        (relu, lambda x: numpy.maximum(x, 0), nonzero, INT_DTYPES + (BOOL,))):
     register(OpInfo(_f.__name__, _f, ref=_ref, samples=_UNARY_SAMPLES, domain=_domain,
                     int_dtypes=_ints))
 
@@ -525,14 +539,14 @@ for _name, _f, _ref, _domain, _ints in (
         ('divide', divide, numpy.divide, (real, nonzero), ()),
         ('true_divide', true_divide, numpy.true_divide, (real, nonzero), ()),
         ('power', power, numpy.power, (positive, real), ())):
-    register(OpInfo(_name, _f, ref=_ref, samples=_BINARY_SAMPLES, domain=_domain,
+    register(OpInfo(_name, _f, ref=_ref, samples=_BINARY_SAMPLES, broadcasting=True, domain=_domain,
                     int_dtypes=_ints))
 
 for _f, _ref in ((maximum, numpy.maximum), (minimum, numpy.minimum)):
-    register(OpInfo(_f.__name__, _f, ref=_ref, samples=_BINARY_SAMPLES, gen=untied,
+    register(OpInfo(_f.__name__, _f, ref=_ref, samples=_BINARY_SAMPLES, broadcasting=True, gen=untied,
                     int_dtypes=INT_DTYPES + (BOOL,)))
 
 for _f in (equal, not_equal, greater, greater_equal, less, less_equal):
     register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__),
-                    samples=_BINARY_SAMPLES, gen=untied, differentiable=False,
+                    samples=_BINARY_SAMPLES, broadcasting=True, gen=untied, differentiable=False,
                     int_dtypes=INT_DTYPES + (BOOL,)))

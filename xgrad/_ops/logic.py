@@ -80,7 +80,7 @@ def _where_ref(c, x, y):
 
 
 register(OpInfo(
-    'where', where, ref=_where_ref,
+    'where', where, ref=_where_ref, broadcasting=True,
     samples=[Sample(Arg((2, 3), dtype=BOOL), (2, 3), (2, 3)),
              Sample(Arg((3,), dtype=BOOL), (2, 3), (2, 1)),
              Sample(Arg((2, 3), dtype=BOOL), (), (2, 3)),
@@ -92,21 +92,20 @@ register(OpInfo(
 # Non-differentiable logic: bool results, NumPy's semantics
 
 def _logic(ufunc):
-    def op(*xs):
-        like = next((a for a in xs if isinstance(a, _args.ndarray)), None)
-        arrays = [_args.as_array(x, 'x{}'.format(i + 1), like) for i, x in enumerate(xs)]
-        _args.same_device(arrays, ufunc.__name__)
-        try:
-            result = ufunc(*[_args.raw(a) for a in arrays])
-        except ValueError:
-            raise _args.DimensionError('{}: operands with shapes {} cannot be broadcast '
-                                       'together'.format(ufunc.__name__, ' and '.join(
-                                           str(a.shape) for a in arrays))) from None
-        except TypeError as e:
-            raise _args.DtypeError('{}: {}'.format(ufunc.__name__, e)) from None
-        return _args.wrap(result, arrays[0])
-    op.__name__ = ufunc.__name__
-    op.__doc__ = 'NumPy\'s ``{}``, elementwise; no gradient.'.format(ufunc.__name__)
+    """The public function of a non-differentiable ufunc with one or two
+    operands (scalars stay weak, as in NumPy)."""
+    name = ufunc.__name__
+    if ufunc.nin == 1:
+        def op(x):
+            x = _args.as_array(x, 'x')
+            return _args.wrap(_args.checked_ufunc(name, ufunc, _args.raw(x)), x)
+    else:
+        def op(x1, x2):
+            arrays, values = _args.operands(name, x1, x2)
+            raw = [_args.raw(v) if isinstance(v, _args.ndarray) else v for v in values]
+            return _args.wrap(_args.checked_ufunc(name, ufunc, *raw), arrays[0])
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = 'NumPy\'s ``{}``, elementwise; no gradient.'.format(name)
     return op
 
 
@@ -125,6 +124,7 @@ _UNARY_SAMPLES = [Sample((2, 3)), Sample(()), Sample((0, 2))]
 for _f, _samples in ((logical_and, _BINARY_SAMPLES), (logical_or, _BINARY_SAMPLES),
                      (logical_xor, _BINARY_SAMPLES), (logical_not, _UNARY_SAMPLES)):
     register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__), samples=_samples,
+                    broadcasting=len(_samples[0].args) > 1,
                     differentiable=False, int_dtypes=(BOOL,) + INT_DTYPES))
 
 

@@ -181,6 +181,8 @@ class OpInfo:
         ``forward_tol`` of ``FORWARD_TOL``.
     call: how to apply ``func``/``ref`` to the inputs and keyword arguments
         (for ops that take a list of arrays, like ``concatenate``).
+    broadcasting: the array inputs broadcast against each other (elementwise
+        ops with several inputs); shapes that do not must raise DimensionError.
     """
     name: str
     func: Callable
@@ -196,6 +198,7 @@ class OpInfo:
     eps: dict = dataclasses.field(default_factory=dict)
     forward_tol: dict = dataclasses.field(default_factory=dict)
     call: Callable = _call
+    broadcasting: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, 'samples', tuple(self.samples))
