@@ -31,6 +31,7 @@ import _frameworks  # noqa: E402
 import _machine  # noqa: E402
 import _timing  # noqa: E402
 import _verify  # noqa: E402
+import bench_batch_norm  # noqa: E402
 import bench_elementwise_chain  # noqa: E402
 import bench_gradient_penalty  # noqa: E402
 import bench_large_elementwise  # noqa: E402
@@ -43,6 +44,7 @@ BENCHMARKS = [
     bench_gradient_penalty,
     bench_large_elementwise,
     bench_large_mlp,
+    bench_batch_norm,
 ]
 
 SETTINGS = {

@@ -27,6 +27,7 @@ from xgrad._ops import (  # NOQA
 from xgrad._ops import *  # NOQA: the op library (every module's __all__)
 from xgrad._ops import PUBLIC as _PUBLIC_OPS
 from xgrad._ops.registry import OpInfo, Sample, Arg, registered_ops, op_info  # NOQA
+from xgrad import linalg  # NOQA
 from xgrad._gradient_check import check_backward, check_double_backward  # NOQA
 
 __version__ = '0.1.0'

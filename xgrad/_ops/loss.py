@@ -1,3 +1,429 @@
-"""(being written)"""
+"""Loss functions with ChainerX's names and arguments, and ``accuracy``.
 
-__all__ = []
+All losses are unreduced, as in ChainerX: one value per element
+(``squared_error``, ``absolute_error``, ``huber_loss``,
+``gaussian_kl_divergence``, ``sigmoid_cross_entropy``), per sample
+(``softmax_cross_entropy``) or per sample and class (``hinge``); take
+``mean``/``sum`` of the result for a scalar loss. A label of -1 is ignored
+(its loss and gradient are 0) by the two cross entropies, as in ChainerX.
+
+The elementwise losses are compositions of xgrad ops (exact, and twice
+differentiable for free). The cross entropies are single ops with a stable
+forward (log1p(exp(-|x|)), log-softmax with the maximum subtracted) and
+closed-form gradients written against ``xp`` (see ``_op.pyx``), so they are
+differentiable again.
+"""
+
+import numpy
+
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops._xp import numpy_ns
+from xgrad._ops.elementwise import absolute, exp, relu, square, subtract
+from xgrad._ops.logic import where
+from xgrad._ops.reduction import mean as _mean, sum as _sum
+from xgrad._ops.registry import (
+    F32, F64, Arg, OpInfo, Sample, away_from, distinct, integers, register, untied, within)
+
+__all__ = ['squared_error', 'absolute_error', 'huber_loss', 'gaussian_kl_divergence',
+           'sigmoid_cross_entropy', 'softmax_cross_entropy', 'hinge', 'accuracy']
+
+I64 = numpy.dtype('int64')
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+
+def _pair(op, x1, x2, float_only=False, names=('x1', 'x2')):
+    """x1 and x2 checked to broadcast together (and to be floats): array
+    operands as xgrad arrays, a Python scalar kept as a (weak) scalar."""
+    arrays, values = _args.operands(op, x1, x2)
+    _args.check_broadcast(op, *values)
+    if float_only:
+        for name, v in zip(names, values):
+            if isinstance(v, _args.ndarray):
+                _args.require_float(v, op, name)
+    return values
+
+
+def _labels(op, name, t, shape=None):
+    """The raw values of integer labels ``t`` (of exactly ``shape`` if given)."""
+    _args.require_dtype_kind(t, 'iu', op, name)
+    if shape is not None and t.shape != tuple(shape):
+        raise _args.DimensionError('{}: {} has shape {}, expected {}'.format(
+            op, name, t.shape, tuple(shape)))
+    return _args.raw(t)
+
+
+def _class_labels(op, name, t, n_classes, ignore):
+    """Raw class labels, each in [0, n_classes) or -1 where ``ignore``;
+    xgrad.IndexError names the first one out of range."""
+    low = -1 if ignore else 0
+    bad = (t < low) | (t >= n_classes)
+    if bad.any():
+        raise _args.IndexError('{}: {} holds label {}, out of range for {} classes{}'.format(
+            op, name, t[bad][0], n_classes, ' (-1: ignored)' if ignore else ''))
+    return t
+
+
+def _work_dtype(dtype):
+    """Arithmetic in at least float32 (float16 logs and exps lose digits);
+    results are cast back to the input's dtype."""
+    return numpy.result_type(F32, dtype)
+
+
+# ---------------------------------------------------------------------------
+# Elementwise regression losses (compositions)
+
+def squared_error(x1, x2):
+    """(x1 - x2) ** 2, elementwise (broadcasting as NumPy)."""
+    x1, x2 = _pair('squared_error', x1, x2)
+    return square(subtract(x1, x2))
+
+
+def absolute_error(x1, x2):
+    """|x1 - x2|, elementwise (broadcasting as NumPy). The gradient at
+    x1 == x2 is 0."""
+    x1, x2 = _pair('absolute_error', x1, x2)
+    return absolute(subtract(x1, x2))
+
+
+def huber_loss(x1, x2, delta):
+    """Huber loss of a = x1 - x2, elementwise: a**2 / 2 where |a| < delta,
+    else delta * (|a| - delta / 2). Float arrays only; ``delta`` > 0."""
+    op = 'huber_loss'
+    if not _args.is_scalar(delta) or isinstance(delta, bool):
+        raise TypeError('{}: delta must be a number, not {}'.format(op, type(delta).__name__))
+    if not delta > 0:
+        raise ValueError('{}: delta must be positive, not {}'.format(op, delta))
+    x1, x2 = _pair(op, x1, x2, float_only=True)
+    delta = float(delta)
+    a = subtract(x1, x2)
+    abs_a = absolute(a)
+    return where(abs_a < delta, square(a) * 0.5, (abs_a - 0.5 * delta) * delta)
+
+
+_REDUCE = ('no', 'sum', 'mean')
+
+
+def gaussian_kl_divergence(mean, ln_var, reduce='no'):
+    """KL divergence of N(mean, exp(ln_var)) (diagonal) from N(0, I):
+    (mean**2 + exp(ln_var) - ln_var - 1) / 2 per element. ``reduce``: 'no'
+    (ChainerX's elementwise result, the default), or Chainer's 'sum' or
+    'mean' over all elements."""
+    op = 'gaussian_kl_divergence'
+    if reduce not in _REDUCE:
+        raise ValueError("{}: reduce must be one of {}, not {!r}".format(op, _REDUCE, reduce))
+    mean, ln_var = _pair(op, mean, ln_var, float_only=True, names=('mean', 'ln_var'))
+    kl = (square(mean) + exp(ln_var) - ln_var - 1) * 0.5
+    if reduce == 'sum':
+        return _sum(kl)
+    if reduce == 'mean':
+        return _mean(kl)
+    return kl
+
+
+# ---------------------------------------------------------------------------
+# sigmoid_cross_entropy
+
+class SigmoidCrossEntropy(PyOp):
+    """loss = log(1 + exp(-|x|)) + max(x, 0) - x * t where t != -1, else 0;
+    gx = gy * (sigmoid(x) - t), 0 where ignored. The forward computes the
+    last two terms as max(x * (1 - 2t), 0), which does not cancel."""
+    op_name = 'sigmoid_cross_entropy'
+
+    def __init__(self, t):
+        self.t = t  # raw int labels, -1 / 0 / 1
+
+    def forward(self, inputs):
+        x = inputs[0]
+        self.retain_inputs((0,))
+        self.dtype = x.dtype
+        work = _work_dtype(x.dtype)
+        keep = self.t != -1
+        self.target = (self.t * keep).astype(work)
+        self.keep = keep.astype(work)
+        xw = x.astype(work, copy=False)
+        loss = numpy.log1p(numpy.exp(-numpy.abs(xw)))
+        loss += numpy.maximum(xw * (1 - 2 * self.target), 0)
+        loss *= self.keep
+        return (loss.astype(x.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x = xp.cast(xs[0], self.target.dtype)
+        gy = xp.cast(gys[0], self.target.dtype)
+        t = xp.constant(self.target, gy)
+        keep = xp.constant(self.keep, gy)
+        return (xp.cast(gy * keep * (xp.sigmoid(x) - t), self.dtype),)
+
+
+def sigmoid_cross_entropy(x1, x2):
+    """Cross entropy of the sigmoid of logits ``x1`` against binary labels
+    ``x2`` (integers 0 or 1, -1 to ignore; same shape), elementwise. Float
+    logits only; the gradient goes to ``x1``."""
+    op = 'sigmoid_cross_entropy'
+    x1 = _args.as_array(x1, 'x1')
+    x2 = _args.as_array(x2, 'x2', x1)
+    _args.require_float(x1, op, 'x1')
+    t = _labels(op, 'x2', x2, x1.shape)
+    bad = (t != 0) & (t != 1) & (t != -1)
+    if bad.any():
+        raise ValueError('{}: x2 holds label {}; labels are 0, 1 or -1 (ignored)'.format(
+            op, t[bad][0]))
+    _args.same_device([x1, x2], op)
+    return _args.apply(SigmoidCrossEntropy(t), x1)
+
+
+# ---------------------------------------------------------------------------
+# softmax_cross_entropy
+
+class _Softmax(PyOp):
+    """softmax(x) along axis 1 of a 2-D array; gx = y * (gy - sum(gy * y)).
+    The recorded gradient of SoftmaxCrossEntropy goes through it."""
+    op_name = 'softmax'
+
+    def forward(self, inputs):
+        x = inputs[0]
+        self.retain_outputs((0,))
+        e = numpy.exp(x - x.max(axis=1, keepdims=True))
+        e /= e.sum(axis=1, keepdims=True)
+        return (e,)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        y, gy = ys[0], gys[0]
+        gyy = gy * y
+        return (gyy - y * xp.sum(gyy, axis=1, keepdims=True),)
+
+
+class SoftmaxCrossEntropy(PyOp):
+    """loss_i = logsumexp(x_i) - x_i[t_i] (0 where t_i == -1), for logits x
+    of shape (N, C); gx_i = gy_i * (softmax(x_i) - onehot(t_i)).
+
+    The forward keeps softmax(x) for the NumPy gradient; the recorded one
+    recomputes it from the retained x through ``_Softmax``."""
+    op_name = 'softmax_cross_entropy'
+
+    def __init__(self, t):
+        self.t = t  # raw int labels in [-1, C)
+
+    def forward(self, inputs):
+        x = inputs[0]
+        self.retain_inputs((0,))
+        self.dtype = x.dtype
+        n, c = x.shape
+        work = _work_dtype(x.dtype)
+        rows = numpy.arange(n)
+        keep = self.t != -1
+        self.label = numpy.where(keep, self.t, 0)
+        self.keep = keep.astype(work)
+        xw = x.astype(work, copy=False)
+        if c == 0:  # no classes: every label is -1 (checked), every loss 0
+            self.p = numpy.zeros((n, 0), work)
+            return (numpy.zeros(n, x.dtype),)
+        shifted = xw - xw.max(axis=1, keepdims=True)
+        p = numpy.exp(shifted)
+        s = p.sum(axis=1, keepdims=True)
+        p /= s
+        self.p = p
+        loss = (numpy.log(s[:, 0]) - shifted[rows, self.label]) * self.keep
+        return (loss.astype(x.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        n, c = self.p.shape
+        work = self.p.dtype
+        gy = xp.cast(gys[0], work)
+        if xp is numpy_ns:
+            w = gy * self.keep
+            gx = self.p * w[:, None]
+            gx[numpy.arange(n), self.label] -= w
+        else:
+            onehot = numpy.zeros((n, c), work)
+            onehot[numpy.arange(n), self.label] = 1
+            p = _args.apply(_Softmax(), xp.cast(xs[0], work)) if c else xp.constant(self.p, gy)
+            w = xp.reshape(gy * xp.constant(self.keep, gy), (n, 1))
+            gx = (p - xp.constant(onehot, gy)) * w
+        return (xp.cast(gx, self.dtype),)
+
+
+def _logits_and_labels(op, x, t):
+    """Checked (N, C) float logits and (N,) integer labels."""
+    x = _args.as_array(x, 'x1')
+    t = _args.as_array(t, 'x2', x)
+    _args.require_float(x, op, 'x1')
+    if x.ndim != 2:
+        raise _args.DimensionError('{}: x1 must be 2-dimensional (N, C), not of shape {}'
+                                   .format(op, x.shape))
+    if t.ndim != 1 or t.shape[0] != x.shape[0]:
+        raise _args.DimensionError('{}: x2 must be 1-dimensional with x1.shape[0] = {} '
+                                   'labels, not of shape {}'.format(op, x.shape[0], t.shape))
+    _args.same_device([x, t], op)
+    return x, _labels(op, 'x2', t)
+
+
+def softmax_cross_entropy(x1, x2):
+    """Cross entropy of the softmax of logits ``x1`` (N, C) against class
+    labels ``x2`` (N,), one loss per sample; label -1 is ignored (loss 0).
+    The gradient goes to ``x1``.
+
+    ChainerX also gives loss 0 for other labels outside [0, C); xgrad raises
+    xgrad.IndexError for them (Chainer's softmax_cross_entropy rejects them
+    too), as they are nearly always a bug."""
+    op = 'softmax_cross_entropy'
+    x, t = _logits_and_labels(op, x1, x2)
+    _class_labels(op, 'x2', t, x.shape[1], ignore=True)
+    return _args.apply(SoftmaxCrossEntropy(t), x)
+
+
+# ---------------------------------------------------------------------------
+# hinge
+
+def hinge(x1, x2, norm=1.0):
+    """Hinge loss of scores ``x1`` (N, C) for class labels ``x2`` (N,), per
+    sample and class: max(0, 1 - x) ** norm for the true class, max(0, 1 + x)
+    ** norm for the others (ChainerX: unreduced, ``norm`` a positive number;
+    1 and 2 are Chainer's 'L1' and 'L2')."""
+    op = 'hinge'
+    if not _args.is_scalar(norm) or isinstance(norm, bool):
+        raise TypeError('{}: norm must be a number, not {}'.format(op, type(norm).__name__))
+    if not norm > 0:
+        raise ValueError('{}: norm must be positive, not {}'.format(op, norm))
+    x, t = _logits_and_labels(op, x1, x2)
+    n, c = x.shape
+    _class_labels(op, 'x2', t, c, ignore=False)
+    sign = numpy.ones((n, c), x.dtype)
+    sign[numpy.arange(n), t] = -1
+    margin = relu(x * _args.wrap(sign, x) + 1)
+    return margin if norm == 1 else margin ** float(norm)
+
+
+# ---------------------------------------------------------------------------
+# accuracy (no gradient)
+
+def accuracy(y, t, ignore_label=None):
+    """The fraction of samples whose highest score in ``y`` (N, C, ...) is at
+    the label in ``t`` (N, ...), as a 0-d array of ``y``'s dtype; labels
+    equal to ``ignore_label`` are left out (0 when all are). Chainer's
+    ``accuracy``; no gradient."""
+    op = 'accuracy'
+    y = _args.as_array(y, 'y')
+    t = _args.as_array(t, 't', y)
+    _args.require_float(y, op, 'y')
+    if y.ndim < 2:
+        raise _args.DimensionError('{}: y must have a class axis 1, not shape {}'.format(
+            op, y.shape))
+    if ignore_label is not None and not isinstance(ignore_label, (int, numpy.integer)):
+        raise TypeError('{}: ignore_label must be an int or None, not {}'.format(
+            op, type(ignore_label).__name__))
+    labels = _labels(op, 't', t, y.shape[:1] + y.shape[2:])
+    _args.same_device([y, t], op)
+    return _args.wrap(_accuracy(_args.raw(y), labels, ignore_label), y)
+
+
+def _accuracy(y, t, ignore_label=None):
+    pred = y.argmax(axis=1) if y.shape[1] else numpy.full(t.shape, -1)
+    hit = pred == t
+    total = t.size
+    if ignore_label is not None:
+        counted = t != ignore_label
+        hit &= counted
+        total = int(counted.sum())
+    return numpy.asarray(hit.sum() / total if total else 0.0, dtype=y.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+BINARY_SAMPLES = (Sample((2, 3), (2, 3)), Sample((2, 3), (3,)), Sample((2, 1), (1, 3)),
+                  Sample((), ()), Sample((0, 3), (3,)))
+
+
+def _kink_free_differences(*kinks, margin=0.15):
+    """Joint sampler: x1, x2 whose difference stays ``margin`` away from each
+    of ``kinks`` (and their negatives) everywhere."""
+    points = [p for k in kinks for p in (k, -k)]
+
+    def gen(rs, shapes):
+        full = numpy.broadcast_shapes(*shapes)
+        for _ in range(1000):
+            a = rs.uniform(-1.5, 1.5, shapes[0])
+            b = rs.uniform(-1.5, 1.5, shapes[1])
+            d = numpy.broadcast_to(a, full) - numpy.broadcast_to(b, full)
+            if all(numpy.all(numpy.abs(d - p) >= margin) for p in points):
+                return [a, b]
+        raise AssertionError('could not draw differences away from {}'.format(points))
+    return gen
+
+
+def _huber_ref(x1, x2, delta):
+    a = x1 - x2
+    return numpy.where(numpy.abs(a) < delta, 0.5 * a * a, delta * (numpy.abs(a) - 0.5 * delta))
+
+
+def _gaussian_kl_ref(mean, ln_var, reduce='no'):
+    kl = (mean * mean + numpy.exp(ln_var) - ln_var - 1) * 0.5
+    return kl if reduce == 'no' else getattr(numpy, reduce)(kl)
+
+
+def _sigmoid_cross_entropy_ref(x, t):
+    xd = x.astype(F64)
+    loss = numpy.logaddexp(0, xd) - xd * t
+    return numpy.where(t == -1, 0, loss).astype(x.dtype)
+
+
+def _softmax_cross_entropy_ref(x, t):
+    xd = x.astype(F64)
+    n, c = x.shape
+    if c == 0:
+        return numpy.zeros(n, x.dtype)
+    m = xd.max(axis=1, keepdims=True)
+    log_p = xd - m - numpy.log(numpy.exp(xd - m).sum(axis=1, keepdims=True))
+    loss = -log_p[numpy.arange(n), numpy.maximum(t, 0)]
+    return numpy.where(t == -1, 0, loss).astype(x.dtype)
+
+
+def _hinge_ref(x, t, norm=1.0):
+    n, c = x.shape
+    target = numpy.arange(c) == t[:, None]
+    return numpy.maximum(0, numpy.where(target, 1 - x, 1 + x)) ** x.dtype.type(norm)
+
+
+def _labels_arg(shape, low, high):
+    return Arg(shape, dtype=I64, domain=integers(low, high))
+
+
+register(OpInfo('squared_error', squared_error, ref=lambda a, b: numpy.square(a - b),
+                samples=BINARY_SAMPLES, int_dtypes=(I64, numpy.int32)))
+register(OpInfo('absolute_error', absolute_error, ref=lambda a, b: numpy.abs(a - b),
+                samples=BINARY_SAMPLES, gen=untied, int_dtypes=(I64, numpy.int32)))
+register(OpInfo('huber_loss', huber_loss, ref=_huber_ref,
+                samples=[Sample((2, 3), (2, 3), delta=1.0), Sample((2, 3), (3,), delta=0.5),
+                         Sample((), (), delta=1.0), Sample((0, 3), (3,), delta=1.0)],
+                gen=_kink_free_differences(0.5, 1.0)))
+register(OpInfo('gaussian_kl_divergence', gaussian_kl_divergence, ref=_gaussian_kl_ref,
+                samples=[Sample((2, 3), (2, 3)), Sample((2, 3), (2, 3), reduce='sum'),
+                         Sample((2, 3), (3,), reduce='mean'), Sample((), ()),
+                         Sample((0, 3), (0, 3), reduce='sum')]))
+register(OpInfo('sigmoid_cross_entropy', sigmoid_cross_entropy,
+                ref=_sigmoid_cross_entropy_ref,
+                samples=[Sample((3, 4), _labels_arg((3, 4), -1, 2)),
+                         Sample((), _labels_arg((), 0, 2)),
+                         Sample((0, 3), _labels_arg((0, 3), 0, 2))],
+                domain=within(-3, 3)))
+register(OpInfo('softmax_cross_entropy', softmax_cross_entropy,
+                ref=_softmax_cross_entropy_ref,
+                samples=[Sample((4, 3), _labels_arg((4,), -1, 3)),
+                         Sample((2, 5), _labels_arg((2,), 0, 5)),
+                         Sample((1, 1), _labels_arg((1,), 0, 1)),
+                         Sample((0, 3), _labels_arg((0,), 0, 3))],
+                domain=within(-3, 3)))
+register(OpInfo('hinge', hinge, ref=_hinge_ref,
+                samples=[Sample((3, 4), _labels_arg((3,), 0, 4)),
+                         Sample((3, 4), _labels_arg((3,), 0, 4), norm=2.0),
+                         Sample((0, 4), _labels_arg((0,), 0, 4))],
+                domain=away_from(-1.0, 1.0)))
+register(OpInfo('accuracy', accuracy, ref=_accuracy, differentiable=False,
+                samples=[Sample((5, 3), _labels_arg((5,), 0, 3)),
+                         Sample((5, 3), _labels_arg((5,), -1, 3), ignore_label=-1),
+                         Sample((2, 3, 2), _labels_arg((2, 2), 0, 3)),
+                         Sample((0, 3), _labels_arg((0,), 0, 3))],
+                domain=distinct))

@@ -1,3 +1,669 @@
-"""(being written)"""
+"""Reductions beyond sum and mean: var, std, prod, amax/amin (max/min),
+argmax/argmin, cumsum, nansum, count_nonzero, and the softmax family
+(logsumexp, softmax, log_softmax).
 
-__all__ = []
+Names, arguments and defaults are ChainerX's (chainerx_cc/chainerx/python/
+routines.cc); ``std`` and ``prod``, which ChainerX lacks, take NumPy's. Results
+match NumPy's values and dtypes: reducing an integer array gives NumPy's dtype
+(int64 sums, float64 variances), and the softmax family computes integer input
+in the float dtype ``numpy.exp`` would give (ChainerX promotes too).
+
+Every gradient is written once against an array namespace ``xp`` (see
+``_op.pyx``), so each op here is differentiable twice and more.
+"""
+
+import warnings
+
+import numpy
+
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops.manipulation import reshape
+from xgrad._ops.registry import (
+    BOOL, INT_DTYPES, OpInfo, Sample, distinct, register, within)
+
+__all__ = ['var', 'std', 'prod', 'amax', 'amin', 'max', 'min', 'argmax', 'argmin',
+           'cumsum', 'nansum', 'count_nonzero', 'logsumexp', 'softmax', 'log_softmax']
+
+ALL_INTS = INT_DTYPES + (BOOL,)
+
+
+# ---------------------------------------------------------------------------
+# Shared argument handling
+
+def _input(op, a, name='a'):
+    """``a`` as an xgrad array; a TypeError names the op and the argument."""
+    try:
+        return _args.as_array(a, name)
+    except TypeError as e:
+        raise TypeError('{}: {}'.format(op, e)) from None
+
+
+def _axes(op, axis, ndim):
+    """``axis`` (None, int or tuple) as sorted non-negative axes; the errors
+    name the op."""
+    try:
+        return _args.normalize_axes(axis, ndim)
+    except TypeError as e:
+        raise TypeError('{}: {}'.format(op, e)) from None
+    except _args.DimensionError as e:
+        raise _args.DimensionError('{}: {}'.format(op, e)) from None
+
+
+def _one_axis(op, axis, ndim):
+    """``axis`` (None or int) as a non-negative axis or None."""
+    if axis is None:
+        return None
+    try:
+        return _args.normalize_axis(axis, ndim)
+    except TypeError as e:
+        raise TypeError('{}: {}'.format(op, e)) from None
+    except _args.DimensionError as e:
+        raise _args.DimensionError('{}: {}'.format(op, e)) from None
+
+
+def _kept_shape(shape, axes):
+    """``shape`` with the reduced ``axes`` as 1s (keepdims)."""
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _unreduce(xp, a, in_shape, axes, keepdims):
+    """A reduction's output (or its gradient) reshaped to broadcast against
+    the input."""
+    return a if keepdims else xp.reshape(a, _kept_shape(in_shape, axes))
+
+
+def _count(shape, axes):
+    n = 1
+    for i in axes:
+        n *= shape[i]
+    return n
+
+
+def _math_dtype(dtype):
+    """The float dtype NumPy's ``exp`` computes ``dtype`` in (int8 ->
+    float16, int64 -> float64, floats unchanged)."""
+    return dtype if dtype.kind == 'f' else numpy.exp(numpy.zeros(0, dtype)).dtype
+
+
+# ---------------------------------------------------------------------------
+# var, std
+
+def _variance(x, axes, keepdims, ddof):
+    """NumPy's ``var`` without its Python overhead: float64 for integer
+    input, float16 computed in float32; nan (0/0) or inf where n <= ddof."""
+    dtype = x.dtype if x.dtype.kind == 'f' else numpy.dtype(numpy.float64)
+    work = numpy.float32 if dtype == numpy.float16 else dtype
+    x = x.astype(work, copy=False)
+    n = _count(x.shape, axes)
+    if n == 0:
+        return numpy.full(_reduced_shape(x.shape, axes, keepdims), numpy.nan, dtype)
+    c = numpy.asarray(x - numpy.add.reduce(x, axis=axes, keepdims=True) / n)
+    y = numpy.add.reduce(numpy.multiply(c, c, out=c), axis=axes, keepdims=keepdims)
+    if n > ddof:
+        y = y / (n - ddof)
+    else:
+        with numpy.errstate(divide='ignore', invalid='ignore'):
+            y = y / 0.0
+    return numpy.asarray(y).astype(dtype, copy=False)
+
+
+def _reduced_shape(shape, axes, keepdims):
+    return _kept_shape(shape, axes) if keepdims else tuple(
+        n for i, n in enumerate(shape) if i not in axes)
+
+class Var(PyOp):
+    """y = mean((x - mean(x))**2) * n / (n - ddof); gx = gy * 2 (x - mean(x)) /
+    (n - ddof)."""
+    op_name = 'var'
+
+    def __init__(self, axes, keepdims, ddof):
+        self.axes, self.keepdims, self.ddof = axes, keepdims, ddof
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        return (_variance(inputs[0], self.axes, self.keepdims, self.ddof),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        n = _count(x.shape, self.axes)
+        if n == 0:
+            return (xp.broadcast_to(gy, x.shape),)  # empty
+        centered = x - xp.mean(x, axis=self.axes, keepdims=True)
+        return (gy * centered * _safe_ratio(2.0, n - self.ddof),)
+
+
+class Std(PyOp):
+    """y = sqrt(var(x)); gx = gy (x - mean(x)) / ((n - ddof) y). At zero
+    variance the gradient has a pole (nan), as sqrt does at 0."""
+    op_name = 'std'
+
+    def __init__(self, axes, keepdims, ddof):
+        self.axes, self.keepdims, self.ddof = axes, keepdims, ddof
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        self.retain_outputs((0,))
+        v = _variance(inputs[0], self.axes, self.keepdims, self.ddof)
+        return (numpy.sqrt(v, out=v),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        n = _count(x.shape, self.axes)
+        if n == 0:
+            return (xp.broadcast_to(gy, x.shape),)  # empty
+        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims)
+        centered = x - xp.mean(x, axis=self.axes, keepdims=True)
+        return (gy * centered / y * _safe_ratio(1.0, n - self.ddof),)
+
+
+def _safe_ratio(num, den):
+    return num / den if den > 0 else float('nan')
+
+
+def _moment(op, cls):
+    def reduce(a, axis=None, keepdims=False, ddof=0):
+        a = _input(op, a)
+        axes = _axes(op, axis, a.ndim)
+        if isinstance(ddof, bool) or not isinstance(ddof, (int, numpy.integer)) or ddof < 0:
+            raise (ValueError if isinstance(ddof, (int, numpy.integer)) else TypeError)(
+                '{}: ddof must be a non-negative int, not {!r}'.format(op, ddof))
+        return _args.apply(cls(axes, bool(keepdims), int(ddof)), a)
+    reduce.__name__ = reduce.__qualname__ = op
+    return reduce
+
+
+var = _moment('var', Var)
+var.__doc__ = """The variance of ``a`` over ``axis`` (None: all axes), NumPy's
+population variance: the mean squared deviation, divided by ``n - ddof``
+instead of ``n`` when ``ddof`` is given (ChainerX's ``var`` has no ``ddof``;
+it is an xgrad keyword with NumPy's meaning). Integer input gives float64."""
+
+std = _moment('std', Std)
+std.__doc__ = """The standard deviation ``sqrt(var(a, axis, keepdims, ddof))``
+(NumPy's ``std``; ChainerX has none). Its gradient has a pole where the
+variance is 0."""
+
+
+# ---------------------------------------------------------------------------
+# prod
+
+def _exclusive_raw(x):
+    """E[..., i] = prod_{k != i} x[..., k] on a NumPy array, by products from
+    the left times products from the right: exact when some x are 0, unlike
+    prod(x) / x[i]. float16 works in float32."""
+    work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
+    left = numpy.ones_like(work)
+    right = numpy.ones_like(work)
+    if work.shape[-1] > 1:
+        numpy.cumprod(work[..., :-1], axis=-1, out=left[..., 1:])
+        right[..., :-1] = numpy.cumprod(work[..., :0:-1], axis=-1)[..., ::-1]
+    return (left * right).astype(x.dtype, copy=False)
+
+
+def _exclusive(xp, x):
+    """Products of all-but-one along the last axis, recorded when ``x`` is an
+    xgrad array (double backprop), raw otherwise."""
+    if isinstance(x, numpy.ndarray):
+        return _exclusive_raw(x)
+    return _args.apply(ExclusiveProd(), x)
+
+
+class ExclusiveProd(PyOp):
+    """E_i = prod_{k != i} x_k along the last axis (the gradient of prod).
+
+    Its own gradient, gx_j = sum_{i != j} gE_i prod_{k not in {i, j}} x_k, is
+    again an exclusive product: of the n x n array whose row i is x with x_i
+    set to 1 (so O(n^2) work, only when differentiating prod twice), with the
+    diagonal masked. It is exact with zeros and differentiable again."""
+    op_name = 'prod_grad'
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        return (_exclusive_raw(inputs[0]),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        ge = gys[0]
+        n = x.shape[-1]
+        eye = xp.constant(numpy.eye(n, dtype=bool), ge)
+        rows = xp.where(eye, 1, xp.reshape(x, x.shape[:-1] + (1, n)))
+        d = xp.where(eye, 0, _exclusive(xp, rows))
+        return (xp.sum(xp.reshape(ge, ge.shape + (1,)) * d, axis=-2),)
+
+
+class Prod(PyOp):
+    """y = prod(x over axes); gx = gy * (product of the other elements),
+    computed without dividing by x, so it is right where x is 0."""
+    op_name = 'prod'
+
+    def __init__(self, axes, keepdims):
+        self.axes, self.keepdims = axes, keepdims
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        return (numpy.asarray(numpy.prod(inputs[0], axis=self.axes,
+                                         keepdims=self.keepdims)),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        # Move the reduced axes last and flatten them into one.
+        kept = [i for i in range(x.ndim) if i not in self.axes]
+        perm = kept + list(self.axes)
+        moved = x if perm == sorted(perm) else xp.transpose(x, perm)
+        moved_shape = moved.shape
+        flat = xp.reshape(moved, moved_shape[:len(kept)] + (_count(x.shape, self.axes),))
+        others = xp.reshape(_exclusive(xp, flat), moved_shape)
+        if perm != sorted(perm):
+            others = xp.transpose(others, [perm.index(i) for i in range(x.ndim)])
+        return (gy * others,)
+
+
+def prod(a, axis=None, keepdims=False):
+    """The product of ``a`` over ``axis`` (None: all axes); NumPy's ``prod``
+    (ChainerX has none). Integer input gives NumPy's int64/uint64.
+
+    The gradient of each element is the product of the others, computed
+    without division, so it is exact where elements are 0. Differentiating
+    it again costs O(n^2) in the number n of reduced elements per output."""
+    a = _input('prod', a)
+    return _args.apply(Prod(_axes('prod', axis, a.ndim), bool(keepdims)), a)
+
+
+# ---------------------------------------------------------------------------
+# amax, amin
+
+class _Extremum(PyOp):
+    """y = max (min) over axes; the gradient goes, undivided, to every
+    element equal to the result (ChainerX's rule for ties)."""
+    reducer = None
+
+    def __init__(self, axes, keepdims):
+        self.axes, self.keepdims = axes, keepdims
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        self.retain_outputs((0,))
+        return (numpy.asarray(type(self).reducer(inputs[0], axis=self.axes,
+                                                 keepdims=self.keepdims)),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims)
+        return (xp.where(x == y, gy, 0),)
+
+
+class AMax(_Extremum):
+    op_name = 'amax'
+    reducer = staticmethod(numpy.amax)
+
+
+class AMin(_Extremum):
+    op_name = 'amin'
+    reducer = staticmethod(numpy.amin)
+
+
+def _extremum(op, cls, what):
+    def reduce(a, axis=None, keepdims=False):
+        a = _input(op, a)
+        axes = _axes(op, axis, a.ndim)
+        for i in axes:
+            if a.shape[i] == 0:
+                raise _args.DimensionError(
+                    '{}: cannot compute the {} along zero-sized axis {} of an array '
+                    'with shape {}'.format(op, what, i, a.shape))
+        return _args.apply(cls(axes, bool(keepdims)), a)
+    reduce.__name__ = reduce.__qualname__ = op
+    reduce.__doc__ = """The {what} of ``a`` over ``axis`` (None: all axes); NaN
+    if a reduced element is NaN. Reducing a zero-sized axis raises
+    DimensionError (ChainerX; NumPy raises ValueError).
+
+    Ties: every element equal to the {what} gets the whole output gradient
+    (ChainerX's rule; it is not split among them).""".format(what=what)
+    return reduce
+
+
+amax = _extremum('amax', AMax, 'maximum')
+amin = _extremum('amin', AMin, 'minimum')
+
+
+# ---------------------------------------------------------------------------
+# argmax, argmin, count_nonzero: integer results, no gradient
+
+def _arg_extremum(op, finder, what):
+    def find(a, axis=None):
+        a = _input(op, a)
+        axis = _one_axis(op, axis, a.ndim)
+        if (a.size == 0 if axis is None else a.shape[axis] == 0):
+            raise _args.DimensionError(
+                '{}: cannot find the {} of an empty sequence (array of shape {}, '
+                'axis {})'.format(op, what, a.shape, axis))
+        return _args.wrap(finder(_args.raw(a), axis=axis).astype(numpy.int64, copy=False),
+                          a)
+    find.__name__ = find.__qualname__ = op
+    find.__doc__ = """The int64 index of the {what} of ``a`` along ``axis``
+    (None: of the flattened array); the first one on ties. No gradient.""".format(
+        what=what)
+    return find
+
+
+argmax = _arg_extremum('argmax', numpy.argmax, 'maximum')
+argmin = _arg_extremum('argmin', numpy.argmin, 'minimum')
+
+
+def count_nonzero(a, axis=None):
+    """The number (int64) of nonzero elements of ``a`` over ``axis`` (None:
+    all axes). No gradient."""
+    a = _input('count_nonzero', a)
+    axes = _axes('count_nonzero', axis, a.ndim)
+    counts = numpy.count_nonzero(_args.raw(a), axis=axes)
+    return _args.wrap(numpy.asarray(counts, dtype=numpy.int64), a)
+
+
+# ---------------------------------------------------------------------------
+# cumsum, nansum
+
+class Cumsum(PyOp):
+    """y = running sum along ``axis``; gx = the running sum of gy taken from
+    the end (flip, cumsum, flip)."""
+    op_name = 'cumsum'
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, inputs):
+        return (numpy.cumsum(inputs[0], axis=self.axis),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        gy = gys[0]
+        flip = (slice(None),) * self.axis + (slice(None, None, -1),)
+        return (xp.getitem(xp.cumsum(xp.getitem(gy, flip), axis=self.axis), flip),)
+
+
+def cumsum(a, axis=None):
+    """The running sum of ``a`` along ``axis``; None: of the flattened array
+    (the result is 1-D). Integer input sums in NumPy's int64/uint64."""
+    a = _input('cumsum', a)
+    axis = _one_axis('cumsum', axis, a.ndim)
+    if axis is None:
+        a = reshape(a, (a.size,)) if a.ndim != 1 else a
+        axis = 0
+    return _args.apply(Cumsum(axis), a)
+
+
+class Nansum(PyOp):
+    """y = sum over axes of the non-NaN elements; gx = gy where x is not NaN,
+    0 where it is."""
+    op_name = 'nansum'
+
+    def __init__(self, axes, keepdims):
+        self.axes, self.keepdims = axes, keepdims
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        return (numpy.asarray(numpy.nansum(inputs[0], axis=self.axes,
+                                           keepdims=self.keepdims)),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        return (xp.where(xp.isnan(x), 0, gy),)
+
+
+def nansum(a, axis=None, keepdims=False):
+    """The sum of ``a`` over ``axis`` (None: all axes) treating NaN as 0.
+    NaN elements get a zero gradient."""
+    a = _input('nansum', a)
+    return _args.apply(Nansum(_axes('nansum', axis, a.ndim), bool(keepdims)), a)
+
+
+# ---------------------------------------------------------------------------
+# logsumexp, softmax, log_softmax
+#
+# Computed stably: the maximum is subtracted before exp (and carries no
+# gradient: the results do not depend on it). float16 input is computed in
+# float32 and rounded once.
+
+def _shifted(x, axes, dtype):
+    """(x - max over axes) in the working precision, and the max (keepdims;
+    0 where it is not finite or the axes are empty)."""
+    work = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
+    x = x.astype(work, copy=False)
+    if any(x.shape[i] == 0 for i in axes):
+        m = numpy.zeros(_kept_shape(x.shape, axes), work)
+    else:
+        m = numpy.maximum.reduce(x, axis=axes, keepdims=True)
+        m = numpy.where(numpy.isfinite(m), m, work.type(0))
+    return numpy.asarray(x - m), m  # 0-d: an array, not a NumPy scalar
+
+
+class LogSumExp(PyOp):
+    """y = log(sum(exp(x))) over axes; gx = gy * exp(x - y) (the softmax)."""
+    op_name = 'logsumexp'
+
+    def __init__(self, axes, keepdims, dtype):
+        self.axes, self.keepdims, self.dtype = axes, keepdims, dtype
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        self.retain_outputs((0,))
+        z, m = _shifted(inputs[0], self.axes, self.dtype)
+        with numpy.errstate(divide='ignore'):  # log(0) = -inf over empty axes
+            y = numpy.log(numpy.add.reduce(numpy.exp(z, out=z), axis=self.axes,
+                                           keepdims=True)) + m
+        if not self.keepdims:
+            y = y.reshape([n for i, n in enumerate(y.shape) if i not in self.axes])
+        return (y.astype(self.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims)
+        return (gy * xp.exp(x - y),)
+
+
+class Softmax(PyOp):
+    """y = exp(x) / sum(exp(x)) over axes; gx = y (gy - sum(gy y))."""
+    op_name = 'softmax'
+
+    def __init__(self, axes, dtype):
+        self.axes, self.dtype = axes, dtype
+
+    def forward(self, inputs):
+        self.retain_outputs((0,))
+        z, _ = _shifted(inputs[0], self.axes, self.dtype)
+        e = numpy.exp(z, out=z)
+        e /= numpy.add.reduce(e, axis=self.axes, keepdims=True)
+        return (e.astype(self.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        y, = ys
+        gy = gys[0]
+        return (y * (gy - xp.sum(gy * y, axis=self.axes, keepdims=True)),)
+
+
+class LogSoftmax(PyOp):
+    """y = x - logsumexp(x) over axes; gx = gy - exp(y) sum(gy)."""
+    op_name = 'log_softmax'
+
+    def __init__(self, axes, dtype):
+        self.axes, self.dtype = axes, dtype
+
+    def forward(self, inputs):
+        self.retain_outputs((0,))
+        z, _ = _shifted(inputs[0], self.axes, self.dtype)
+        with numpy.errstate(divide='ignore'):  # log(0) over empty axes
+            z -= numpy.log(numpy.add.reduce(numpy.exp(z), axis=self.axes, keepdims=True))
+        return (z.astype(self.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        y, = ys
+        gy = gys[0]
+        return (gy - xp.exp(y) * xp.sum(gy, axis=self.axes, keepdims=True),)
+
+
+def _float_input(op, x):
+    x = _input(op, x, 'x')
+    return x, _math_dtype(x.dtype)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) over ``axis`` (None: all axes), without overflow:
+    ``logsumexp([1000, 1000])`` is 1000 + log 2. Over an empty axis it is
+    -inf. Integer input is computed in the float dtype ``numpy.exp`` gives."""
+    x, dtype = _float_input('logsumexp', x)
+    return _args.apply(LogSumExp(_axes('logsumexp', axis, x.ndim), bool(keepdims),
+                                 dtype), x)
+
+
+def _softmax_axes(op, axis, ndim):
+    """ChainerX's softmax axes: None means axis 1 (the channel axis of a
+    batch), not all axes (chainerx_cc/chainerx/routines/reduction.cc)."""
+    return _axes(op, 1 if axis is None else axis, ndim)
+
+
+def softmax(x, axis=None):
+    """exp(x) / sum(exp(x)) over ``axis``, stable for large x (rows of
+    ``softmax([[1000, 1000]])`` are [0.5, 0.5]). ``axis`` is an int or a tuple;
+    None means axis 1, as in ChainerX (``Softmax`` in chainerx_cc/chainerx/
+    routines/reduction.cc), so a 1-D ``x`` needs an explicit axis. Integer
+    input is computed in the float dtype ``numpy.exp`` gives."""
+    x, dtype = _float_input('softmax', x)
+    return _args.apply(Softmax(_softmax_axes('softmax', axis, x.ndim), dtype), x)
+
+
+def log_softmax(x, axis=None):
+    """x - logsumexp(x, axis, keepdims=True), computed stably. As in ChainerX
+    (``LogSoftmax`` in chainerx_cc/chainerx/routines/reduction.cc), ``axis``
+    None means axis 1. Integer input is computed in the float dtype
+    ``numpy.exp`` gives."""
+    x, dtype = _float_input('log_softmax', x)
+    return _args.apply(LogSoftmax(_softmax_axes('log_softmax', axis, x.ndim), dtype), x)
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+REDUCTION_SAMPLES = (
+    Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3), axis=-1),
+    Sample((2, 3, 2), axis=(0, 2)), Sample((2, 3), axis=0, keepdims=True),
+    Sample((2, 3, 2), axis=(0, 2), keepdims=True), Sample(()), Sample((0, 3), axis=1),
+    Sample((0, 3)))
+# Reductions that need a nonempty reduced axis (max, argmax...).
+NONEMPTY_SAMPLES = tuple(s for s in REDUCTION_SAMPLES if s.name != '0x3')
+
+
+def _std_samples():
+    """The reduction samples but the 0-d one: one element has zero variance,
+    where std's gradient has a pole."""
+    return tuple(s for s in REDUCTION_SAMPLES if s.name != '0d')
+
+
+def _var_ref(a, axis=None, keepdims=False, ddof=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        return numpy.var(a, axis=axis, keepdims=keepdims, ddof=ddof)
+
+
+def _std_ref(a, axis=None, keepdims=False, ddof=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        return numpy.std(a, axis=axis, keepdims=keepdims, ddof=ddof)
+
+
+register(OpInfo('var', var, ref=_var_ref, int_dtypes=ALL_INTS,
+                samples=REDUCTION_SAMPLES + (Sample((3, 2), axis=0, ddof=1),)))
+register(OpInfo('std', std, ref=_std_ref, int_dtypes=ALL_INTS,
+                samples=_std_samples() + (Sample((3, 2), axis=0, ddof=1),)))
+register(OpInfo('prod', prod, ref=numpy.prod, int_dtypes=ALL_INTS,
+                domain=within(-1.5, 1.5), samples=REDUCTION_SAMPLES))
+register(OpInfo('amax', amax, ref=numpy.amax, int_dtypes=ALL_INTS, domain=distinct,
+                samples=NONEMPTY_SAMPLES))
+register(OpInfo('amin', amin, ref=numpy.amin, int_dtypes=ALL_INTS, domain=distinct,
+                samples=NONEMPTY_SAMPLES))
+
+
+def _with_nans(rs, shape):
+    """Uniform in [-1, 1], about a quarter NaN."""
+    return numpy.where(rs.uniform(0, 1, shape) < 0.25, numpy.nan, rs.uniform(-1, 1, shape))
+
+
+def _half_zeros(rs, shape):
+    return (rs.uniform(0, 1, shape) < 0.5) * 1.0
+
+
+register(OpInfo('nansum', nansum, ref=numpy.nansum, int_dtypes=ALL_INTS, domain=_with_nans,
+                samples=REDUCTION_SAMPLES))
+
+
+def _int64(f):
+    def ref(a, axis=None):
+        return numpy.asarray(f(a, axis=axis)).astype(numpy.int64)
+    return ref
+
+
+_ARG_SAMPLES = (Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3), axis=-2),
+                Sample(()), Sample((0, 3), axis=1))
+register(OpInfo('argmax', argmax, ref=_int64(numpy.argmax), domain=distinct,
+                int_dtypes=ALL_INTS, differentiable=False, samples=_ARG_SAMPLES))
+register(OpInfo('argmin', argmin, ref=_int64(numpy.argmin), domain=distinct,
+                int_dtypes=ALL_INTS, differentiable=False, samples=_ARG_SAMPLES))
+register(OpInfo('count_nonzero', count_nonzero, ref=_int64(numpy.count_nonzero),
+                domain=_half_zeros,
+                int_dtypes=ALL_INTS, differentiable=False,
+                samples=(Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3, 2), axis=(0, 2)),
+                         Sample((2, 3), axis=-1), Sample(()), Sample((0, 3), axis=0))))
+register(OpInfo('cumsum', cumsum, ref=numpy.cumsum, int_dtypes=ALL_INTS,
+                samples=(Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3), axis=-2),
+                         Sample(()), Sample((4,), axis=0), Sample((0, 3), axis=1))))
+
+
+def _exp_dtype(a):
+    return _math_dtype(a.dtype)
+
+
+def _ref_shift(a, axis):
+    """a in float64 minus its max over ``axis`` (0 where not finite)."""
+    x = a.astype(numpy.float64)
+    m = numpy.max(x, axis=axis, keepdims=True, initial=-numpy.inf)
+    m = numpy.where(numpy.isfinite(m), m, 0)
+    return x - m, m
+
+
+def _logsumexp_ref(a, axis=None, keepdims=False):
+    z, m = _ref_shift(a, axis)
+    with numpy.errstate(divide='ignore'):
+        y = numpy.log(numpy.exp(z).sum(axis=axis, keepdims=True)) + m
+    if not keepdims:
+        y = numpy.squeeze(y, axis=tuple(range(a.ndim)) if axis is None else axis)
+    return y.astype(_exp_dtype(a))
+
+
+def _softmax_ref(a, axis=None):
+    axis = 1 if axis is None else axis
+    e = numpy.exp(_ref_shift(a, axis)[0])
+    return (e / e.sum(axis, keepdims=True)).astype(_exp_dtype(a))
+
+
+def _log_softmax_ref(a, axis=None):
+    axis = 1 if axis is None else axis
+    z = _ref_shift(a, axis)[0]
+    return (z - numpy.log(numpy.exp(z).sum(axis, keepdims=True))).astype(_exp_dtype(a))
+
+
+register(OpInfo('logsumexp', logsumexp, ref=_logsumexp_ref, int_dtypes=ALL_INTS,
+                samples=REDUCTION_SAMPLES))
+_SOFTMAX_SAMPLES = (Sample((2, 3)), Sample((2, 3, 2)), Sample((2, 3), axis=0),
+                    Sample((2, 3), axis=-1), Sample((2, 3, 2), axis=(0, 2)),
+                    Sample((0, 3)), Sample((2, 3, 0), axis=2))
+register(OpInfo('softmax', softmax, ref=_softmax_ref, int_dtypes=ALL_INTS,
+                samples=_SOFTMAX_SAMPLES))
+register(OpInfo('log_softmax', log_softmax, ref=_log_softmax_ref, int_dtypes=ALL_INTS,
+                samples=_SOFTMAX_SAMPLES))
+
+max = amax
+min = amin
