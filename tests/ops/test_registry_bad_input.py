@@ -134,8 +134,9 @@ def test_undeclared_dtype_is_refused_or_matches_numpy(info, dtype):
     else:
         assert numpy_error is None, 'NumPy refuses {} but xgrad took it'.format(dtype)
         if expected is not None:
-            actual = actual if isinstance(actual, tuple) else (actual,)
-            expected = expected if isinstance(expected, tuple) else (expected,)
+            actual = actual if isinstance(actual, (tuple, list)) else (actual,)
+            expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+            assert len(actual) == len(expected)
             for y, e in zip(actual, expected):
                 e = numpy.asarray(e)
                 assert y.dtype == e.dtype and y.shape == e.shape

@@ -87,17 +87,18 @@ def wrap(raw, like):
     return _core._array_of(numpy.asarray(raw), like.device)
 
 
-def operands(op, *values):
+def operands(op, *values, names=None):
     """The array operands among ``values`` as xgrad arrays, and ``values``
     with scalars kept as Python scalars (NumPy's weak-scalar promotion) and
-    array-likes converted. At least one operand becomes an array."""
+    array-likes converted. At least one operand becomes an array. ``names``:
+    the arguments' names for errors (default x1, x2, ...)."""
     like = next((v for v in values if isinstance(v, ndarray)), None)
     out = []
     for i, v in enumerate(values):
         if is_scalar(v) and not (like is None and i == 0):
             out.append(v.item() if isinstance(v, numpy.generic) else v)
         else:
-            v = as_array(v, 'x{}'.format(i + 1), like)
+            v = as_array(v, names[i] if names else 'x{}'.format(i + 1), like)
             like = v if like is None else like
             out.append(v)
     arrays = [v for v in out if isinstance(v, ndarray)]

@@ -37,7 +37,7 @@ I64 = numpy.dtype('int64')
 def _pair(op, x1, x2, float_only=False, names=('x1', 'x2')):
     """x1 and x2 checked to broadcast together (and to be floats): array
     operands as xgrad arrays, a Python scalar kept as a (weak) scalar."""
-    arrays, values = _args.operands(op, x1, x2)
+    arrays, values = _args.operands(op, x1, x2, names=names)
     _args.check_broadcast(op, *values)
     if float_only:
         for name, v in zip(names, values):
