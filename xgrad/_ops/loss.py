@@ -22,6 +22,7 @@ from xgrad._ops._xp import numpy_ns
 from xgrad._ops.elementwise import absolute, exp, relu, square, subtract
 from xgrad._ops.logic import where
 from xgrad._ops.reduction import mean as _mean, sum as _sum
+from xgrad._ops.statistics import softmax
 from xgrad._ops.registry import (
     F32, F64, Arg, OpInfo, Sample, away_from, distinct, integers, register, untied, within)
 
@@ -177,30 +178,12 @@ def sigmoid_cross_entropy(x1, x2):
 # ---------------------------------------------------------------------------
 # softmax_cross_entropy
 
-class _Softmax(PyOp):
-    """softmax(x) along axis 1 of a 2-D array; gx = y * (gy - sum(gy * y)).
-    The recorded gradient of SoftmaxCrossEntropy goes through it."""
-    op_name = 'softmax'
-
-    def forward(self, inputs):
-        x = inputs[0]
-        self.retain_outputs((0,))
-        e = numpy.exp(x - x.max(axis=1, keepdims=True))
-        e /= e.sum(axis=1, keepdims=True)
-        return (e,)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        y, gy = ys[0], gys[0]
-        gyy = gy * y
-        return (gyy - y * xp.sum(gyy, axis=1, keepdims=True),)
-
-
 class SoftmaxCrossEntropy(PyOp):
     """loss_i = logsumexp(x_i) - x_i[t_i] (0 where t_i == -1), for logits x
     of shape (N, C); gx_i = gy_i * (softmax(x_i) - onehot(t_i)).
 
     The forward keeps softmax(x) for the NumPy gradient; the recorded one
-    recomputes it from the retained x through ``_Softmax``."""
+    recomputes it from the retained x through ``softmax``."""
     op_name = 'softmax_cross_entropy'
 
     def __init__(self, t):
@@ -239,7 +222,7 @@ class SoftmaxCrossEntropy(PyOp):
         else:
             onehot = numpy.zeros((n, c), work)
             onehot[numpy.arange(n), self.label] = 1
-            p = _args.apply(_Softmax(), xp.cast(xs[0], work)) if c else xp.constant(self.p, gy)
+            p = softmax(xp.cast(xs[0], work), axis=1) if c else xp.constant(self.p, gy)
             w = xp.reshape(gy * xp.constant(self.keep, gy), (n, 1))
             gx = (p - xp.constant(onehot, gy)) * w
         return (xp.cast(gx, self.dtype),)
