@@ -32,6 +32,7 @@ import _machine  # noqa: E402
 import _timing  # noqa: E402
 import _verify  # noqa: E402
 import bench_batch_norm  # noqa: E402
+import bench_conv  # noqa: E402
 import bench_elementwise_chain  # noqa: E402
 import bench_gradient_penalty  # noqa: E402
 import bench_large_elementwise  # noqa: E402
@@ -44,6 +45,7 @@ BENCHMARKS = [
     bench_gradient_penalty,
     bench_large_elementwise,
     bench_large_mlp,
+    bench_conv,
     bench_batch_norm,
 ]
 

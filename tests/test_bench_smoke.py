@@ -20,6 +20,6 @@ def test_every_benchmark_agrees_with_the_numpy_floor():
         capture_output=True, text=True, timeout=300, cwd=str(ROOT))
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ('elementwise_chain', 'mlp_step', 'gradient_penalty',
-                 'large_elementwise', 'large_mlp'):
+                 'large_elementwise', 'large_mlp', 'conv', 'batch_norm'):
         assert name in result.stdout
     assert 'ERROR' not in result.stdout

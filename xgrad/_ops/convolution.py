@@ -1,3 +1,584 @@
-"""(being written)"""
+"""N-dimensional convolution: ``conv`` and ``conv_transpose`` (ChainerX's
+signatures, plus Chainer's ``dilate`` and ``groups`` as keyword arguments).
 
-__all__ = []
+Arrays are channel-first: ``x`` is (N, C, d_1, ..., d_n) for n >= 0 spatial
+axes. ``conv`` takes weights (out_C, in_C / groups, k_1, ..., k_n),
+``conv_transpose`` weights (in_C, out_C / groups, k_1, ..., k_n), as Chainer.
+
+The computation is im2col + BLAS: the windows of the padded input are a
+strided view (no copy), gathered into columns a few samples at a time (one
+cache-sized buffer, so the matmul reads them from cache) and contracted with
+the weights by one matmul per chunk. Its adjoint, col2im, adds columns back
+tap by tap (k_1 * ... * k_n strided slice adds); with stride 1 the transposed
+convolution is instead a convolution with the flipped kernel (faster).
+
+Three ops are each other's gradients, as in Chainer, so derivatives of any
+order stay in this family:
+
+* ``_Conv``: y = conv(x, w) + b
+* ``_ConvTranspose``: y = conv_transpose(x, w) + b, the adjoint of conv in x
+* ``_ConvGradWeight``: gw = the gradient of conv in w, given x and gy
+
+Each is defined by a raw NumPy kernel and an explicit output size, so cover_all
+and outsize only matter where the public functions compute that size.
+Gradient formulas call the three through ``_run``, which runs the raw kernel
+on NumPy arrays (the engine's fast path) and applies the recorded op on xgrad
+arrays (double backprop).
+"""
+
+import collections
+import itertools
+import numbers
+
+import numpy
+from numpy.lib.stride_tricks import as_strided
+
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops.registry import F16, Sample, OpInfo, register
+
+__all__ = ['conv', 'conv_transpose']
+
+
+# ---------------------------------------------------------------------------
+# Geometry shared with pooling: parameters, output sizes, windows
+
+Geometry = collections.namedtuple('Geometry', 'ksize stride pad dilate groups')
+Geometry.__doc__ = """Where the windows of a convolution or pooling lie: one
+entry per spatial axis (``groups``: the number of channel groups)."""
+
+
+def spatial_tuple(value, n, name, op, minimum):
+    """``value`` (an int or a sequence of n ints) as a tuple of n ints, each
+    at least ``minimum``. Wrong length: DimensionError; too small: ValueError;
+    not an int: TypeError."""
+    if isinstance(value, (numbers.Integral, numpy.integer)) and not isinstance(value, bool):
+        values = (int(value),) * n
+    else:
+        try:
+            values = tuple(value)
+        except TypeError:
+            raise TypeError('{}: {} must be an int or a tuple of ints, not {}'.format(
+                op, name, type(value).__name__)) from None
+        if len(values) != n:
+            raise _args.DimensionError(
+                '{}: {} {} has {} entries, but the input has {} spatial '
+                'dimensions'.format(op, name, values, len(values), n))
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (numbers.Integral, numpy.integer)):
+                raise TypeError('{}: {} must be an int or a tuple of ints, not {!r}'.format(
+                    op, name, value))
+        values = tuple(int(v) for v in values)
+    if any(v < minimum for v in values):
+        raise ValueError('{}: {} must be {} for every axis, got {}'.format(
+            op, name, 'positive' if minimum == 1 else 'non-negative', value))
+    return values
+
+
+def out_size(size, k, s, p, d=1, cover_all=False):
+    """The output length of a window of k taps (dilation d) sliding with
+    stride s over size + 2p elements (Chainer's get_conv_outsize); with
+    cover_all, one more window covers a partial tail."""
+    span = (k - 1) * d + 1
+    return (size + 2 * p - span + (s - 1 if cover_all else 0)) // s + 1
+
+
+def extent(geom, outsize):
+    """How many padded elements per axis the windows of ``outsize`` outputs
+    reach: (l - 1) * s + (k - 1) * d + 1."""
+    return tuple((l - 1) * s + (k - 1) * d + 1 for l, k, s, d in zip(
+        outsize, geom.ksize, geom.stride, geom.dilate))
+
+
+def pad_input(x, geom, outsize, fill=0):
+    """``x`` with ``geom.pad`` elements of ``fill`` before each spatial axis
+    and enough after for every window of ``outsize`` (cover_all can reach past
+    the pad). ``x`` itself when no padding is needed."""
+    spatial = x.shape[2:]
+    full = tuple(max(e, p + n) for e, p, n in zip(extent(geom, outsize), geom.pad, spatial))
+    if full == spatial:  # no pad, no overhang
+        return x
+    out = numpy.empty(x.shape[:2] + full, dtype=x.dtype)
+    out[inner(geom.pad, spatial)] = x
+    for axis, (p, n) in enumerate(zip(geom.pad, spatial)):  # fill the borders only
+        before = (slice(None),) * (2 + axis)
+        out[before + (slice(0, p),)] = fill
+        out[before + (slice(p + n, None),)] = fill
+    return out
+
+
+def inner(pad, spatial):
+    """The index of the unpadded region in a padded array."""
+    return (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(pad, spatial))
+
+
+def windows(xpad, geom, outsize):
+    """The strided view (N, C, k_1..k_n, l_1..l_n) of every window of
+    ``xpad``: element [.., k, l] is xpad[.., l * stride + k * dilate]."""
+    strides = xpad.strides[2:]
+    return as_strided(
+        xpad, xpad.shape[:2] + tuple(geom.ksize) + tuple(outsize),
+        xpad.strides[:2] + tuple(t * d for t, d in zip(strides, geom.dilate))
+        + tuple(t * s for t, s in zip(strides, geom.stride)), writeable=False)
+
+
+def window_offsets(geom, outsize):
+    """(k, index) for each kernel tap k: ``index`` selects, in a padded array,
+    the elements that tap k of every window reads (a strided slice)."""
+    ranges = [range(k) for k in geom.ksize]
+    for k in itertools.product(*ranges):
+        yield k, (slice(None), slice(None)) + tuple(
+            slice(i * d, i * d + (l - 1) * s + 1, s)
+            for i, d, l, s in zip(k, geom.dilate, outsize, geom.stride))
+
+
+def unpad(apad, geom, spatial):
+    """The unpadded region of ``apad``, contiguous."""
+    if apad.shape[2:] == tuple(spatial):
+        return apad
+    return numpy.ascontiguousarray(apad[inner(geom.pad, spatial)])
+
+
+# ---------------------------------------------------------------------------
+# Raw kernels (NumPy in, NumPy out)
+
+def _work_dtype(dtype):
+    """float16 is computed in float32 (BLAS has no float16; one rounding)."""
+    return numpy.dtype(numpy.float32) if dtype == F16 else dtype
+
+
+# Columns are built a few samples at a time into one reused buffer of about
+# this many elements: the matmul then reads them from cache, not memory.
+_CHUNK_ELEMENTS = 1 << 20
+
+
+def _chunks(n, per_sample):
+    """(lo, hi) batch ranges of about ``_CHUNK_ELEMENTS`` elements each."""
+    step = max(1, _CHUNK_ELEMENTS // max(1, per_sample))
+    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+def _column_chunks(x, geom, outsize):
+    """im2col in batch chunks: yields (lo, hi, cols) where cols
+    (groups, C/groups * prod(k), (hi - lo) * prod(l)) holds the windows of
+    samples lo..hi of ``x``, one column per window. ``cols`` is one reused
+    buffer: use it before asking for the next chunk."""
+    win = windows(pad_input(x, geom, outsize), geom, outsize)  # (N, C, k.., l..)
+    n, c = x.shape[:2]
+    g, nk = geom.groups, len(geom.ksize)
+    rows = c // g * _prod(geom.ksize)
+    ranges = _chunks(n, c * _prod(geom.ksize) * _prod(outsize))
+    if not ranges:
+        return
+    # (C, k.., m, l..): sample and window position side by side in a row.
+    order = (1,) + tuple(range(2, 2 + nk)) + (0,) + tuple(range(2 + nk, win.ndim))
+    buf = numpy.empty(tuple(win.shape[i] for i in order[:1 + nk]) + (ranges[0][1],)
+                      + tuple(outsize), x.dtype)
+    for lo, hi in ranges:
+        m = hi - lo
+        part = buf[(slice(None),) * (1 + nk) + (slice(0, m),)]
+        numpy.copyto(part, win[lo:hi].transpose(order))
+        yield lo, hi, part.reshape(g, rows, m * _prod(outsize))
+
+
+def _col2im_add(out, cols, geom, outsize):
+    """Add ``cols`` (N, C, k_1..k_n, l_1..l_n) into the padded ``out``, each
+    element where its window tap reads (the adjoint of im2col)."""
+    for k, index in window_offsets(geom, outsize):
+        out[index] += cols[(slice(None), slice(None)) + k]
+
+
+def _padded_zeros(shape, geom, outsize, dtype):
+    """Zeros shaped like ``pad_input`` pads an array of ``shape``."""
+    full = tuple(max(e, p + d) for e, p, d in zip(extent(geom, outsize), geom.pad, shape[2:]))
+    return numpy.zeros(tuple(shape[:2]) + full, dtype)
+
+
+def col2im(cols, geom, outsize, spatial):
+    """The adjoint of im2col: ``cols`` (N, C, k_1..k_n, l_1..l_n) added into
+    an (N, C, *spatial) array, each element where its window tap reads."""
+    out = _padded_zeros(cols.shape[:2] + tuple(spatial), geom, outsize, cols.dtype)
+    _col2im_add(out, cols, geom, outsize)
+    return unpad(out, geom, spatial)
+
+
+def _prod(values):
+    p = 1
+    for v in values:
+        p *= v
+    return p
+
+
+def _add_bias(y, b):
+    if b is not None:
+        y += b.reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+    return y
+
+
+def _result_dtype(x, w, b):
+    return numpy.result_type(x, w, *(() if b is None else (b,)))
+
+
+def conv_kernel(x, w, b, geom, outsize):
+    """y[n, o, l] = sum over the window of x at l and o's channel group of
+    w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]."""
+    dtype = _result_dtype(x, w, b)
+    work = _work_dtype(dtype)
+    n, o, g = x.shape[0], w.shape[0], geom.groups
+    wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
+    y = numpy.empty((n, g, o // g, _prod(outsize)), work)
+    for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
+        if hi - lo == 1:
+            numpy.matmul(wm, cols, out=y[lo])
+        else:  # columns are (.., sample, position): put the samples first
+            part = numpy.matmul(wm, cols).reshape(g, o // g, hi - lo, _prod(outsize))
+            y[lo:hi] = part.transpose(2, 0, 1, 3)
+    return _add_bias(y.reshape((n, o) + tuple(outsize)), b).astype(dtype, copy=False)
+
+
+def conv_transpose_kernel(x, w, b, geom, outsize):
+    """The adjoint of conv in its input: each x[n, c, l] spreads
+    w[c, o, k] * x[n, c, l] to y[n, o, l * s + k * d - p], plus b[o]."""
+    n, c, g = x.shape[0], x.shape[1], geom.groups
+    o = w.shape[1] * g
+    if all(s == 1 for s in geom.stride) and all(
+            p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate)):
+        # With stride 1 this is conv with the kernel flipped and in/out swapped,
+        # padded by span - 1 - p: im2col + a wide matmul beat a narrow matmul
+        # + col2im (about twice as fast).
+        flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
+        flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
+        full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
+            geom.ksize, geom.pad, geom.dilate)))
+        return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
+    dtype = _result_dtype(x, w, b)
+    work = _work_dtype(dtype)
+    spatial = x.shape[2:]
+    xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
+    wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
+    out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work)
+    per_sample = o * _prod(geom.ksize) * _prod(spatial)
+    for lo, hi in _chunks(n, per_sample):
+        cols = numpy.matmul(wt, xm[lo:hi])  # (m, g, o/g * prod(k), prod(l))
+        _col2im_add(out[lo:hi], cols.reshape((hi - lo, o) + geom.ksize + spatial),
+                    geom, spatial)
+    return _add_bias(unpad(out, geom, outsize), b).astype(dtype, copy=False)
+
+
+def conv_grad_weight_kernel(x, gy, wshape, dtype, geom):
+    """gw[o, c, k] = sum over n, l of gy[n, o, l] * x[n, c, l * s + k * d - p]
+    (within o's channel group): the gradient of conv in w."""
+    work = _work_dtype(numpy.dtype(dtype))
+    n, g = x.shape[0], geom.groups
+    og = wshape[0] // g
+    gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
+    gw = numpy.zeros((g, og, _prod(wshape[1:])), work)
+    for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, gy.shape[2:]):
+        rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
+        gw += numpy.matmul(rows, cols.swapaxes(1, 2))
+    return gw.reshape(wshape).astype(dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------
+# The three ops
+
+def _run(op, *inputs):
+    """``op`` on ``inputs``: recorded (``_args.apply``) on xgrad arrays, its
+    raw kernel on NumPy arrays. Gradient formulas call the conv family through
+    this, so the same formula serves the fast path and double backprop."""
+    inputs = tuple(a for a in inputs if a is not None)
+    if isinstance(inputs[0], _args.ndarray):
+        return _args.apply(op, *inputs)
+    return op.compute(*inputs)
+
+
+def _bias_grad(xp, gy, b):
+    return xp.cast(xp.sum(gy, axis=(0,) + tuple(range(2, gy.ndim))), b.dtype)
+
+
+class _Conv(PyOp):
+    op_name = 'conv'
+
+    def __init__(self, geom, outsize):
+        self.geom = geom
+        self.outsize = outsize
+
+    def compute(self, x, w, b=None):
+        return conv_kernel(x, w, b, self.geom, self.outsize)
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1) + ((2,) if len(inputs) == 3 else ()))
+        return (self.compute(*inputs),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        gy = gys[0]
+        x, w = xs[:2]
+        out = []
+        for t in targets:
+            if t == 0:
+                g = _run(_ConvTranspose(self.geom, x.shape[2:]), gy, w)
+                out.append(xp.cast(g, x.dtype))
+            elif t == 1:
+                out.append(_run(_ConvGradWeight(self.geom, w.shape, w.dtype), x, gy))
+            else:
+                out.append(_bias_grad(xp, gy, xs[2]))
+        return tuple(out)
+
+
+class _ConvTranspose(PyOp):
+    op_name = 'conv_transpose'
+
+    def __init__(self, geom, outsize):
+        self.geom = geom
+        self.outsize = outsize
+
+    def compute(self, x, w, b=None):
+        return conv_transpose_kernel(x, w, b, self.geom, self.outsize)
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1) + ((2,) if len(inputs) == 3 else ()))
+        return (self.compute(*inputs),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        gy = gys[0]
+        x, w = xs[:2]
+        out = []
+        for t in targets:
+            if t == 0:
+                g = _run(_Conv(self.geom, x.shape[2:]), gy, w)
+                out.append(xp.cast(g, x.dtype))
+            elif t == 1:
+                # <conv_transpose(x, w), gy> = <x, conv(gy, w)>: gy plays conv's input.
+                out.append(_run(_ConvGradWeight(self.geom, w.shape, w.dtype), gy, x))
+            else:
+                out.append(_bias_grad(xp, gy, xs[2]))
+        return tuple(out)
+
+
+class _ConvGradWeight(PyOp):
+    """gw = d<conv(x, w), gy>/dw, bilinear in (x, gy): its gradients are
+    conv_transpose(gy, ggw) for x and conv(x, ggw) for gy."""
+    op_name = 'conv_grad_weight'
+
+    def __init__(self, geom, wshape, dtype):
+        self.geom = geom
+        self.wshape = tuple(wshape)
+        self.dtype = numpy.dtype(dtype)
+
+    def compute(self, x, gy):
+        return conv_grad_weight_kernel(x, gy, self.wshape, self.dtype, self.geom)
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        return (self.compute(*inputs),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        ggw = gys[0]
+        x, gy = xs
+        out = []
+        for t in targets:
+            if t == 0:
+                g = _run(_ConvTranspose(self.geom, x.shape[2:]), gy, ggw)
+                out.append(xp.cast(g, x.dtype))
+            else:
+                g = _run(_Conv(self.geom, gy.shape[2:]), x, ggw)
+                out.append(xp.cast(g, gy.dtype))
+        return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Public functions: argument checks, output sizes
+
+def _inputs(op, x, w, b):
+    x = _args.as_array(x, 'x')
+    w = _args.as_array(w, 'w', x)
+    b = None if b is None else _args.as_array(b, 'b', x)
+    arrays = [x, w] + ([] if b is None else [b])
+    for a, name in zip(arrays, ('x', 'w', 'b')):
+        _args.require_float(a, op, name)
+    _args.same_device(arrays, op)
+    if x.ndim != w.ndim:
+        raise _args.DimensionError('{}: x {} and w {} must have the same number of '
+                                   'dimensions'.format(op, x.shape, w.shape))
+    if x.ndim < 2:
+        raise _args.DimensionError('{}: x {} must have a batch and a channel axis'.format(
+            op, x.shape))
+    return x, w, b
+
+
+def _geometry(op, x, w, stride, pad, dilate, groups):
+    n = x.ndim - 2
+    if isinstance(groups, bool) or not isinstance(groups, (numbers.Integral, numpy.integer)):
+        raise TypeError('{}: groups must be an int, not {}'.format(op, type(groups).__name__))
+    if groups < 1:
+        raise ValueError('{}: groups must be positive, got {}'.format(op, groups))
+    return Geometry(tuple(w.shape[2:]), spatial_tuple(stride, n, 'stride', op, 1),
+                    spatial_tuple(pad, n, 'pad', op, 0),
+                    spatial_tuple(dilate, n, 'dilate', op, 1), int(groups))
+
+
+def _check_bias(op, b, channels, w):
+    if b is not None and b.shape != (channels,):
+        raise _args.DimensionError('{}: b {} must have shape ({},) for w {}'.format(
+            op, b.shape, channels, w.shape))
+
+
+def conv(x, w, b=None, stride=1, pad=0, cover_all=False, *, dilate=1, groups=1):
+    """N-dimensional convolution (cross-correlation) of ``x`` (N, C, d_1..d_n)
+    with ``w`` (out_C, C / groups, k_1..k_n), plus ``b`` (out_C,).
+
+    The output has l_i = (d_i + 2 p_i - (k_i - 1) * dilate_i - 1) // s_i + 1
+    positions per axis; with ``cover_all``, one more where the windows would
+    leave a tail of the input uncovered (Chainer's formula).
+    ``stride``, ``pad`` and ``dilate`` are ints or one int per spatial axis;
+    ``groups`` splits the channels into independent convolutions.
+    """
+    x, w, b = _inputs('conv', x, w, b)
+    geom = _geometry('conv', x, w, stride, pad, dilate, groups)
+    c, o, g = x.shape[1], w.shape[0], geom.groups
+    if c % g or o % g:
+        raise _args.DimensionError('conv: groups={} must divide the channels of x {} and '
+                                   'the filters of w {}'.format(g, x.shape, w.shape))
+    if w.shape[1] * g != c:
+        raise _args.DimensionError(
+            'conv: x {} has {} channels, but w {} takes {} (w.shape[1] * groups)'.format(
+                x.shape, c, w.shape, w.shape[1] * g))
+    _check_bias('conv', b, o, w)
+    outsize = tuple(out_size(d, k, s, p, dl, cover_all) for d, k, s, p, dl in zip(
+        x.shape[2:], geom.ksize, geom.stride, geom.pad, geom.dilate))
+    if any(l < 1 for l in outsize):
+        raise _args.DimensionError(
+            'conv: the windows of w {} (dilate {}) do not fit in x {} padded by {}'.format(
+                w.shape, geom.dilate, x.shape, geom.pad))
+    return _args.apply(_Conv(geom, outsize), *(a for a in (x, w, b) if a is not None))
+
+
+def conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, *, dilate=1, groups=1):
+    """N-dimensional transposed convolution (the gradient of ``conv`` in its
+    input) of ``x`` (N, C, d_1..d_n) with ``w`` (C, out_C / groups, k_1..k_n),
+    plus ``b`` (out_C,).
+
+    ``outsize`` None: l_i = s_i (d_i - 1) + (k_i - 1) * dilate_i + 1 - 2 p_i.
+    Given, it must be a size ``conv`` with the same parameters maps back to
+    d_i (with or without cover_all, decided for all axes at once as ChainerX).
+    """
+    x, w, b = _inputs('conv_transpose', x, w, b)
+    geom = _geometry('conv_transpose', x, w, stride, pad, dilate, groups)
+    c, g = x.shape[1], geom.groups
+    if w.shape[0] != c:
+        raise _args.DimensionError('conv_transpose: x {} has {} channels, but w {} takes {} '
+                                   '(w.shape[0])'.format(x.shape, c, w.shape, w.shape[0]))
+    if c % g:
+        raise _args.DimensionError('conv_transpose: groups={} must divide the channels of '
+                                   'x {}'.format(g, x.shape))
+    _check_bias('conv_transpose', b, w.shape[1] * g, w)
+    spatial = x.shape[2:]
+    params = list(zip(geom.ksize, geom.stride, geom.pad, geom.dilate))
+    if outsize is None:
+        outsize = tuple(s * (d - 1) + (k - 1) * dl + 1 - 2 * p
+                        for d, (k, s, p, dl) in zip(spatial, params))
+        if any(l < 1 for l in outsize):
+            raise _args.DimensionError(
+                'conv_transpose: x {} with w {}, stride {} and pad {} gives the output '
+                'size {}, which is not positive'.format(x.shape, w.shape, geom.stride,
+                                                        geom.pad, outsize))
+    else:
+        outsize = spatial_tuple(outsize, len(spatial), 'outsize', 'conv_transpose', 1)
+        cover_all = any(out_size(l, k, s, p, dl) != d
+                        for l, d, (k, s, p, dl) in zip(outsize, spatial, params))
+        if any(out_size(l, k, s, p, dl, cover_all) != d
+               for l, d, (k, s, p, dl) in zip(outsize, spatial, params)):
+            raise _args.DimensionError(
+                'conv_transpose: outsize {} does not fit x {}: conv with w {}, stride {} '
+                'and pad {} maps it to another size'.format(
+                    outsize, x.shape, w.shape, geom.stride, geom.pad))
+    return _args.apply(_ConvTranspose(geom, tuple(outsize)),
+                       *(a for a in (x, w, b) if a is not None))
+
+
+# ---------------------------------------------------------------------------
+# Registry: naive loop references (independent of the kernels above)
+
+def _expand(v, n):
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+def _reference_conv(x, w, b=None, stride=1, pad=0, cover_all=False, dilate=1, groups=1):
+    """conv by direct loops over output positions and kernel taps, in float64."""
+    n = x.ndim - 2
+    s, p, d = _expand(stride, n), _expand(pad, n), _expand(dilate, n)
+    ksize = w.shape[2:]
+    dtype = numpy.result_type(x, w, *(() if b is None else (b,)))
+    # s extra zeros after each axis: room for cover_all's last window.
+    xp = numpy.pad(x.astype(numpy.float64), [(0, 0)] * 2 + [(q, q + t) for q, t in zip(p, s)])
+    outs = tuple((size + 2 * q - (k - 1) * dd - 1 + (t - 1 if cover_all else 0)) // t + 1
+                 for size, k, t, q, dd in zip(x.shape[2:], ksize, s, p, d))
+    y = numpy.zeros((x.shape[0], w.shape[0]) + outs)
+    cg, og = x.shape[1] // groups, w.shape[0] // groups
+    for g in range(groups):
+        xs, os = slice(g * cg, (g + 1) * cg), slice(g * og, (g + 1) * og)
+        for pos in numpy.ndindex(*outs):
+            for k in numpy.ndindex(*ksize):
+                at = tuple(i * t + j * dd for i, t, j, dd in zip(pos, s, k, d))
+                y[(slice(None), os) + pos] += _at(xp, xs, at) @ w[(os, slice(None)) + k].T
+    if b is not None:
+        y += b.reshape((1, -1) + (1,) * n)
+    return y.astype(dtype)
+
+
+def _at(a, channels, position):
+    """a[:, channels, *position]: (N, len(channels))."""
+    return a[(slice(None), channels) + position]
+
+
+def _reference_conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, dilate=1,
+                              groups=1):
+    """conv_transpose by scattering each input element times the kernel, in
+    float64."""
+    n = x.ndim - 2
+    s, p, d = _expand(stride, n), _expand(pad, n), _expand(dilate, n)
+    ksize = w.shape[2:]
+    dtype = numpy.result_type(x, w, *(() if b is None else (b,)))
+    if outsize is None:
+        outsize = tuple(t * (size - 1) + (k - 1) * dd + 1 - 2 * q
+                        for size, k, t, q, dd in zip(x.shape[2:], ksize, s, p, d))
+    span = tuple(max(t * (size - 1) + (k - 1) * dd + 1, l + 2 * q) for size, k, t, q, dd, l
+                 in zip(x.shape[2:], ksize, s, p, d, outsize))
+    cg, og = x.shape[1] // groups, w.shape[1]
+    x = x.astype(numpy.float64)
+    y = numpy.zeros((x.shape[0], og * groups) + span)
+    for g in range(groups):
+        xs, os = slice(g * cg, (g + 1) * cg), slice(g * og, (g + 1) * og)
+        for pos in numpy.ndindex(*x.shape[2:]):
+            for k in numpy.ndindex(*ksize):
+                at = tuple(i * t + j * dd for i, t, j, dd in zip(pos, s, k, d))
+                y[(slice(None), os) + at] += _at(x, xs, pos) @ w[(xs, slice(None)) + k]
+    y = y[(slice(None), slice(None)) + tuple(slice(q, q + l) for q, l in zip(p, outsize))]
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * n)
+    return y.astype(dtype)
+
+
+register(OpInfo(
+    'conv', conv, ref=_reference_conv,
+    samples=[Sample((2, 3, 5), (4, 3, 3)),
+             Sample((2, 3, 6), (4, 3, 2), (4,), stride=2, pad=1),
+             Sample((2, 3, 4, 4), (2, 3, 3, 3), (2,), pad=1),
+             Sample((1, 2, 5, 4), (2, 2, 2, 2), stride=(2, 3), cover_all=True),
+             Sample((1, 2, 5, 5), (2, 2, 2, 2), dilate=2, pad=(1, 0)),
+             Sample((2, 4, 4, 3), (6, 2, 2, 2), (6,), groups=2),
+             Sample((1, 2, 3, 4, 3), (2, 2, 2, 2, 2), (2,), stride=(1, 2, 1),
+                    pad=(0, 1, 1)),
+             Sample((3, 4), (2, 4), (2,)),
+             Sample((0, 2, 4, 4), (3, 2, 3, 3), (3,), pad=1)]))
+
+register(OpInfo(
+    'conv_transpose', conv_transpose, ref=_reference_conv_transpose,
+    samples=[Sample((2, 3, 4), (3, 2, 3)),
+             Sample((2, 3, 3), (3, 2, 3), (2,), stride=2, pad=1, outsize=(6,)),
+             Sample((1, 2, 2, 3), (2, 2, 2, 2), stride=2, outsize=(3, 6)),
+             Sample((2, 4, 3, 3), (4, 1, 2, 2), (2,), dilate=2, groups=2, pad=1),
+             Sample((1, 2, 2, 3, 2), (2, 3, 2, 2, 2), (3,), stride=(2, 1, 1),
+                    pad=(0, 1, 0)),
+             Sample((3, 4), (4, 2), (2,)),
+             Sample((0, 2, 3, 3), (2, 3, 2, 2), (3,))]))

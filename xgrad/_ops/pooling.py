@@ -1,3 +1,292 @@
-"""(being written)"""
+"""Spatial pooling: ``max_pool`` and ``average_pool`` (ChainerX's signatures
+and semantics), over 1 or more spatial axes of channel-first arrays
+(N, C, d_1, ..., d_n).
 
-__all__ = []
+Windows are laid out like ``conv``'s (see convolution.py, whose geometry
+helpers this module shares): ``ksize`` taps per axis, ``stride`` (None: the
+window size) and ``pad``.
+
+Each pooling is a pair of linear ops that are each other's adjoints, so every
+derivative order stays in the pair:
+
+* max: the forward gathers the window maxima and keeps their positions
+  (ties go to the first in window order); its gradient ``_MaxPoolGrad``
+  scatters gy to those positions (adding where windows overlap), and the
+  gradient of that scatter is the gather ``_MaxPoolGather`` with the same
+  positions. The positions are constant, so the second derivative in x is 0.
+* average: the window sum over a count (``pad_mode`` 'ignore': the elements
+  inside the input, 'zero': the whole window); its gradient spreads gy / count
+  over each window, and the gradient of that is the average again.
+"""
+
+import numpy
+
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops.convolution import (
+    Geometry, _padded_zeros, _prod, _run, _work_dtype, col2im, out_size, pad_input,
+    spatial_tuple, unpad, window_offsets)
+from xgrad._ops.registry import OpInfo, Sample, distinct, register
+
+__all__ = ['max_pool', 'average_pool']
+
+
+def _geometry(op, x, ksize, stride, pad, cover_all):
+    """Checked window geometry and output size for pooling ``x``."""
+    _args.require_float(x, op)
+    n = x.ndim - 2
+    if n < 1:
+        raise _args.DimensionError('{}: x {} must have a batch, a channel and at least one '
+                                   'spatial axis'.format(op, x.shape))
+    ksize = spatial_tuple(ksize, n, 'ksize', op, 1)
+    stride = ksize if stride is None else spatial_tuple(stride, n, 'stride', op, 1)
+    geom = Geometry(ksize, stride, spatial_tuple(pad, n, 'pad', op, 0), (1,) * n, 1)
+    outsize = tuple(out_size(d, k, s, p, 1, cover_all)
+                    for d, k, s, p in zip(x.shape[2:], ksize, stride, geom.pad))
+    if any(l < 1 for l in outsize):
+        raise _args.DimensionError('{}: windows of size {} do not fit in x {} padded by '
+                                   '{}'.format(op, ksize, x.shape, geom.pad))
+    return geom, outsize
+
+
+# ---------------------------------------------------------------------------
+# Max pooling
+
+class _Argmax:
+    """Which tap of its window (0 .. prod(ksize) - 1, in window order) each
+    output's maximum came from, with the pooling geometry."""
+
+    def __init__(self, tap, geom, outsize, spatial):
+        self.tap = tap
+        self.geom = geom
+        self.outsize = outsize
+        self.spatial = spatial
+
+    def taps(self):
+        """(mask, index) per tap: the outputs whose maximum is that tap, and
+        the strided slice of the padded input that tap reads."""
+        for t, (_, index) in enumerate(window_offsets(self.geom, self.outsize)):
+            yield self.tap == t, index
+
+
+class _MaxPool(PyOp):
+    op_name = 'max_pool'
+
+    def __init__(self, geom, outsize):
+        self.geom = geom
+        self.outsize = outsize
+
+    def forward(self, inputs):
+        x = inputs[0]
+        geom, outsize = self.geom, self.outsize
+        xpad = pad_input(x, geom, outsize, fill=-numpy.inf)
+        y = tap = None
+        for t, (_, index) in enumerate(window_offsets(geom, outsize)):
+            v = xpad[index]
+            if y is None:
+                y = v.copy()
+                tap = numpy.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
+            else:  # strictly greater wins: ties keep the first tap
+                tap = numpy.where(v > y, tap.dtype.type(t), tap)
+                y = numpy.maximum(y, v)  # (NaN propagates to y)
+        self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
+        return (y,)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        return (_run(_MaxPoolGrad(self.argmax), gys[0]),)
+
+
+class _MaxPoolGrad(PyOp):
+    """gx: gy added at the positions of the window maxima."""
+    op_name = 'max_pool_grad'
+
+    def __init__(self, argmax):
+        self.argmax = argmax
+
+    def compute(self, gy):
+        a = self.argmax
+        gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype)
+        for mask, index in a.taps():
+            gxpad[index] += numpy.where(mask, gy, gy.dtype.type(0))
+        return unpad(gxpad, a.geom, a.spatial)
+
+    def forward(self, inputs):
+        return (self.compute(inputs[0]),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        return (_run(_MaxPoolGather(self.argmax), gys[0]),)
+
+
+class _MaxPoolGather(PyOp):
+    """The adjoint of ``_MaxPoolGrad``: each window's element at its maximum."""
+    op_name = 'max_pool_gather'
+
+    def __init__(self, argmax):
+        self.argmax = argmax
+
+    def compute(self, gx):
+        a = self.argmax
+        gxpad = pad_input(gx, a.geom, a.outsize)
+        out = numpy.zeros(gx.shape[:2] + a.outsize, gx.dtype)
+        for mask, index in a.taps():
+            out = numpy.where(mask, gxpad[index], out)
+        return out
+
+    def forward(self, inputs):
+        return (self.compute(inputs[0]),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        return (_run(_MaxPoolGrad(self.argmax), gys[0]),)
+
+
+def max_pool(x, ksize, stride=None, pad=0, cover_all=False):
+    """The maximum of each window of ``x`` (N, C, d_1..d_n): windows of
+    ``ksize``, moved by ``stride`` (None: ``ksize``) over ``x`` padded with
+    -inf by ``pad``; ``cover_all`` adds a window where a tail would be left
+    out (as ``conv``). The gradient goes to the first maximum of each window."""
+    x = _args.as_array(x, 'x')
+    geom, outsize = _geometry('max_pool', x, ksize, stride, pad, cover_all)
+    return _args.apply(_MaxPool(geom, outsize), x)
+
+
+# ---------------------------------------------------------------------------
+# Average pooling
+
+class _Average:
+    """An average pooling's geometry and its per-output element counts."""
+
+    def __init__(self, geom, outsize, spatial, pad_mode):
+        self.geom = geom
+        self.outsize = outsize
+        self.spatial = spatial
+        if pad_mode == 'zero':
+            self.count = _prod(geom.ksize)
+        else:  # elements inside the input: a product of per-axis counts
+            count = numpy.ones((1, 1) + (1,) * len(outsize))
+            for axis, (l, k, s, p, d) in enumerate(zip(outsize, geom.ksize, geom.stride,
+                                                      geom.pad, spatial)):
+                start = numpy.arange(l) * s
+                inside = numpy.minimum(start + k, p + d) - numpy.maximum(start, p)
+                inside = numpy.maximum(inside, 0)  # 0 (a nan average) when all padding
+                shape = [1] * (2 + len(outsize))
+                shape[2 + axis] = l
+                count = count * inside.reshape(shape)
+            self.count = count
+
+
+class _AveragePool(PyOp):
+    op_name = 'average_pool'
+
+    def __init__(self, avg):
+        self.avg = avg
+
+    def compute(self, x):
+        a = self.avg
+        xpad = pad_input(x.astype(_work_dtype(x.dtype), copy=False), a.geom, a.outsize)
+        y = numpy.zeros(x.shape[:2] + a.outsize, xpad.dtype)
+        for _, index in window_offsets(a.geom, a.outsize):
+            y += xpad[index]
+        with numpy.errstate(invalid='ignore', divide='ignore'):  # windows all padding
+            y /= a.count
+        return y.astype(x.dtype, copy=False)
+
+    def forward(self, inputs):
+        return (self.compute(inputs[0]),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        return (_run(_AveragePoolGrad(self.avg), gys[0]),)
+
+
+class _AveragePoolGrad(PyOp):
+    """The adjoint of ``_AveragePool``: gy / count spread over each window."""
+    op_name = 'average_pool_grad'
+
+    def __init__(self, avg):
+        self.avg = avg
+
+    def compute(self, gy):
+        a = self.avg
+        with numpy.errstate(invalid='ignore', divide='ignore'):
+            g = numpy.divide(gy, a.count, dtype=_work_dtype(gy.dtype))
+        nk = len(a.geom.ksize)
+        cols = numpy.broadcast_to(g.reshape(gy.shape[:2] + (1,) * nk + a.outsize),
+                                  gy.shape[:2] + a.geom.ksize + a.outsize)
+        return col2im(cols, a.geom, a.outsize, a.spatial).astype(gy.dtype, copy=False)
+
+    def forward(self, inputs):
+        return (self.compute(inputs[0]),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        return (_run(_AveragePool(self.avg), gys[0]),)
+
+
+def average_pool(x, ksize, stride=None, pad=0, pad_mode='ignore'):
+    """The mean of each window of ``x`` (N, C, d_1..d_n): windows of
+    ``ksize``, moved by ``stride`` (None: ``ksize``) over ``x`` padded by
+    ``pad``. ``pad_mode`` 'ignore' averages the elements inside ``x`` only,
+    'zero' counts the padding as zeros (divides by the window size)."""
+    x = _args.as_array(x, 'x')
+    if pad_mode not in ('ignore', 'zero'):
+        raise ValueError("average_pool: pad_mode must be 'ignore' or 'zero', not "
+                         "{!r}".format(pad_mode))
+    geom, outsize = _geometry('average_pool', x, ksize, stride, pad, False)
+    return _args.apply(_AveragePool(_Average(geom, outsize, x.shape[2:], pad_mode)), x)
+
+
+# ---------------------------------------------------------------------------
+# Registry: naive loop references (independent of the kernels above)
+
+def _reference_windows(x, ksize, stride, pad, cover_all, fill):
+    """Yield (output index, window values (N, C, prod(ksize))) by direct loops."""
+    n = x.ndim - 2
+    k = (ksize,) * n if isinstance(ksize, int) else tuple(ksize)
+    s = k if stride is None else (stride,) * n if isinstance(stride, int) else tuple(stride)
+    p = (pad,) * n if isinstance(pad, int) else tuple(pad)
+    xp = numpy.pad(x.astype(numpy.float64), [(0, 0)] * 2 + [(q, q + t) for q, t in zip(p, s)],
+                   constant_values=fill)
+    outs = tuple((d + 2 * q - kk + (t - 1 if cover_all else 0)) // t + 1
+                 for d, kk, t, q in zip(x.shape[2:], k, s, p))
+    for pos in numpy.ndindex(*outs):
+        box = tuple(slice(i * t, i * t + kk) for i, t, kk in zip(pos, s, k))
+        yield outs, pos, xp[(slice(None), slice(None)) + box].reshape(x.shape[:2] + (_prod(k),))
+
+
+def _reference_max_pool(x, ksize, stride=None, pad=0, cover_all=False):
+    y = None
+    for outs, pos, window in _reference_windows(x, ksize, stride, pad, cover_all, -numpy.inf):
+        if y is None:
+            y = numpy.zeros(x.shape[:2] + outs)
+        y[(slice(None), slice(None)) + pos] = window.max(axis=2)
+    return y.astype(x.dtype)
+
+
+def _reference_average_pool(x, ksize, stride=None, pad=0, pad_mode='ignore'):
+    y = None
+    ones = numpy.ones(x.shape[:2] + x.shape[2:])
+    counts = _reference_windows(ones, ksize, stride, pad, False, 0)
+    for (outs, pos, window), (_, _, inside) in zip(
+            _reference_windows(x, ksize, stride, pad, False, 0), counts):
+        if y is None:
+            y = numpy.zeros(x.shape[:2] + outs)
+        count = inside.sum(axis=2) if pad_mode == 'ignore' else window.shape[2]
+        y[(slice(None), slice(None)) + pos] = window.sum(axis=2) / count
+    return y.astype(x.dtype)
+
+
+register(OpInfo(
+    'max_pool', max_pool, ref=_reference_max_pool, domain=distinct,
+    samples=[Sample((2, 3, 6), ksize=2),
+             Sample((2, 2, 5, 5), ksize=3, stride=2, pad=1),
+             Sample((1, 2, 4, 4), ksize=2, stride=1),
+             Sample((1, 2, 5, 4), ksize=(2, 3), stride=(2, 1), cover_all=True),
+             Sample((1, 2, 4, 3, 4), ksize=2, stride=(2, 1, 2), pad=(0, 1, 1)),
+             Sample((0, 2, 4, 4), ksize=2)]))
+
+register(OpInfo(
+    'average_pool', average_pool, ref=_reference_average_pool,
+    samples=[Sample((2, 3, 6), ksize=3, stride=1),
+             Sample((2, 2, 5, 5), ksize=3, stride=2, pad=1),
+             Sample((2, 2, 5, 5), ksize=3, stride=2, pad=1, pad_mode='zero'),
+             Sample((1, 2, 5, 4), ksize=(2, 3)),
+             Sample((1, 2, 4, 3, 4), ksize=2, stride=(2, 1, 2), pad=(0, 1, 1)),
+             Sample((0, 2, 4, 4), ksize=2)]))

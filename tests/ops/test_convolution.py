@@ -1,0 +1,365 @@
+"""conv and conv_transpose: closed forms, output sizes (cover_all, outsize),
+agreement with the naive loop references and with PyTorch (values, first and
+second derivatives), the batch-chunked kernels, and bad input.
+
+The registry (test_registry.py) already checks every declared sample against
+the references and numerically; this file covers what samples cannot say."""
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._ops import convolution
+from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
+
+
+def _data(shape, seed, dtype=numpy.float64):
+    return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def _arr(shape, seed=0, dtype=numpy.float64):
+    return xgrad.array(_data(shape, seed, dtype))
+
+
+def _ones_like(y):
+    return xgrad.ones_like(y)
+
+
+# ---------------------------------------------------------------------------
+# Closed forms
+
+def test_window_counts_of_a_ones_kernel():
+    # Each output counts the input elements its 3x3 window covers.
+    y = xgrad.conv(xgrad.ones((1, 1, 3, 3)), xgrad.ones((1, 1, 3, 3)), pad=1)
+    numpy.testing.assert_array_equal(y.to_numpy()[0, 0], [[4, 6, 4], [6, 9, 6], [4, 6, 4]])
+
+
+def test_delta_kernel_shifts_and_bias_adds():
+    x = _arr((2, 1, 4, 5))
+    w = numpy.zeros((1, 1, 3, 3))
+    w[0, 0, 0, 2] = 1  # tap (0, 2): y[i, j] = x[i + 0 - 1, j + 2 - 1]
+    y = xgrad.conv(x, xgrad.array(w), xgrad.array([0.5]), pad=1).to_numpy()
+    xp = numpy.pad(x.to_numpy(), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    numpy.testing.assert_array_equal(y, xp[:, :, 0:4, 2:7] + 0.5)
+
+
+def test_one_by_one_conv_is_a_channel_matmul():
+    x, w = _arr((2, 3, 4, 5), 1), _arr((6, 3, 1, 1), 2)
+    y = xgrad.conv(x, w).to_numpy()
+    numpy.testing.assert_allclose(
+        y, numpy.einsum('oc,nchw->nohw', w.to_numpy()[:, :, 0, 0], x.to_numpy()), rtol=1e-12)
+
+
+def test_no_spatial_axes_is_linear():
+    x, w, b = _arr((3, 4), 1), _arr((2, 4), 2), _arr((2,), 3)
+    numpy.testing.assert_allclose(xgrad.conv(x, w, b).to_numpy(),
+                                  x.to_numpy() @ w.to_numpy().T + b.to_numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize('stride, pad, dilate, groups', [
+    (1, 0, 1, 1), (2, 1, 1, 1), ((1, 3), (2, 0), (2, 1), 2), (3, 2, 2, 1)])
+def test_conv_transpose_is_the_adjoint_of_conv(stride, pad, dilate, groups):
+    x, w = _arr((2, 4, 9, 8), 1), _arr((6, 4 // groups, 3, 2), 2)
+    kw = dict(stride=stride, pad=pad, dilate=dilate, groups=groups)
+    y = xgrad.conv(x, w, **kw)
+    gy = _arr(y.shape, 3)
+    back = xgrad.conv_transpose(gy, w, outsize=x.shape[2:], **kw)
+    assert back.shape == x.shape
+    numpy.testing.assert_allclose(numpy.vdot(y.to_numpy(), gy.to_numpy()),
+                                  numpy.vdot(x.to_numpy(), back.to_numpy()), rtol=1e-12)
+
+
+def test_gradients_in_closed_form():
+    x = _arr((2, 3, 5, 5), 1).require_grad()
+    w = _arr((4, 3, 3, 3), 2).require_grad()
+    b = _arr((4,), 3).require_grad()
+    y = xgrad.conv(x, w, b, pad=1)
+    gy = _arr(y.shape, 4)
+    gx, gw, gb = xgrad.grad([y], [x, w, b], grad_outputs=[gy])
+    numpy.testing.assert_allclose(gb.to_numpy(), gy.to_numpy().sum(axis=(0, 2, 3)),
+                                  rtol=1e-12)
+    # gw[o, c, i, j] = sum gy[n, o] * (x shifted by tap (i, j))[n, c]
+    xp = numpy.pad(x.to_numpy(), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = numpy.empty((4, 3, 3, 3))
+    for i in range(3):
+        for j in range(3):
+            expected[:, :, i, j] = numpy.einsum('nohw,nchw->oc', gy.to_numpy(),
+                                                xp[:, :, i:i + 5, j:j + 5])
+    numpy.testing.assert_allclose(gw.to_numpy(), expected, rtol=1e-12)
+    numpy.testing.assert_allclose(
+        gx.to_numpy(), xgrad.conv_transpose(gy, w, pad=1).to_numpy(), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Output sizes
+
+def test_cover_all_adds_the_tail_window():
+    x, w = _arr((1, 1, 5, 4)), _arr((1, 1, 2, 2))
+    assert xgrad.conv(x, w, stride=(2, 3)).shape == (1, 1, 2, 1)
+    y = xgrad.conv(x, w, stride=(2, 3), cover_all=True)
+    assert y.shape == (1, 1, 3, 2)
+    # The tail windows read zeros beyond the input.
+    expected = _reference_conv(x.to_numpy(), w.to_numpy(), stride=(2, 3), cover_all=True)
+    numpy.testing.assert_allclose(y.to_numpy(), expected, rtol=1e-12)
+
+
+def test_chainerx_docs_output_sizes():
+    # The shapes of ChainerX's conv / conv_transpose examples, with 2 samples
+    # and 1 channel so they stay cheap.
+    x = _arr((2, 1, 30, 40, 50))
+    w = _arr((1, 1, 10, 10, 10))
+    kw = dict(stride=(2, 4, 6), pad=(5, 5, 5))
+    assert xgrad.conv(x, w, **kw).shape == (2, 1, 16, 11, 9)
+    assert xgrad.conv(x, w, cover_all=True, **kw).shape == (2, 1, 16, 11, 10)
+    x = _arr((2, 1, 5, 10, 15))
+    assert xgrad.conv_transpose(x, w, **kw).shape == (2, 1, 8, 36, 84)
+    assert xgrad.conv_transpose(x, w, outsize=(9, 38, 87), **kw).shape == (2, 1, 9, 38, 87)
+
+
+def test_conv_transpose_outsize_with_cover_all_is_the_gradient_of_cover_all_conv():
+    x = _arr((1, 2, 5, 4), 1).require_grad()
+    w = _arr((3, 2, 2, 2), 2)
+    y = xgrad.conv(x, w, stride=(2, 3), cover_all=True)
+    gy = _arr(y.shape, 3)
+    gx, = xgrad.grad([y], [x], grad_outputs=[gy])
+    back = xgrad.conv_transpose(gy, w, stride=(2, 3), outsize=(5, 4))
+    numpy.testing.assert_allclose(gx.to_numpy(), back.to_numpy(), rtol=1e-12)
+
+
+def test_dtypes():
+    x32, w64 = _arr((1, 2, 4), 1, numpy.float32), _arr((3, 2, 2), 2)
+    assert xgrad.conv(x32, w64).dtype == numpy.float64
+    x16, w16 = _arr((1, 2, 4), 1, numpy.float16), _arr((3, 2, 2), 2, numpy.float16)
+    assert xgrad.conv(x16, w16).dtype == numpy.float16
+    assert xgrad.conv_transpose(x16, _arr((2, 3, 2), 2, numpy.float16)).dtype == numpy.float16
+    x32.require_grad()
+    w64.require_grad()
+    y = xgrad.conv(x32, w64)
+    gx, gw = xgrad.grad([y], [x32, w64], grad_outputs=[_ones_like(y)])
+    assert gx.dtype == numpy.float32 and gw.dtype == numpy.float64
+
+
+def test_empty_batch():
+    x = xgrad.zeros((0, 2, 4, 4)).require_grad()
+    w = _arr((3, 2, 3, 3)).require_grad()
+    b = _arr((3,)).require_grad()
+    y = xgrad.conv(x, w, b, pad=1)
+    assert y.shape == (0, 3, 4, 4)
+    gx, gw, gb = xgrad.grad([y], [x, w, b], grad_outputs=[_ones_like(y)])
+    assert gx.shape == x.shape
+    numpy.testing.assert_array_equal(gw.to_numpy(), numpy.zeros(w.shape))
+    numpy.testing.assert_array_equal(gb.to_numpy(), numpy.zeros(3))
+
+
+def test_non_contiguous_input():
+    nhwc = _data((2, 5, 6, 3), 1)
+    x = xgrad.transpose(xgrad.array(nhwc), (0, 3, 1, 2))
+    w = _arr((4, 3, 3, 3), 2)
+    expected = _reference_conv(numpy.ascontiguousarray(nhwc.transpose(0, 3, 1, 2)),
+                               w.to_numpy(), stride=2, pad=1)
+    numpy.testing.assert_allclose(xgrad.conv(x, w, stride=2, pad=1).to_numpy(), expected,
+                                  rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# The kernels work on the batch a few samples at a time: force one sample per
+# chunk and compare with the references (the registry's samples fit one chunk).
+
+@pytest.mark.parametrize('stride, pad, dilate, groups', [
+    (1, 1, 1, 1), (2, 1, 1, 2), ((1, 2), (0, 2), (2, 1), 1)])
+def test_chunked_kernels_match_the_references(monkeypatch, stride, pad, dilate, groups):
+    monkeypatch.setattr(convolution, '_CHUNK_ELEMENTS', 1)
+    kw = dict(stride=stride, pad=pad, dilate=dilate, groups=groups)
+    x = _arr((3, 4, 7, 6), 1).require_grad()
+    w = _arr((6, 4 // groups, 3, 2), 2).require_grad()
+    y = xgrad.conv(x, w, **kw)
+    numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x.to_numpy(), w.to_numpy(),
+                                                                **kw), rtol=1e-12)
+    gy = _arr(y.shape, 3)
+    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
+    numpy.testing.assert_allclose(gx.to_numpy(), _reference_conv_transpose(
+        gy.to_numpy(), w.to_numpy(), outsize=x.shape[2:], **kw), rtol=1e-12, atol=1e-14)
+    # <gw, v> = d/dt <conv(x, w + t v), gy> = <conv(x, v), gy>
+    v = _data(w.shape, 4)
+    numpy.testing.assert_allclose(
+        numpy.vdot(gw.to_numpy(), v),
+        numpy.vdot(_reference_conv(x.to_numpy(), v, **kw), gy.to_numpy()), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# PyTorch
+
+torch_cases = [
+    # (x shape, w shape, kwargs)
+    ((2, 3, 9), (4, 3, 3), dict(stride=2, pad=1)),
+    ((2, 4, 7, 8), (6, 2, 3, 2), dict(stride=(2, 1), pad=(1, 0), dilate=(1, 2), groups=2)),
+    ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), dict(stride=(1, 2, 1), pad=1, dilate=(2, 1, 1))),
+    ((3, 6, 6, 6), (6, 1, 3, 3), dict(pad=1, groups=6)),  # depthwise
+]
+
+
+def _torch_conv(torch, n, transpose):
+    """torch.nn.functional.conv{n}d or conv_transpose{n}d."""
+    return getattr(torch.nn.functional, '{}{}d'.format(
+        'conv_transpose' if transpose else 'conv', n))
+
+
+def _torch_kwargs(kw):
+    return dict(stride=kw.get('stride', 1), padding=kw.get('pad', 0),
+                dilation=kw.get('dilate', 1), groups=kw.get('groups', 1))
+
+
+@pytest.mark.parametrize('xshape, wshape, kw', torch_cases)
+def test_conv_matches_torch_with_gradients(xshape, wshape, kw):
+    torch = pytest.importorskip('torch')
+    x, w, b = _data(xshape, 1), _data(wshape, 2), _data(wshape[:1], 3)
+    xs = [xgrad.array(a).require_grad() for a in (x, w, b)]
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = xgrad.conv(*xs, **kw)
+    t = _torch_conv(torch, len(xshape) - 2, False)(*ts, **_torch_kwargs(kw))
+    numpy.testing.assert_allclose(y.to_numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-12)
+    gy = _data(y.shape, 4)
+    ours = xgrad.grad([y], xs, grad_outputs=[xgrad.array(gy)])
+    theirs = torch.autograd.grad([t], ts, grad_outputs=[torch.tensor(gy)])
+    for g, e in zip(ours, theirs):
+        numpy.testing.assert_allclose(g.to_numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('xshape, wshape, kw, outsize, output_padding', [
+    ((2, 3, 4), (3, 2, 3), dict(stride=2, pad=1), None, 0),
+    ((2, 3, 4), (3, 2, 3), dict(stride=2, pad=1), (8,), 1),
+    ((2, 4, 3, 4), (4, 1, 2, 3), dict(stride=(2, 1), pad=(0, 1), dilate=(1, 2), groups=2),
+     (7, 6), (1, 0)),
+    ((1, 2, 3, 2, 3), (2, 3, 2, 2, 2), dict(stride=1, pad=(1, 0, 1)), None, 0),
+    ((2, 3, 6), (3, 2, 2), dict(pad=2), None, 0),  # stride 1, pad beyond the kernel
+])
+def test_conv_transpose_matches_torch_with_gradients(xshape, wshape, kw, outsize,
+                                                     output_padding):
+    torch = pytest.importorskip('torch')
+    groups = kw.get('groups', 1)
+    x, w, b = _data(xshape, 1), _data(wshape, 2), _data((wshape[1] * groups,), 3)
+    xs = [xgrad.array(a).require_grad() for a in (x, w, b)]
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = xgrad.conv_transpose(*xs, outsize=outsize, **kw)
+    t = _torch_conv(torch, len(xshape) - 2, True)(*ts, output_padding=output_padding,
+                                                  **_torch_kwargs(kw))
+    numpy.testing.assert_allclose(y.to_numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-12)
+    gy = _data(y.shape, 4)
+    ours = xgrad.grad([y], xs, grad_outputs=[xgrad.array(gy)])
+    theirs = torch.autograd.grad([t], ts, grad_outputs=[torch.tensor(gy)])
+    for g, e in zip(ours, theirs):
+        numpy.testing.assert_allclose(g.to_numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_second_derivatives_match_torch():
+    # A gradient penalty: p = sum(d sum(tanh(conv(x, w))^2) / dx ^ 2), then dp/dx, dp/dw.
+    torch = pytest.importorskip('torch')
+    x, w = _data((2, 2, 6, 5), 1), _data((3, 2, 3, 2), 2)
+    kw = dict(stride=(2, 1), pad=1, dilate=(1, 2))
+    xs = [xgrad.array(a).require_grad() for a in (x, w)]
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w)]
+    y = xgrad.tanh(xgrad.conv(*xs, **kw))
+    g, = xgrad.grad([xgrad.sum(y * y)], [xs[0]], enable_double_backprop=True)
+    ours = xgrad.grad([xgrad.sum(g * g)], xs)
+    t = torch.tanh(torch.nn.functional.conv2d(*ts, **_torch_kwargs(kw)))
+    tg, = torch.autograd.grad([(t * t).sum()], [ts[0]], create_graph=True)
+    theirs = torch.autograd.grad([(tg * tg).sum()], ts)
+    for a, e in zip(ours, theirs):
+        numpy.testing.assert_allclose(a.to_numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+
+def test_ndim_mismatch_names_both_shapes():
+    with pytest.raises(xgrad.DimensionError, match=r'conv: x \(2, 3, 5\).*w \(4, 3, 3, 3\)'):
+        xgrad.conv(_arr((2, 3, 5)), _arr((4, 3, 3, 3)))
+    with pytest.raises(xgrad.DimensionError, match='conv_transpose'):
+        xgrad.conv_transpose(_arr((2, 3, 5)), _arr((3, 3, 3, 3)))
+    with pytest.raises(xgrad.DimensionError, match='batch and a channel'):
+        xgrad.conv(_arr((3,)), _arr((3,)))
+
+
+def test_channel_mismatch_names_both_shapes():
+    with pytest.raises(xgrad.DimensionError, match=r'x \(2, 3, 5, 5\).*w \(4, 2, 3, 3\)'):
+        xgrad.conv(_arr((2, 3, 5, 5)), _arr((4, 2, 3, 3)))
+    with pytest.raises(xgrad.DimensionError, match=r'x \(2, 3, 5\).*w \(2, 4, 3\)'):
+        xgrad.conv_transpose(_arr((2, 3, 5)), _arr((2, 4, 3)))
+
+
+def test_groups_must_divide_the_channels():
+    with pytest.raises(xgrad.DimensionError, match='groups=2'):
+        xgrad.conv(_arr((1, 3, 5)), _arr((4, 1, 3)), groups=2)
+    with pytest.raises(xgrad.DimensionError, match='groups=2'):
+        xgrad.conv(_arr((1, 4, 5)), _arr((3, 2, 3)), groups=2)
+    with pytest.raises(xgrad.DimensionError, match='groups=2'):
+        xgrad.conv_transpose(_arr((1, 3, 5)), _arr((3, 2, 3)), groups=2)
+    with pytest.raises(ValueError, match='groups must be positive'):
+        xgrad.conv(_arr((1, 4, 5)), _arr((3, 4, 3)), groups=0)
+    with pytest.raises(TypeError, match='groups must be an int'):
+        xgrad.conv(_arr((1, 4, 5)), _arr((3, 4, 3)), groups=1.0)
+
+
+@pytest.mark.parametrize('kw, error, match', [
+    (dict(stride=(1, 1, 1)), xgrad.DimensionError, 'stride'),
+    (dict(pad=(1,)), xgrad.DimensionError, 'pad'),
+    (dict(dilate=(1, 2, 3)), xgrad.DimensionError, 'dilate'),
+    (dict(stride=0), ValueError, 'stride must be positive'),
+    (dict(stride=(1, -1)), ValueError, 'stride must be positive'),
+    (dict(pad=-1), ValueError, 'pad must be non-negative'),
+    (dict(dilate=0), ValueError, 'dilate must be positive'),
+    (dict(stride=1.5), TypeError, 'stride'),
+    (dict(pad=(1, 'a')), TypeError, 'pad'),
+    (dict(stride=True), TypeError, 'stride'),
+])
+def test_bad_parameters(kw, error, match):
+    x, w = _arr((1, 2, 5, 5)), _arr((3, 2, 3, 3))
+    with pytest.raises(error, match='conv: ' + match):
+        xgrad.conv(x, w, **kw)
+    with pytest.raises(error, match='conv_transpose: ' + match):
+        xgrad.conv_transpose(x, _arr((2, 3, 3, 3)), **kw)
+
+
+def test_bad_dtypes_and_bias():
+    with pytest.raises(xgrad.DtypeError, match='conv: x must have a float dtype'):
+        xgrad.conv(xgrad.ones((1, 2, 5), numpy.int64), _arr((3, 2, 3)))
+    with pytest.raises(xgrad.DtypeError, match='conv: w must have a float dtype'):
+        xgrad.conv(_arr((1, 2, 5)), xgrad.ones((3, 2, 3), numpy.int32))
+    with pytest.raises(xgrad.DtypeError, match='b must have a float dtype'):
+        xgrad.conv(_arr((1, 2, 5)), _arr((3, 2, 3)), xgrad.ones((3,), numpy.bool_))
+    with pytest.raises(xgrad.DimensionError, match=r'b \(2,\)'):
+        xgrad.conv(_arr((1, 2, 5)), _arr((3, 2, 3)), _arr((2,)))
+    with pytest.raises(xgrad.DimensionError, match=r'b \(3,\)'):
+        xgrad.conv_transpose(_arr((1, 2, 5)), _arr((2, 3, 3)), _arr((3,)), groups=2)
+
+
+def test_windows_that_do_not_fit():
+    with pytest.raises(xgrad.DimensionError, match='do not fit'):
+        xgrad.conv(_arr((1, 1, 2, 5)), _arr((1, 1, 3, 3)))
+    with pytest.raises(xgrad.DimensionError, match='do not fit'):
+        xgrad.conv(_arr((1, 1, 3, 5)), _arr((1, 1, 3, 3)), dilate=2)
+    with pytest.raises(xgrad.DimensionError, match='not positive'):
+        xgrad.conv_transpose(_arr((1, 1, 1)), _arr((1, 1, 2)), pad=1)
+
+
+def test_inconsistent_outsize():
+    x, w = _arr((1, 2, 4)), _arr((2, 3, 3))
+    # conv maps 9 and 10 back to 4, and 8 with cover_all.
+    for good in (8, 9, 10):
+        assert xgrad.conv_transpose(x, w, stride=2, outsize=(good,)).shape == (1, 3, good)
+    for bad in ((7,), (11,), (2,)):
+        with pytest.raises(xgrad.DimensionError, match=r'outsize \({},\)'.format(bad[0])):
+            xgrad.conv_transpose(x, w, stride=2, outsize=bad)
+    with pytest.raises(xgrad.DimensionError, match='outsize'):
+        xgrad.conv_transpose(x, w, stride=2, outsize=(9, 9))
+    with pytest.raises(ValueError, match='outsize'):
+        xgrad.conv_transpose(x, w, stride=2, outsize=(0,))
+
+
+def test_bad_input_records_nothing():
+    x = _arr((1, 2, 5)).require_grad()
+    h = x * 2
+    with pytest.raises(xgrad.DimensionError):
+        xgrad.conv(h, _arr((3, 4, 3)))
+    h.sum().backward()
+    numpy.testing.assert_array_equal(x.grad.to_numpy(), numpy.full(x.shape, 2.0))
