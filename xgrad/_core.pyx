@@ -1023,6 +1023,18 @@ cdef class ndarray:
     def __rpow__(self, other, modulo):
         return _OPS.power(other, self)
 
+    def __floordiv__(self, other):
+        return _OPS.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return _OPS.floor_divide(other, self)
+
+    def __mod__(self, other):
+        return _OPS.remainder(self, other)
+
+    def __rmod__(self, other):
+        return _OPS.remainder(other, self)
+
     def __matmul__(self, other):
         return _OPS.matmul(self, other)
 
@@ -1086,6 +1098,50 @@ cdef class ndarray:
 
     def dot(self, other):
         return _OPS.dot(self, other)
+
+    # ChainerX's other array methods: thin calls of the module functions.
+
+    def max(self, axis=None, keepdims=False):
+        return _OPS.amax(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _OPS.amin(self, axis, keepdims)
+
+    def argmax(self, axis=None):
+        return _OPS.argmax(self, axis)
+
+    def argmin(self, axis=None):
+        return _OPS.argmin(self, axis)
+
+    def var(self, axis=None, keepdims=False):
+        return _OPS.var(self, axis, keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        return _OPS.prod(self, axis, keepdims)
+
+    def cumsum(self, axis=None):
+        return _OPS.cumsum(self, axis)
+
+    def all(self, axis=None, keepdims=False):
+        return _OPS.all(self, axis, keepdims)
+
+    def any(self, axis=None, keepdims=False):
+        return _OPS.any(self, axis, keepdims)
+
+    def clip(self, a_min, a_max):
+        return _OPS.clip(self, a_min, a_max)
+
+    def ravel(self):
+        return _OPS.ravel(self)
+
+    def flatten(self):
+        return _OPS.reshape(self, (self._data.size,)).copy()
+
+    def take(self, indices, axis=None):
+        return _OPS.take(self, indices, axis)
+
+    def repeat(self, repeats, axis=None):
+        return _OPS.repeat(self, repeats, axis)
 
 
 def _unpickle_array(data, device_name):
