@@ -62,38 +62,11 @@ NP = _NumpyOps()
 
 
 # ---------------------------------------------------------------------------
-# Input domains: (RandomState, shape) -> float64 data
+# Input domains: (RandomState, shape) -> float64 data (the registry's)
 
-def real(rs, shape):
-    return rs.uniform(-1, 1, shape)
-
-
-def positive(rs, shape):
-    return rs.uniform(0.5, 2, shape)
-
-
-def nonzero(rs, shape):
-    """|x| in [0.3, 1.5]: far from the kink at 0 of abs/relu."""
-    return rs.choice([-1.0, 1.0], shape) * rs.uniform(0.3, 1.5, shape)
-
-
-def away_from(c):
-    def domain(rs, shape):
-        return c + nonzero(rs, shape)
-    return domain
-
-
-def untied(rs, shapes):
-    """Two operands that differ by at least 0.2 everywhere (no ties for
-    maximum/minimum, even after rounding to float16)."""
-    a = rs.uniform(-1, 1, shapes[0])
-    full = numpy.broadcast_shapes(*shapes)
-    for _ in range(100):
-        b = rs.uniform(-1, 1, shapes[1])
-        if numpy.all(numpy.abs(numpy.broadcast_to(a, full)
-                               - numpy.broadcast_to(b, full)) >= 0.2):
-            return [a, b]
-    raise AssertionError('could not draw untied operands')
+from xgrad._ops.registry import away_from, nonzero, positive, real, untied  # NOQA: E402
+from ._numerics import assert_close as _assert_close  # NOQA: E402
+from ._numerics import numerical_vjp as _numerical_vjp  # NOQA: E402
 
 
 # ---------------------------------------------------------------------------
@@ -470,32 +443,6 @@ def _least_precise(dtypes):
 def _outputs_meta(case, xs):
     with xgrad.no_backprop_mode():
         return [(y.shape, y.dtype) for y in _xgrad_func(case)(xs)]
-
-
-def _numerical_vjp(f, xs, gys, eps=1e-3):
-    """Central differences in float64: sum_j <gys[j], d f_j / d xs[i]> for
-    every input i. ``f`` maps float64 NumPy arrays to float64 NumPy arrays."""
-    grads = []
-    for i, x in enumerate(xs):
-        g = numpy.zeros(x.shape, F64)
-        for k in numpy.ndindex(*x.shape):
-            plus = [a.copy() for a in xs]
-            minus = [a.copy() for a in xs]
-            plus[i][k] += eps
-            minus[i][k] -= eps
-            g[k] = sum(numpy.sum((yp - ym) / (2 * eps) * gy)
-                       for yp, ym, gy in zip(f(plus), f(minus), gys))
-        grads.append(g)
-    return grads
-
-
-def _assert_close(actual, expected, atol, rtol, what):
-    actual = numpy.asarray(actual, F64)
-    expected = numpy.asarray(expected, F64)
-    assert actual.shape == expected.shape, what
-    ok = numpy.abs(actual - expected) <= atol + rtol * numpy.abs(expected)
-    assert numpy.all(ok) and not numpy.isnan(actual).any(), (
-        '{}:\nanalytic\n{}\nnumerical\n{}'.format(what, actual, expected))
 
 
 def _grads_or_zeros(grads, arrays):

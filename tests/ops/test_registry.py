@@ -24,6 +24,9 @@ import pytest
 import xgrad
 from xgrad._ops.registry import F16, F32, F64, sample_seed
 
+from ._numerics import assert_close as _assert_close
+from ._numerics import numerical_vjp as _numerical_vjp
+
 OPS = xgrad.registered_ops()
 
 
@@ -143,32 +146,6 @@ def test_double_backward(info, sample, dtype):
 
 # ---------------------------------------------------------------------------
 # float16: analytic gradients against float64 central differences
-
-def _numerical_vjp(f, xs, gys, eps=1e-3):
-    """sum_j <gys[j], d f_j / d xs[i]> for each input i, by central differences
-    on float64 arrays."""
-    grads = []
-    for i, x in enumerate(xs):
-        g = numpy.zeros(x.shape, F64)
-        for k in numpy.ndindex(*x.shape):
-            plus = [a.copy() for a in xs]
-            minus = [a.copy() for a in xs]
-            plus[i][k] += eps
-            minus[i][k] -= eps
-            g[k] = sum(numpy.sum((yp - ym) / (2 * eps) * gy)
-                       for yp, ym, gy in zip(f(plus), f(minus), gys) if gy is not None)
-        grads.append(g)
-    return grads
-
-
-def _assert_close(actual, expected, atol, rtol, what):
-    actual = numpy.asarray(actual, F64)
-    expected = numpy.asarray(expected, F64)
-    assert actual.shape == expected.shape, what
-    ok = numpy.abs(actual - expected) <= atol + rtol * numpy.abs(expected)
-    assert numpy.all(ok) and not numpy.isnan(actual).any(), (
-        '{}:\nanalytic\n{}\nnumerical\n{}'.format(what, actual, expected))
-
 
 def _f16_setup(info, sample, purpose):
     rs, func, xs, gys, _ = _check_args(info, sample, F16, purpose)

@@ -114,6 +114,23 @@ cdef void _backward(const real* gy, const real* x, const real* mean,
                     out[j] = <real>(grow[j] * scale + xrow[j] * a + b)
 
 
+def _forward_range(real[:, :, ::1] x, real[::1] gamma, real[::1] beta,
+                   real[:, :, ::1] y, real[::1] mean, real[::1] var, double eps,
+                   Py_ssize_t c0, Py_ssize_t c1):
+    with nogil:
+        _forward(&x[0, 0, 0], &gamma[0], &beta[0], &y[0, 0, 0], &mean[0], &var[0],
+                 x.shape[0], x.shape[1], x.shape[2], eps, c0, c1)
+
+
+def _backward_range(real[:, :, ::1] gy, real[:, :, ::1] x, real[::1] mean,
+                    real[::1] inv_std, real[::1] gamma, real[:, :, ::1] gx,
+                    real[::1] ggamma, real[::1] gbeta, Py_ssize_t c0, Py_ssize_t c1):
+    cdef real* gxp = NULL if gx is None else &gx[0, 0, 0]
+    with nogil:
+        _backward(&gy[0, 0, 0], &x[0, 0, 0], &mean[0], &inv_std[0], &gamma[0], gxp,
+                  &ggamma[0], &gbeta[0], x.shape[0], x.shape[1], x.shape[2], c0, c1)
+
+
 def _contiguous(a, dtype):
     return numpy.ascontiguousarray(a, dtype=dtype)
 
@@ -121,18 +138,18 @@ def _contiguous(a, dtype):
 def batch_norm_forward(x, gamma, beta, double eps):
     """(y, mean, var) for ``x`` of shape (N, C, L), float32 or float64;
     ``gamma``/``beta`` of C elements; var is the biased variance. Statistics
-    are accumulated in double, in two passes (no cancellation)."""
+    are accumulated in double, in two passes (no cancellation). An empty
+    batch gives NaN statistics, as NumPy's mean of nothing."""
     x = _contiguous(x, x.dtype)
     n, c, l = x.shape
     gamma = _contiguous(gamma, x.dtype).reshape(c)
     beta = _contiguous(beta, x.dtype).reshape(c)
     y = numpy.empty_like(x)
-    mean = numpy.empty(c, x.dtype)
-    var = numpy.empty(c, x.dtype)
-    if x.dtype == numpy.float32:
-        _forward_f32(x, gamma, beta, y, mean, var, eps)
-    else:
-        _forward_f64(x, gamma, beta, y, mean, var, eps)
+    mean = numpy.full(c, numpy.nan, x.dtype)
+    var = numpy.full(c, numpy.nan, x.dtype)
+    if x.size:
+        _split_channels(lambda c0, c1: _forward_range(x, gamma, beta, y, mean, var, eps,
+                                                      c0, c1), x.size, c)
     return y, mean, var
 
 
@@ -142,82 +159,12 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
     gy = _contiguous(gy, x.dtype)
     n, c, l = x.shape
     gx = numpy.empty_like(x) if need_gx else None
-    ggamma = numpy.empty(c, x.dtype)
-    gbeta = numpy.empty(c, x.dtype)
-    args = (gy, x, _contiguous(mean, x.dtype), _contiguous(inv_std, x.dtype),
-            _contiguous(gamma, x.dtype).reshape(c), gx, ggamma, gbeta)
-    if x.dtype == numpy.float32:
-        _backward_f32(*args)
-    else:
-        _backward_f64(*args)
+    ggamma = numpy.zeros(c, x.dtype)
+    gbeta = numpy.zeros(c, x.dtype)
+    mean = _contiguous(mean, x.dtype)
+    inv_std = _contiguous(inv_std, x.dtype)
+    gamma = _contiguous(gamma, x.dtype).reshape(c)
+    if x.size:
+        _split_channels(lambda c0, c1: _backward_range(gy, x, mean, inv_std, gamma, gx,
+                                                       ggamma, gbeta, c0, c1), x.size, c)
     return gx, ggamma, gbeta
-
-
-def _forward_f32(float[:, :, ::1] x, float[::1] gamma, float[::1] beta,
-                 float[:, :, ::1] y, float[::1] mean, float[::1] var, double eps):
-    if x.shape[0] * x.shape[1] * x.shape[2] == 0:
-        return _empty_stats(mean, var)
-
-    def run(Py_ssize_t c0, Py_ssize_t c1):
-        with nogil:
-            _forward(&x[0, 0, 0], &gamma[0], &beta[0], &y[0, 0, 0], &mean[0], &var[0],
-                     x.shape[0], x.shape[1], x.shape[2], eps, c0, c1)
-    _split_channels(run, x.shape[0] * x.shape[1] * x.shape[2], x.shape[1])
-
-
-def _forward_f64(double[:, :, ::1] x, double[::1] gamma, double[::1] beta,
-                 double[:, :, ::1] y, double[::1] mean, double[::1] var, double eps):
-    if x.shape[0] * x.shape[1] * x.shape[2] == 0:
-        return _empty_stats(mean, var)
-
-    def run(Py_ssize_t c0, Py_ssize_t c1):
-        with nogil:
-            _forward(&x[0, 0, 0], &gamma[0], &beta[0], &y[0, 0, 0], &mean[0], &var[0],
-                     x.shape[0], x.shape[1], x.shape[2], eps, c0, c1)
-    _split_channels(run, x.shape[0] * x.shape[1] * x.shape[2], x.shape[1])
-
-
-def _empty_stats(mean, var):
-    """An empty batch: NaN statistics, as NumPy's mean of nothing."""
-    numpy.asarray(mean)[...] = numpy.nan
-    numpy.asarray(var)[...] = numpy.nan
-
-
-def _backward_f32(float[:, :, ::1] gy, float[:, :, ::1] x, float[::1] mean,
-                  float[::1] inv_std, float[::1] gamma, gx, float[::1] ggamma,
-                  float[::1] gbeta):
-    cdef float[:, :, ::1] gxv
-    cdef float* gxp = NULL
-    if x.shape[0] * x.shape[1] * x.shape[2] == 0:
-        numpy.asarray(ggamma)[...] = 0
-        numpy.asarray(gbeta)[...] = 0
-        return
-    if gx is not None:
-        gxv = gx
-        gxp = &gxv[0, 0, 0]
-
-    def run(Py_ssize_t c0, Py_ssize_t c1):
-        with nogil:
-            _backward(&gy[0, 0, 0], &x[0, 0, 0], &mean[0], &inv_std[0], &gamma[0], gxp,
-                      &ggamma[0], &gbeta[0], x.shape[0], x.shape[1], x.shape[2], c0, c1)
-    _split_channels(run, x.shape[0] * x.shape[1] * x.shape[2], x.shape[1])
-
-
-def _backward_f64(double[:, :, ::1] gy, double[:, :, ::1] x, double[::1] mean,
-                  double[::1] inv_std, double[::1] gamma, gx, double[::1] ggamma,
-                  double[::1] gbeta):
-    cdef double[:, :, ::1] gxv
-    cdef double* gxp = NULL
-    if x.shape[0] * x.shape[1] * x.shape[2] == 0:
-        numpy.asarray(ggamma)[...] = 0
-        numpy.asarray(gbeta)[...] = 0
-        return
-    if gx is not None:
-        gxv = gx
-        gxp = &gxv[0, 0, 0]
-
-    def run(Py_ssize_t c0, Py_ssize_t c1):
-        with nogil:
-            _backward(&gy[0, 0, 0], &x[0, 0, 0], &mean[0], &inv_std[0], &gamma[0], gxp,
-                      &ggamma[0], &gbeta[0], x.shape[0], x.shape[1], x.shape[2], c0, c1)
-    _split_channels(run, x.shape[0] * x.shape[1] * x.shape[2], x.shape[1])

@@ -296,63 +296,60 @@ def _bias_grad(xp, gy, b):
     return xp.cast(xp.sum(gy, axis=(0,) + tuple(range(2, gy.ndim))), b.dtype)
 
 
-class _Conv(PyOp):
-    op_name = 'conv'
+class _ConvLike(PyOp):
+    """conv and conv_transpose: inputs (x, w[, b]), all retained. The
+    gradient in x is the other one of the pair (each is the other's adjoint
+    in x), in w a ``_ConvGradWeight``, in b the sum of gy."""
 
     def __init__(self, geom, outsize):
         self.geom = geom
         self.outsize = outsize
+
+    def forward(self, inputs):
+        self.retain_inputs(tuple(range(len(inputs))))
+        return (self.compute(*inputs),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        gy = gys[0]
+        x, w = xs[:2]
+        out = []
+        for t in targets:
+            if t == 0:
+                g = _run(self.adjoint(x.shape[2:]), gy, w)
+                out.append(xp.cast(g, x.dtype))
+            elif t == 1:
+                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype)
+                out.append(_run(grad_weight, *self.weight_grad_operands(x, gy)))
+            else:
+                out.append(_bias_grad(xp, gy, xs[2]))
+        return tuple(out)
+
+
+class _Conv(_ConvLike):
+    op_name = 'conv'
 
     def compute(self, x, w, b=None):
         return conv_kernel(x, w, b, self.geom, self.outsize)
 
-    def forward(self, inputs):
-        self.retain_inputs((0, 1) + ((2,) if len(inputs) == 3 else ()))
-        return (self.compute(*inputs),)
+    def adjoint(self, outsize):
+        return _ConvTranspose(self.geom, outsize)
 
-    def grads(self, xp, targets, gys, xs, ys):
-        gy = gys[0]
-        x, w = xs[:2]
-        out = []
-        for t in targets:
-            if t == 0:
-                g = _run(_ConvTranspose(self.geom, x.shape[2:]), gy, w)
-                out.append(xp.cast(g, x.dtype))
-            elif t == 1:
-                out.append(_run(_ConvGradWeight(self.geom, w.shape, w.dtype), x, gy))
-            else:
-                out.append(_bias_grad(xp, gy, xs[2]))
-        return tuple(out)
+    def weight_grad_operands(self, x, gy):
+        return x, gy
 
 
-class _ConvTranspose(PyOp):
+class _ConvTranspose(_ConvLike):
     op_name = 'conv_transpose'
-
-    def __init__(self, geom, outsize):
-        self.geom = geom
-        self.outsize = outsize
 
     def compute(self, x, w, b=None):
         return conv_transpose_kernel(x, w, b, self.geom, self.outsize)
 
-    def forward(self, inputs):
-        self.retain_inputs((0, 1) + ((2,) if len(inputs) == 3 else ()))
-        return (self.compute(*inputs),)
+    def adjoint(self, outsize):
+        return _Conv(self.geom, outsize)
 
-    def grads(self, xp, targets, gys, xs, ys):
-        gy = gys[0]
-        x, w = xs[:2]
-        out = []
-        for t in targets:
-            if t == 0:
-                g = _run(_Conv(self.geom, x.shape[2:]), gy, w)
-                out.append(xp.cast(g, x.dtype))
-            elif t == 1:
-                # <conv_transpose(x, w), gy> = <x, conv(gy, w)>: gy plays conv's input.
-                out.append(_run(_ConvGradWeight(self.geom, w.shape, w.dtype), gy, x))
-            else:
-                out.append(_bias_grad(xp, gy, xs[2]))
-        return tuple(out)
+    def weight_grad_operands(self, x, gy):
+        # <conv_transpose(x, w), gy> = <x, conv(gy, w)>: gy plays conv's input.
+        return gy, x
 
 
 class _ConvGradWeight(PyOp):
