@@ -112,51 +112,61 @@ def _reduced_shape(shape, axes, keepdims):
     return _kept_shape(shape, axes) if keepdims else tuple(
         n for i, n in enumerate(shape) if i not in axes)
 
-class Var(PyOp):
+
+class _Reduction(PyOp):
+    """A reduction over ``axes``: ``reduce(x)`` on the raw input, and
+    ``grad(xp, x, gy, y)`` with gy (and y, when ``uses_output``) reshaped to
+    broadcast against x. ``params`` become attributes (ddof, dtype...)."""
+    uses_output = False
+
+    def __init__(self, axes, keepdims, **params):
+        self.axes, self.keepdims = axes, keepdims
+        self.__dict__.update(params)
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        if self.uses_output:
+            self.retain_outputs((0,))
+        return (numpy.asarray(self.reduce(inputs[0])),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x, = xs
+        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims) if ys else None
+        return (self.grad(xp, x, gy, y),)
+
+class Var(_Reduction):
     """y = mean((x - mean(x))**2) * n / (n - ddof); gx = gy * 2 (x - mean(x)) /
     (n - ddof)."""
     op_name = 'var'
 
-    def __init__(self, axes, keepdims, ddof):
-        self.axes, self.keepdims, self.ddof = axes, keepdims, ddof
+    def reduce(self, x):
+        return _variance(x, self.axes, self.keepdims, self.ddof)
 
-    def forward(self, inputs):
-        self.retain_inputs((0,))
-        return (_variance(inputs[0], self.axes, self.keepdims, self.ddof),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        x, = xs
-        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+    def grad(self, xp, x, gy, y):
         n = _count(x.shape, self.axes)
         if n == 0:
-            return (xp.broadcast_to(gy, x.shape),)  # empty
+            return xp.broadcast_to(gy, x.shape)  # empty
         centered = x - xp.mean(x, axis=self.axes, keepdims=True)
-        return (gy * centered * _safe_ratio(2.0, n - self.ddof),)
+        return gy * centered * _safe_ratio(2.0, n - self.ddof)
 
 
-class Std(PyOp):
+class Std(_Reduction):
     """y = sqrt(var(x)); gx = gy (x - mean(x)) / ((n - ddof) y). At zero
     variance the gradient has a pole (nan), as sqrt does at 0."""
     op_name = 'std'
+    uses_output = True
 
-    def __init__(self, axes, keepdims, ddof):
-        self.axes, self.keepdims, self.ddof = axes, keepdims, ddof
+    def reduce(self, x):
+        v = _variance(x, self.axes, self.keepdims, self.ddof)
+        return numpy.sqrt(v, out=v)
 
-    def forward(self, inputs):
-        self.retain_inputs((0,))
-        self.retain_outputs((0,))
-        v = _variance(inputs[0], self.axes, self.keepdims, self.ddof)
-        return (numpy.sqrt(v, out=v),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        x, = xs
-        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+    def grad(self, xp, x, gy, y):
         n = _count(x.shape, self.axes)
         if n == 0:
-            return (xp.broadcast_to(gy, x.shape),)  # empty
-        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims)
+            return xp.broadcast_to(gy, x.shape)  # empty
         centered = x - xp.mean(x, axis=self.axes, keepdims=True)
-        return (gy * centered / y * _safe_ratio(1.0, n - self.ddof),)
+        return gy * centered / y * _safe_ratio(1.0, n - self.ddof)
 
 
 def _safe_ratio(num, den):
@@ -170,7 +180,7 @@ def _moment(op, cls):
         if isinstance(ddof, bool) or not isinstance(ddof, (int, numpy.integer)) or ddof < 0:
             raise (ValueError if isinstance(ddof, (int, numpy.integer)) else TypeError)(
                 '{}: ddof must be a non-negative int, not {!r}'.format(op, ddof))
-        return _args.apply(cls(axes, bool(keepdims), int(ddof)), a)
+        return _args.apply(cls(axes, bool(keepdims), ddof=int(ddof)), a)
     reduce.__name__ = reduce.__qualname__ = op
     return reduce
 
@@ -234,22 +244,15 @@ class ExclusiveProd(PyOp):
         return (xp.sum(xp.reshape(ge, ge.shape + (1,)) * d, axis=-2),)
 
 
-class Prod(PyOp):
+class Prod(_Reduction):
     """y = prod(x over axes); gx = gy * (product of the other elements),
     computed without dividing by x, so it is right where x is 0."""
     op_name = 'prod'
 
-    def __init__(self, axes, keepdims):
-        self.axes, self.keepdims = axes, keepdims
+    def reduce(self, x):
+        return numpy.prod(x, axis=self.axes, keepdims=self.keepdims)
 
-    def forward(self, inputs):
-        self.retain_inputs((0,))
-        return (numpy.asarray(numpy.prod(inputs[0], axis=self.axes,
-                                         keepdims=self.keepdims)),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        x, = xs
-        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
+    def grad(self, xp, x, gy, y):
         # Move the reduced axes last and flatten them into one.
         kept = [i for i in range(x.ndim) if i not in self.axes]
         perm = kept + list(self.axes)
@@ -259,7 +262,7 @@ class Prod(PyOp):
         others = xp.reshape(_exclusive(xp, flat), moved_shape)
         if perm != sorted(perm):
             others = xp.transpose(others, [perm.index(i) for i in range(x.ndim)])
-        return (gy * others,)
+        return gy * others
 
 
 def prod(a, axis=None, keepdims=False):
@@ -276,25 +279,17 @@ def prod(a, axis=None, keepdims=False):
 # ---------------------------------------------------------------------------
 # amax, amin
 
-class _Extremum(PyOp):
+class _Extremum(_Reduction):
     """y = max (min) over axes; the gradient goes, undivided, to every
     element equal to the result (ChainerX's rule for ties)."""
     reducer = None
+    uses_output = True
 
-    def __init__(self, axes, keepdims):
-        self.axes, self.keepdims = axes, keepdims
+    def reduce(self, x):
+        return type(self).reducer(x, axis=self.axes, keepdims=self.keepdims)
 
-    def forward(self, inputs):
-        self.retain_inputs((0,))
-        self.retain_outputs((0,))
-        return (numpy.asarray(type(self).reducer(inputs[0], axis=self.axes,
-                                                 keepdims=self.keepdims)),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        x, = xs
-        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
-        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims)
-        return (xp.where(x == y, gy, 0),)
+    def grad(self, xp, x, gy, y):
+        return xp.where(x == y, gy, 0)
 
 
 class AMax(_Extremum):
@@ -395,23 +390,16 @@ def cumsum(a, axis=None):
     return _args.apply(Cumsum(axis), a)
 
 
-class Nansum(PyOp):
+class Nansum(_Reduction):
     """y = sum over axes of the non-NaN elements; gx = gy where x is not NaN,
     0 where it is."""
     op_name = 'nansum'
 
-    def __init__(self, axes, keepdims):
-        self.axes, self.keepdims = axes, keepdims
+    def reduce(self, x):
+        return numpy.nansum(x, axis=self.axes, keepdims=self.keepdims)
 
-    def forward(self, inputs):
-        self.retain_inputs((0,))
-        return (numpy.asarray(numpy.nansum(inputs[0], axis=self.axes,
-                                           keepdims=self.keepdims)),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        x, = xs
-        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
-        return (xp.where(xp.isnan(x), 0, gy),)
+    def grad(self, xp, x, gy, y):
+        return xp.where(xp.isnan(x), 0, gy)
 
 
 def nansum(a, axis=None, keepdims=False):
@@ -441,29 +429,22 @@ def _shifted(x, axes, dtype):
     return numpy.asarray(x - m), m  # 0-d: an array, not a NumPy scalar
 
 
-class LogSumExp(PyOp):
+class LogSumExp(_Reduction):
     """y = log(sum(exp(x))) over axes; gx = gy * exp(x - y) (the softmax)."""
     op_name = 'logsumexp'
+    uses_output = True
 
-    def __init__(self, axes, keepdims, dtype):
-        self.axes, self.keepdims, self.dtype = axes, keepdims, dtype
-
-    def forward(self, inputs):
-        self.retain_inputs((0,))
-        self.retain_outputs((0,))
-        z, m = _shifted(inputs[0], self.axes, self.dtype)
+    def reduce(self, x):
+        z, m = _shifted(x, self.axes, self.dtype)
         with numpy.errstate(divide='ignore'):  # log(0) = -inf over empty axes
             y = numpy.log(numpy.add.reduce(numpy.exp(z, out=z), axis=self.axes,
                                            keepdims=True)) + m
         if not self.keepdims:
             y = y.reshape([n for i, n in enumerate(y.shape) if i not in self.axes])
-        return (y.astype(self.dtype, copy=False),)
+        return y.astype(self.dtype, copy=False)
 
-    def grads(self, xp, targets, gys, xs, ys):
-        x, = xs
-        gy = _unreduce(xp, gys[0], x.shape, self.axes, self.keepdims)
-        y = _unreduce(xp, ys[0], x.shape, self.axes, self.keepdims)
-        return (gy * xp.exp(x - y),)
+    def grad(self, xp, x, gy, y):
+        return gy * xp.exp(x - y)
 
 
 class Softmax(PyOp):
@@ -517,7 +498,7 @@ def logsumexp(x, axis=None, keepdims=False):
     -inf. Integer input is computed in the float dtype ``numpy.exp`` gives."""
     x, dtype = _float_input('logsumexp', x)
     return _args.apply(LogSumExp(_axes('logsumexp', axis, x.ndim), bool(keepdims),
-                                 dtype), x)
+                                 dtype=dtype), x)
 
 
 def _softmax_axes(op, axis, ndim):
