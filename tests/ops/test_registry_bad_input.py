@@ -189,3 +189,28 @@ def test_shapes_that_do_not_broadcast(info):
         info(args, sample)
     assert '(7, 5)' in str(e.value), str(e.value)
     w.assert_unchanged()
+
+
+# ---------------------------------------------------------------------------
+# Inputs of the wrong rank
+
+RANKS = [pytest.param(info, id=info.name) for info in OPS if _first_sample(info) is not None
+         and _first_sample(info).args]
+
+
+@pytest.mark.parametrize('info', RANKS)
+@pytest.mark.parametrize('shape', [(), (2,), (2, 2, 2, 2, 2)], ids=['0d', '1d', '5d'])
+def test_any_rank_gives_a_result_or_an_xgrad_error(info, shape):
+    """Every array input replaced by one of another rank: the op computes a
+    result or refuses with an xgrad error (or TypeError/ValueError), never
+    an internal failure such as a builtin IndexError or AttributeError."""
+    sample = _first_sample(info)
+    w = _Watched(info, sample, _dtype(info))
+    args = [xgrad.array(numpy.full(shape, 0.5, x.dtype)) if x.dtype.kind == 'f'
+            else xgrad.array(numpy.zeros(shape, x.dtype)) for x in w.inputs]
+    try:
+        with numpy.errstate(all='ignore'):
+            info(args, sample)
+    except (xgrad.XgradError, TypeError, ValueError):
+        pass
+    w.assert_unchanged()

@@ -12,7 +12,7 @@ from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array
 from xgrad._ops.reduction cimport normalize_axes
-from xgrad._errors import DimensionError, DtypeError
+from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError
 
 
 cdef class Reshape(Op):
@@ -56,7 +56,11 @@ cdef class GetItem(Op):
     cpdef forward(self, inputs):
         x = inputs[0]
         self.in_shape = x.shape
-        return (numpy.asarray(x[self.key]),)
+        try:
+            return (numpy.asarray(x[self.key]),)
+        except IndexError as e:  # NumPy's: out of bounds, too many indices
+            raise XgradIndexError('index {!r} does not fit an array of shape {}: {}'.format(
+                self.key, x.shape, e)) from None
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.scatter(gys[0], self.key, self.in_shape),)
@@ -153,7 +157,7 @@ def getitem(a, key):
     cdef GetItem op = GetItem.__new__(GetItem)
     key = raw_index(key)
     if isinstance(key, numpy.ndarray) and key.dtype.kind == 'f':
-        raise IndexError('arrays used as indices must be of integer or boolean type')
+        raise XgradIndexError('arrays used as indices must be of integer or boolean type')
     op.key = key
     return apply1(op, x)
 
@@ -297,7 +301,7 @@ register(OpInfo('swapaxes', swapaxes, ref=numpy.swapaxes,
 register(OpInfo('squeeze', squeeze, ref=numpy.squeeze,
                 samples=(Sample((1, 3, 1)), Sample((1, 3, 1), axis=0),
                          Sample((1, 3, 1), axis=(0, -1)), Sample((1, 1)),
-                         Sample((1, 0, 1))),
+                         Sample((1, 0, 1)), Sample(())),
                 int_dtypes=_ALL_INTS))
 register(OpInfo('expand_dims', expand_dims, ref=numpy.expand_dims,
                 samples=(Sample((2, 3), axis=0), Sample((2, 3), axis=-1),

@@ -93,7 +93,7 @@ class _Layout:
 def _layout(op, x, gamma, axis):
     """The ``_Layout`` of ``x`` for ``axis`` (None: derived from ``gamma``)."""
     if axis is None:
-        if gamma.ndim >= max(x.ndim, 1):
+        if x.ndim <= gamma.ndim:
             raise _args.DimensionError(
                 '{}: x of shape {} has no batch axis before the channel shape {} of '
                 'gamma (x needs at least gamma.ndim + 1 = {} dimensions)'.format(
