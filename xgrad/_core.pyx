@@ -550,6 +550,15 @@ cdef inline object _as_raw_array(object g):
     return g
 
 
+# How many xgrad arrays exist (all threads): what a leak check compares.
+cdef Py_ssize_t _live_arrays = 0
+
+
+def _live_array_count():
+    """The number of xgrad arrays alive now (xgrad.testing's leak check)."""
+    return _live_arrays
+
+
 cdef ndarray _wrap(object data, object device):
     cdef ndarray a = ndarray.__new__(ndarray)
     a._data = data
@@ -590,11 +599,17 @@ cdef class ndarray:
     an :class:`ArrayNode` and a gradient slot.
     """
 
+    def __cinit__(self):
+        global _live_arrays
+        _live_arrays += 1
+
     def __init__(self, shape, dtype=None, device=None):
         self._device = _resolve_device(device)
         self._data = numpy.empty(shape, dtype=_OPS.default_dtype(dtype))
 
     def __dealloc__(self):
+        global _live_arrays
+        _live_arrays -= 1
         cdef ArrayNode node
         if self._nodes is not None:
             for node in self._nodes:
