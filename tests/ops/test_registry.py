@@ -5,11 +5,10 @@ For every registered op and every declared sample:
 * ``test_forward``: values, shape and dtype match the NumPy reference on each
   declared float dtype and each declared integer/bool dtype; the inputs are not
   modified; nothing is recorded without grad-required inputs.
-* ``test_backward`` / ``test_double_backward`` (differentiable ops, float32 and
-  float64): ``xgrad.check_backward`` / ``check_double_backward`` on inputs
-  drawn from the op's declared domain.
-* ``test_float16_backward`` / ``test_float16_double_backward``: float16
-  analytic gradients against central differences in float64.
+* ``test_gradients`` (differentiable ops): first and second derivatives on
+  float16, float32 and float64 against float64 central differences, on
+  inputs drawn from the op's declared domain, through the registry driver
+  of ``python -m xgrad check`` (``xgrad/testing/_driver.py``).
 * ``test_not_differentiable``: outputs of non-differentiable ops never join
   a graph.
 * ``test_not_twice_differentiable_raises``: double backprop through an op
@@ -22,10 +21,9 @@ import numpy
 import pytest
 
 import xgrad
-from xgrad._ops.registry import F16, F32, F64, sample_seed
+from xgrad._ops.registry import F32, F64, sample_seed
 
-from ._numerics import assert_close as _assert_close
-from ._numerics import numerical_vjp as _numerical_vjp
+from xgrad.testing import _driver
 
 OPS = xgrad.registered_ops()
 
@@ -93,14 +91,21 @@ def test_forward(info, sample, dtype):
 
 
 # ---------------------------------------------------------------------------
-# Gradients
+# Gradients: first and second order, float16/32/64, through the registry
+# driver that `python -m xgrad check` runs (float64 numerics, the dtype's
+# tolerance, inputs re-drawn off non-differentiable points)
 
-def _least_precise(dtypes):
-    floats = [numpy.dtype(d) for d in dtypes if numpy.dtype(d).kind == 'f']
-    return min(floats, key=lambda d: d.itemsize)
+GRADIENT_CASES = _driver.cases()
+
+
+@pytest.mark.parametrize('case', GRADIENT_CASES, ids=[c.name for c in GRADIENT_CASES])
+def test_gradients(case):
+    result = _driver.run_case(case, seed=0)
+    assert result.passed, result.message
 
 
 def _check_args(info, sample, dtype, purpose):
+    """(func of the differentiable inputs, those inputs, output gradients)."""
     rs = _rs(purpose, info.name, sample.name, dtype)
     data = info.sample_data(sample, dtype, rs)
     xs = _xgrad_arrays(info, sample, data, require_grad=True)
@@ -115,92 +120,9 @@ def _check_args(info, sample, dtype, purpose):
     args = [xs[i] for i in diff]
     with xgrad.no_backprop_mode():
         ys = func(args)
-    work = _least_precise([x.dtype for x in args] + [y.dtype for y in ys])
     gys = [xgrad.array(rs.uniform(-1, 1, y.shape).astype(y.dtype))
            if y.dtype.kind == 'f' else None for y in ys]
-    return rs, func, args, gys, work
-
-
-def _eps(info, arrays, work):
-    return [xgrad.full(a.shape, info.step(work), a.dtype) for a in arrays]
-
-
-@pytest.mark.parametrize('info, sample, dtype', _params('grad', lambda _: (F32, F64)))
-def test_backward(info, sample, dtype):
-    _, func, xs, gys, work = _check_args(info, sample, dtype, 'backward')
-    atol, rtol = info.tolerance(work)
-    xgrad.check_backward(func, xs, gys, _eps(info, xs, work), atol=atol, rtol=rtol)
-
-
-@pytest.mark.parametrize('info, sample, dtype', _params('double', lambda _: (F32, F64)))
-def test_double_backward(info, sample, dtype):
-    rs, func, xs, gys, work = _check_args(info, sample, dtype, 'double')
-    gys = [g.require_grad() if g is not None else None for g in gys]
-    ggxs = [xgrad.array(rs.uniform(-1, 1, x.shape).astype(x.dtype)) for x in xs]
-    atol, rtol = info.tolerance(work)
-    used = [g for g in gys if g is not None]
-    xgrad.check_double_backward(
-        lambda args: func(args), xs, used if len(used) == len(gys) else gys, ggxs,
-        _eps(info, xs + used, work), atol=atol, rtol=rtol)
-
-
-# ---------------------------------------------------------------------------
-# float16: analytic gradients against float64 central differences
-
-def _f16_setup(info, sample, purpose):
-    rs, func, xs, gys, _ = _check_args(info, sample, F16, purpose)
-    data = [x.to_numpy().astype(F64) for x in xs]
-    gy_data = [None if g is None else g.to_numpy().astype(F64) for g in gys]
-
-    def f64(arrays):
-        with xgrad.no_backprop_mode():
-            return [y.to_numpy().astype(F64) for y in func([xgrad.array(a) for a in arrays])]
-    return rs, func, xs, gys, data, gy_data, f64
-
-
-@pytest.mark.parametrize('info, sample, dtype', _params('grad', lambda i: (
-    (F16,) if F16 in i.dtypes else ())))
-def test_float16_backward(info, sample, dtype):
-    rs, func, xs, gys, data, gy_data, f64 = _f16_setup(info, sample, 'f16')
-    ys = func(xs)
-    pairs = [(y, g) for y, g in zip(ys, gys) if g is not None]
-    gxs = xgrad.grad([y for y, _ in pairs], xs, grad_outputs=[g for _, g in pairs])
-    expected = _numerical_vjp(f64, data, gy_data)
-    atol, rtol = info.tolerance(F16)
-    for i, (x, g, e) in enumerate(zip(xs, gxs, expected)):
-        assert g is not None and g.dtype == x.dtype and g.shape == x.shape
-        _assert_close(g.to_numpy(), e, atol, rtol, '{} input {}'.format(info.name, i))
-
-
-@pytest.mark.parametrize('info, sample, dtype', _params('double', lambda i: (
-    (F16,) if F16 in i.dtypes else ())))
-def test_float16_double_backward(info, sample, dtype):
-    rs, func, xs, gys, data, gy_data, f64 = _f16_setup(info, sample, 'f16-double')
-    pairs = [(j, g) for j, g in enumerate(gys) if g is not None]
-    gys_used = [g.require_grad() for _, g in pairs]
-    ggx_data = [rs.uniform(-1, 1, x.shape).astype(x.dtype).astype(F64) for x in xs]
-    ggxs = [xgrad.array(g.astype(x.dtype)) for g, x in zip(ggx_data, xs)]
-    ys = func(xs)
-    gxs = xgrad.grad([ys[j] for j, _ in pairs], xs, grad_outputs=gys_used,
-                     enable_double_backprop=True)
-    ggs = xgrad.grad(list(gxs), xs + gys_used, grad_outputs=ggxs)
-    analytic = [numpy.zeros(a.shape) if g is None else g.to_numpy()
-                for g, a in zip(ggs, xs + gys_used)]
-
-    def first_order(arrays):
-        ins = [xgrad.array(a).require_grad() for a in arrays[:len(xs)]]
-        outs = func(ins)
-        gs = [xgrad.array(a.astype(outs[j].dtype))
-              for (j, _), a in zip(pairs, arrays[len(xs):])]
-        got = xgrad.grad([outs[j] for j, _ in pairs], ins, grad_outputs=gs)
-        return [numpy.zeros(i.shape) if g is None else g.to_numpy().astype(F64)
-                for g, i in zip(got, ins)]
-
-    expected = _numerical_vjp(first_order, data + [gy_data[j] for j, _ in pairs],
-                              ggx_data)
-    atol, rtol = info.tolerance(F16)
-    for i, (g, e) in enumerate(zip(analytic, expected)):
-        _assert_close(g, e, atol, rtol, '{} input {}'.format(info.name, i))
+    return func, args, gys
 
 
 # ---------------------------------------------------------------------------
@@ -230,7 +152,7 @@ def test_not_differentiable(info):
 @pytest.mark.parametrize('info', ONCE_DIFF)
 def test_not_twice_differentiable_raises(info):
     sample = next(s for s in info.samples if not s.is_empty)
-    _, func, xs, gys, _ = _check_args(info, sample, F64, 'once')
+    func, xs, gys = _check_args(info, sample, F64, 'once')
     ys = func(xs)
     pairs = [(y, g) for y, g in zip(ys, gys) if g is not None]
     gxs = xgrad.grad([y for y, _ in pairs], xs, grad_outputs=[g for _, g in pairs],

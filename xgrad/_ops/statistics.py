@@ -558,7 +558,9 @@ def _std_ref(a, axis=None, keepdims=False, ddof=0):
 
 register(OpInfo('var', var, ref=_var_ref, int_dtypes=ALL_INTS,
                 samples=REDUCTION_SAMPLES + (Sample((3, 2), axis=0, ddof=1),)))
-register(OpInfo('std', std, ref=_std_ref, int_dtypes=ALL_INTS,
+# distinct: no two reduced elements close together, so no standard deviation
+# near its pole at 0 (ill-conditioned second derivatives)
+register(OpInfo('std', std, ref=_std_ref, int_dtypes=ALL_INTS, domain=distinct,
                 samples=_std_samples() + (Sample((3, 2), axis=0, ddof=1),)))
 register(OpInfo('prod', prod, ref=numpy.prod, int_dtypes=ALL_INTS,
                 domain=within(-1.5, 1.5), samples=REDUCTION_SAMPLES))

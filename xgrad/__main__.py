@@ -1,0 +1,20 @@
+"""``python -m xgrad check ...``: see ``xgrad/testing/_cli.py``."""
+
+import sys
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ('-h', '--help'):
+        print('usage: python -m xgrad check [options]   (python -m xgrad check --help)')
+        return 0 if argv else 2
+    if argv[0] != 'check':
+        print('python -m xgrad: unknown command {!r}; the command is: check'.format(argv[0]),
+              file=sys.stderr)
+        return 2
+    from xgrad.testing._cli import main as check
+    return check(argv[1:])
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""The registry driver: every registered op's gradient checks as cases.
+
+A case is one op, one of its samples, one float dtype, one device and one
+order (1: first derivatives, 2: second). ``run_case`` draws the inputs from
+the op's declared domain, checks the analytic gradients against float64
+central differences with the dtype's tolerance, and re-draws the inputs
+when they land on a non-differentiable point. With a ``GradSnapshot`` it
+also records the float64 gradients that passed (golden gradients) or
+compares the case's analytic gradients with them. ``python -m xgrad check``
+and the test suite both run cases through here.
+"""
+
+import dataclasses
+import time
+from typing import Optional
+
+import numpy
+
+import xgrad
+from xgrad._ops.registry import F16, F64, registered_ops, sample_seed
+from xgrad.testing._checks import check_backward, check_double_backward
+from xgrad.testing._numerical import NondifferentiablePointError
+from xgrad.testing._tolerances import least_precise
+
+# How often a case re-draws inputs that sit on a kink before giving up.
+MAX_DRAWS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One gradient check: op x sample x dtype x device x order."""
+    info: object
+    sample: object
+    dtype: numpy.dtype
+    device: str
+    order: int
+
+    @property
+    def op(self):
+        return self.info.name
+
+    @property
+    def name(self):
+        return '{}[{}]-{}-{}-order{}'.format(self.op, self.sample.name, self.dtype.name,
+                                              self.device, self.order)
+
+    @property
+    def snapshot_key(self):
+        return '{}/{}'.format(self.op, self.sample.name)
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """What one case found. ``status``: 'passed', 'failed' (a gradient is
+    wrong) or 'error' (the op or the check raised something else)."""
+    case: Case
+    seed: int
+    status: str
+    worst_abs: float = 0.0
+    worst_rel: float = 0.0
+    message: str = ''
+    seconds: float = 0.0
+    draws: int = 1
+    snapshot: Optional[str] = None  # None, 'recorded', 'matched' or 'mismatch'
+
+    @property
+    def passed(self):
+        return self.status == 'passed'
+
+    def as_json(self):
+        c = self.case
+        return {'op': c.op, 'sample': c.sample.name, 'dtype': c.dtype.name,
+                'device': c.device, 'order': c.order, 'seed': self.seed,
+                'status': self.status, 'worst_abs': self.worst_abs,
+                'worst_rel': self.worst_rel, 'message': self.message,
+                'seconds': round(self.seconds, 6), 'draws': self.draws,
+                'snapshot': self.snapshot}
+
+
+def cases(ops=None, dtypes=None, devices=('native:0',), orders=(1, 2)):
+    """The cases of the registered differentiable ops (all, or those named
+    in ``ops``) for the given dtypes (default: each op's float dtypes),
+    devices and orders. Order 2 is left out for ops declared not twice
+    differentiable (their claim is tested by the test suite)."""
+    infos = registered_ops()
+    if ops is not None:
+        known = {i.name for i in infos}
+        unknown = sorted(set(ops) - known)
+        if unknown:
+            raise ValueError('no registered op named {}'.format(', '.join(unknown)))
+        infos = [i for i in infos if i.name in set(ops)]
+    out = []
+    for info in infos:
+        if not info.differentiable:
+            continue
+        for order in orders:
+            if order == 2 and not info.twice_differentiable:
+                continue
+            for dtype in (info.dtypes if dtypes is None else
+                          [numpy.dtype(d) for d in dtypes if numpy.dtype(d) in info.dtypes]):
+                for device in devices:
+                    for sample in info.samples:
+                        out.append(Case(info, sample, numpy.dtype(dtype), device, order))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# One case
+
+class _Setup:
+    """The arrays of one draw: the differentiable inputs, the constant ones
+    (labels, indices), output gradients ``grad_outputs`` and, for order 2,
+    ``grad_grad_inputs``; ``func`` maps the differentiable inputs to the
+    op's outputs. ``gys``/``ggxs`` (float64 NumPy arrays) are used instead
+    of drawing them from ``rs``; ``golden`` rounds drawn ones to float16, so
+    that every dtype sees the same values."""
+
+    def __init__(self, case, rs, data, gys=None, ggxs=None, golden=False):
+        self.case = case
+        device = xgrad.get_device(case.device)
+        arrays = [xgrad.array(a, device=device) for a in data]
+        self.diff = case.info.differentiable_inputs(case.sample)
+        self.consts = {i: a for i, a in enumerate(arrays) if i not in self.diff}
+        self.n = len(arrays)
+        self.inputs = [arrays[i].require_grad() for i in self.diff]
+        with xgrad.no_backprop_mode():
+            ys = self.func(self.inputs)
+
+        def draw(shape):
+            a = rs.uniform(-1, 1, shape)
+            return a.astype(F16).astype(F64) if golden else a
+
+        if gys is None:
+            gys = [draw(y.shape) if y is not None and y.dtype.kind == 'f' else None
+                   for y in ys]
+        if ggxs is None:  # (only order 2 uses them)
+            ggxs = [draw(x.shape) if rs is not None else numpy.zeros(x.shape)
+                    for x in self.inputs]
+        self.grad_outputs = [None if g is None else xgrad.array(
+            g.astype(y.dtype), device=device) for g, y in zip(gys, ys)]
+        self.grad_grad_inputs = [xgrad.array(g.astype(x.dtype), device=device)
+                                 for g, x in zip(ggxs, self.inputs)]
+
+    def func(self, args):
+        it = iter(args)
+        full = [self.consts[i] if i in self.consts else next(it) for i in range(self.n)]
+        ys = self.case.info(full, self.case.sample)
+        return tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+
+    def seeds_as_float64(self):
+        """grad_outputs (then grad_grad_inputs for order 2) as float64 NumPy."""
+        seeds = list(self.grad_outputs)
+        if self.case.order == 2:
+            seeds += self.grad_grad_inputs
+        return [None if g is None else g.to_numpy().astype(F64) for g in seeds]
+
+
+def _work_dtype(case, setup):
+    """The least precise float dtype involved (an op may return a less
+    precise dtype than its inputs, like astype)."""
+    return least_precise([case.dtype] + [g.dtype for g in setup.grad_outputs
+                                         if g is not None])
+
+
+def _tolerance(case, setup):
+    return case.info.tolerance(_work_dtype(case, setup))
+
+
+def _check(case, setup):
+    """The numerical check of the case's order. Kinks are looked for only
+    where the comparison fails (a passing check costs nothing extra); order
+    2 does not repeat the first-order check (its own case does that)."""
+    atol, rtol = _tolerance(case, setup)
+    eps = case.info.step(_work_dtype(case, setup))
+    name = '{} ({})'.format(case.op, case.sample.name)
+    if case.order == 1:
+        return check_backward(setup.func, setup.inputs, setup.grad_outputs, eps,
+                              atol=atol, rtol=rtol, detect_nondifferentiable='on_failure',
+                              name=name)
+    gys = [g.require_grad() if g is not None else None for g in setup.grad_outputs]
+    return check_double_backward(setup.func, setup.inputs, gys, setup.grad_grad_inputs,
+                                 eps, atol=atol, rtol=rtol,
+                                 detect_nondifferentiable='on_failure',
+                                 check_first_order=False, name=name)
+
+
+def run_case(case, seed=0, snapshot=None, update_snapshot=False):
+    """Run one case; never raises for a wrong gradient (the result says)."""
+    start = time.perf_counter()
+    result = CaseResult(case, seed, 'passed')
+    try:
+        for draw in range(MAX_DRAWS):
+            rs = numpy.random.RandomState(sample_seed(
+                seed, case.op, case.sample.name, case.dtype, case.order, draw))
+            setup = _Setup(case, rs, case.info.sample_data(case.sample, case.dtype, rs))
+            try:
+                found = _check(case, setup)
+            except NondifferentiablePointError as e:
+                result.draws = draw + 2
+                result.message = 'redrawn: {}'.format(e)
+                continue
+            result.worst_abs, result.worst_rel = found.worst_abs, found.worst_rel
+            result.message = ''
+            break
+        else:
+            result.status = 'error'
+            result.message = 'inputs sat on a non-differentiable point in {} draws: {}'.format(
+                MAX_DRAWS, result.message)
+        if snapshot is not None and result.passed:
+            _snapshot(case, snapshot, update_snapshot, result)
+    except xgrad.GradientCheckError as e:
+        result.status = 'failed'
+        found = getattr(e, 'result', None)
+        if found is not None:
+            result.worst_abs, result.worst_rel = found.worst_abs, found.worst_rel
+        result.message = str(e)
+    except Exception as e:  # NOQA: the op itself failed: report, go on
+        result.status = 'error'
+        result.message = '{}: {}'.format(type(e).__name__, e)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Golden gradients
+
+def _golden_setup(case):
+    """The draw golden gradients are taken at: one per sample (fixed seed),
+    inputs and seeds rounded to float16 so every dtype sees exactly the
+    values the float64 golden gradients were computed at."""
+    info = case.info
+    rs = numpy.random.RandomState(sample_seed('golden', case.op, case.sample.name,
+                                              case.order))
+    data = info.sample_data(case.sample, F16 if F16 in info.dtypes else F64, rs)
+    data = [a.astype(case.dtype) if a.dtype.kind == 'f' else a for a in data]
+    return _Setup(case, rs, data, golden=True)
+
+
+def _analytic(case, setup):
+    """The analytic gradients of the case's order, as float64 NumPy arrays
+    (None where there is none)."""
+    ys = setup.func(setup.inputs)
+    pairs = [(y, g) for y, g in zip(ys, setup.grad_outputs) if g is not None]
+    grads = xgrad.grad([y for y, _ in pairs], setup.inputs,
+                       grad_outputs=[g for _, g in pairs],
+                       enable_double_backprop=case.order == 2)
+    if case.order == 2:
+        used = [(g, gg) for g, gg in zip(grads, setup.grad_grad_inputs) if g is not None]
+        grads = xgrad.grad([g for g, _ in used], setup.inputs,
+                           grad_outputs=[gg for _, gg in used])
+    return [None if g is None else g.to_numpy().astype(F64) for g in grads]
+
+
+def _snapshot(case, snapshot, update, result):
+    """Record the golden float64 gradients of ``case`` (float64 cases, when
+    none are recorded or ``update``) after checking them numerically, or
+    compare the case's analytic gradients at the golden inputs with them."""
+    key = case.snapshot_key
+    if case.dtype == F64 and (update or not snapshot.has(key, case.order)):
+        setup = _golden_setup(case)
+        _check(case, setup)  # golden gradients must pass the numerical check too
+        snapshot.record(key, [x.to_numpy().astype(F64) for x in setup.inputs],
+                        setup.seeds_as_float64(), _analytic(case, setup),
+                        order=case.order,
+                        meta={'op': case.op, 'sample': case.sample.name})
+        result.snapshot = 'recorded'
+        return
+    if not snapshot.has(key, case.order):
+        return
+    golden = snapshot.load(key, case.order)
+    setup = _golden_setup(case)
+    if len(golden.inputs) != len(setup.inputs):
+        raise xgrad.GradientCheckError('golden gradients of {} were recorded for {} inputs, '
+                                       'the op now has {}'.format(key, len(golden.inputs),
+                                                                  len(setup.inputs)))
+    n_out = len(setup.grad_outputs)
+    data = list(setup.consts.get(i) for i in range(setup.n))
+    for i, g in zip(setup.diff, golden.inputs):
+        data[i] = g.astype(case.dtype)
+    data = [a.to_numpy() if isinstance(a, xgrad.ndarray) else a for a in data]
+    setup = _Setup(case, None, data, gys=golden.grad_outputs[:n_out],
+                   ggxs=golden.grad_outputs[n_out:] if case.order == 2 else None)
+    atol, rtol = _tolerance(case, setup)
+    comparison = snapshot.compare(key, _analytic(case, setup), case.dtype,
+                                  order=case.order, atol=atol, rtol=rtol)
+    result.snapshot = 'matched' if comparison.ok else 'mismatch'
+    if not comparison.ok:
+        result.status = 'failed'
+        result.worst_abs = max(result.worst_abs, comparison.worst_abs)
+        result.worst_rel = max(result.worst_rel, comparison.worst_rel)
+        result.message = 'golden gradients: {}'.format(comparison.message)
