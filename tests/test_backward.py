@@ -719,3 +719,15 @@ def test_changing_default_device_between_forward_and_backward():
     xgrad.backward(y)
     assert x.get_grad().device.name == 'native:1'
     _assert_array(x.get_grad(), 6)
+
+
+def test_accumulated_zero_d_gradients_stay_arrays():
+    """Two 0-d contributions summed on the raw path hold a NumPy array, not
+    a NumPy scalar (found by golden-gradient runs of 0-d samples)."""
+    x = xgrad.array(numpy.float16(0.5)).require_grad()
+    y = xgrad.exp(x) * x  # two paths into x
+    gx, = xgrad.grad([y], [x], enable_double_backprop=True)
+    ggx, = xgrad.grad([gx], [x])
+    assert type(gx.to_numpy()) is numpy.ndarray
+    assert type(ggx.to_numpy()) is numpy.ndarray
+    assert ggx.dtype == numpy.float16

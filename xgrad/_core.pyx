@@ -2007,7 +2007,7 @@ cdef class _BackwardPass:
                     self.acc[node] = g
                     self.owned.add(node)
                     return
-                self.acc[node] = _wrap(native_kernels.add(old._data, g._data),
+                self.acc[node] = _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
                                        old._device)
                 self.owned.add(node)
             else:

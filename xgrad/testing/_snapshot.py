@@ -104,6 +104,7 @@ class GradSnapshot:
 
     def __init__(self, directory):
         self.directory = os.path.abspath(os.fspath(directory))
+        self._index_cache = None  # (file stamp, parsed entries)
 
     def __repr__(self):
         return 'GradSnapshot({!r})'.format(self.directory)
@@ -321,8 +322,22 @@ class GradSnapshot:
         return entry
 
     def _read_index(self):
-        """{(key, order): entry}; empty for a store not written yet."""
+        """{(key, order): entry}; empty for a store not written yet. Parsed
+        again only when the file changed (a check run asks once per case)."""
         path = os.path.join(self.directory, INDEX)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._index_cache
+        if cached is not None and cached[0] == stamp:
+            return dict(cached[1])
+        entries = self._parse_index(path)
+        self._index_cache = (stamp, entries)
+        return dict(entries)
+
+    def _parse_index(self, path):
         try:
             with open(path, encoding='utf-8') as f:
                 index = json.load(f)
