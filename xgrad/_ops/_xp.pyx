@@ -6,6 +6,8 @@ recorded); ``xgrad_ns`` works on xgrad arrays (every call is a recorded op,
 which is what makes double backprop work). Both offer the same functions.
 """
 
+import sys
+
 import numpy
 
 from xgrad._core import _array_of
@@ -92,7 +94,6 @@ class _XgradNamespace:
     loaded, the rest are looked up there on first use."""
 
     def __getattr__(self, name):
-        import sys
         try:
             return getattr(sys.modules['xgrad._ops'], name)
         except AttributeError:

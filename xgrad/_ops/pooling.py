@@ -96,47 +96,49 @@ class _MaxPool(PyOp):
         return (_run(_MaxPoolGrad(self.argmax), gys[0]),)
 
 
-class _MaxPoolGrad(PyOp):
-    """gx: gy added at the positions of the window maxima."""
-    op_name = 'max_pool_grad'
+class _LinearPair(PyOp):
+    """A linear map given by a fixed ``plan`` (window geometry, argmax
+    positions or counts) whose gradient is its adjoint, another
+    ``_LinearPair`` over the same plan: each is the other's gradient, so
+    derivatives of any order stay in the pair. Subclasses define
+    ``compute(raw)`` and name their ``adjoint`` class."""
+    adjoint = None
 
-    def __init__(self, argmax):
-        self.argmax = argmax
-
-    def compute(self, gy):
-        a = self.argmax
-        gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype)
-        for mask, index in a.taps():
-            gxpad[index] += numpy.where(mask, gy, gy.dtype.type(0))
-        return unpad(gxpad, a.geom, a.spatial)
+    def __init__(self, plan):
+        self.plan = plan
 
     def forward(self, inputs):
         return (self.compute(inputs[0]),)
 
     def grads(self, xp, targets, gys, xs, ys):
-        return (_run(_MaxPoolGather(self.argmax), gys[0]),)
+        return (_run(type(self).adjoint(self.plan), gys[0]),)
 
 
-class _MaxPoolGather(PyOp):
+class _MaxPoolGrad(_LinearPair):
+    """gx: gy added at the positions of the window maxima."""
+    op_name = 'max_pool_grad'
+
+    def compute(self, gy):
+        a = self.plan
+        gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype)
+        for mask, index in a.taps():
+            gxpad[index] += numpy.where(mask, gy, gy.dtype.type(0))
+        return unpad(gxpad, a.geom, a.spatial)
+
+
+
+class _MaxPoolGather(_LinearPair):
     """The adjoint of ``_MaxPoolGrad``: each window's element at its maximum."""
     op_name = 'max_pool_gather'
 
-    def __init__(self, argmax):
-        self.argmax = argmax
-
     def compute(self, gx):
-        a = self.argmax
+        a = self.plan
         gxpad = pad_input(gx, a.geom, a.outsize)
         out = numpy.zeros(gx.shape[:2] + a.outsize, gx.dtype)
         for mask, index in a.taps():
             out = numpy.where(mask, gxpad[index], out)
         return out
 
-    def forward(self, inputs):
-        return (self.compute(inputs[0]),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        return (_run(_MaxPoolGrad(self.argmax), gys[0]),)
 
 
 def max_pool(x, ksize, stride=None, pad=0, cover_all=False):
@@ -174,14 +176,11 @@ class _Average:
             self.count = count
 
 
-class _AveragePool(PyOp):
+class _AveragePool(_LinearPair):
     op_name = 'average_pool'
 
-    def __init__(self, avg):
-        self.avg = avg
-
     def compute(self, x):
-        a = self.avg
+        a = self.plan
         xpad = pad_input(x.astype(_work_dtype(x.dtype), copy=False), a.geom, a.outsize)
         y = numpy.zeros(x.shape[:2] + a.outsize, xpad.dtype)
         for _, index in window_offsets(a.geom, a.outsize):
@@ -190,22 +189,14 @@ class _AveragePool(PyOp):
             y /= a.count
         return y.astype(x.dtype, copy=False)
 
-    def forward(self, inputs):
-        return (self.compute(inputs[0]),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        return (_run(_AveragePoolGrad(self.avg), gys[0]),)
 
 
-class _AveragePoolGrad(PyOp):
+class _AveragePoolGrad(_LinearPair):
     """The adjoint of ``_AveragePool``: gy / count spread over each window."""
     op_name = 'average_pool_grad'
 
-    def __init__(self, avg):
-        self.avg = avg
-
     def compute(self, gy):
-        a = self.avg
+        a = self.plan
         with numpy.errstate(invalid='ignore', divide='ignore'):
             g = numpy.divide(gy, a.count, dtype=_work_dtype(gy.dtype))
         nk = len(a.geom.ksize)
@@ -213,11 +204,9 @@ class _AveragePoolGrad(PyOp):
                                   gy.shape[:2] + a.geom.ksize + a.outsize)
         return col2im(cols, a.geom, a.outsize, a.spatial).astype(gy.dtype, copy=False)
 
-    def forward(self, inputs):
-        return (self.compute(inputs[0]),)
 
-    def grads(self, xp, targets, gys, xs, ys):
-        return (_run(_AveragePool(self.avg), gys[0]),)
+_MaxPoolGrad.adjoint, _MaxPoolGather.adjoint = _MaxPoolGather, _MaxPoolGrad
+_AveragePool.adjoint, _AveragePoolGrad.adjoint = _AveragePoolGrad, _AveragePool
 
 
 def average_pool(x, ksize, stride=None, pad=0, pad_mode='ignore'):
