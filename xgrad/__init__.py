@@ -25,7 +25,6 @@ from xgrad._ops import (  # NOQA
     sum, mean, sum_to, broadcast_to, matmul, dot,
     reshape, transpose, swapaxes, squeeze, expand_dims, copy, astype, to_device)
 from xgrad._ops import *  # NOQA: the op library (every module's __all__)
-from xgrad._ops import PUBLIC as _PUBLIC_OPS
 from xgrad._ops.registry import OpInfo, Sample, Arg, registered_ops, op_info  # NOQA
 from xgrad import linalg  # NOQA
 from xgrad._gradient_check import check_backward, check_double_backward  # NOQA

@@ -104,27 +104,6 @@ def test_gradients(case):
     assert result.passed, result.message
 
 
-def _check_args(info, sample, dtype, purpose):
-    """(func of the differentiable inputs, those inputs, output gradients)."""
-    rs = _rs(purpose, info.name, sample.name, dtype)
-    data = info.sample_data(sample, dtype, rs)
-    xs = _xgrad_arrays(info, sample, data, require_grad=True)
-    diff = info.differentiable_inputs(sample)
-    consts = {i: x for i, x in enumerate(xs) if i not in diff}
-
-    def func(args):
-        it = iter(args)
-        full = [consts[i] if i in consts else next(it) for i in range(len(xs))]
-        return _as_tuple(info(full, sample))
-
-    args = [xs[i] for i in diff]
-    with xgrad.no_backprop_mode():
-        ys = func(args)
-    gys = [xgrad.array(rs.uniform(-1, 1, y.shape).astype(y.dtype))
-           if y.dtype.kind == 'f' else None for y in ys]
-    return func, args, gys
-
-
 # ---------------------------------------------------------------------------
 # Declared differentiability
 
@@ -152,9 +131,12 @@ def test_not_differentiable(info):
 @pytest.mark.parametrize('info', ONCE_DIFF)
 def test_not_twice_differentiable_raises(info):
     sample = next(s for s in info.samples if not s.is_empty)
-    func, xs, gys = _check_args(info, sample, F64, 'once')
-    ys = func(xs)
-    pairs = [(y, g) for y, g in zip(ys, gys) if g is not None]
+    case = _driver.Case(info, sample, F64, 'native:0', 2)
+    rs = _rs('once', info.name, sample.name)
+    setup = _driver._Setup(case, rs, info.sample_data(sample, F64, rs))
+    xs = setup.inputs
+    ys = setup.func(xs)
+    pairs = [(y, g) for y, g in zip(ys, setup.grad_outputs) if g is not None]
     gxs = xgrad.grad([y for y, _ in pairs], xs, grad_outputs=[g for _, g in pairs],
                      enable_double_backprop=True)
     # First order works; differentiating the gradient does not.

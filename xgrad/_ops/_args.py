@@ -1,6 +1,7 @@
 """Argument handling shared by the plain-Python op modules: turning inputs
 into xgrad arrays, checking axes and dtypes, applying an op. Each check
-raises the xgrad error class ChainerX raises, naming the argument at fault."""
+raises the xgrad error class ChainerX raises, naming the argument at fault
+(and the op, when ``op`` is given: ``'var: axis 5 is out of range ...'``)."""
 
 import numbers
 
@@ -17,12 +18,17 @@ ndarray = _core.ndarray
 raw = _core._raw_data
 
 
-def as_array(x, name, like=None):
+def _named(name, op):
+    return name if op is None else '{}: {}'.format(op, name)
+
+
+def as_array(x, name, like=None, op=None):
     """An xgrad array for argument ``name``: xgrad arrays pass through, NumPy
     arrays, Python scalars and (nested) sequences become constants on
     ``like``'s device."""
     if isinstance(x, ndarray):
         return x
+    name = _named(name, op)
     if x is None or isinstance(x, (str, bytes, dict, set)):
         raise TypeError('{} must be an xgrad.ndarray (or array-like), not {}'.format(
             name, type(x).__name__))
@@ -39,19 +45,47 @@ def is_scalar(v):
     return isinstance(v, (numbers.Number, numpy.generic)) and not isinstance(v, ndarray)
 
 
-def normalize_axes(axis, ndim, name='axis'):
+def is_int(v):
+    """A Python or NumPy integer, not a bool."""
+    return isinstance(v, (numbers.Integral, numpy.integer)) and not isinstance(
+        v, (bool, numpy.bool_))
+
+
+def int_arg(v, name, op=None):
+    """``v`` as a Python int; TypeError naming the argument otherwise."""
+    if not is_int(v):
+        raise TypeError('{} must be an int, not {}'.format(_named(name, op),
+                                                            type(v).__name__))
+    return int(v)
+
+
+def normalize_axes(axis, ndim, name='axis', op=None):
     """``axis`` (None, int or sequence) as a sorted tuple of axes in [0, ndim)."""
-    return _normalize_axes(axis, ndim, name)
+    return _normalize_axes(axis, ndim, _named(name, op))
 
 
-def normalize_axis(axis, ndim, name='axis'):
+def normalize_axis(axis, ndim, name='axis', op=None):
     """One axis in [0, ndim); DimensionError names it when out of range."""
+    name = _named(name, op)
     if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
         raise TypeError('{} must be an int, not {}'.format(name, type(axis).__name__))
     if not -ndim <= axis < ndim:
         raise DimensionError('{} {} is out of range for an array with {} '
                              'dimensions'.format(name, axis, ndim))
     return int(axis) % ndim
+
+
+def compute_dtype(*dtypes):
+    """The float dtype to compute in: the common float type of ``dtypes``,
+    at least float32 (float16 sums, logs and BLAS products lose digits or do
+    not exist); results are cast back."""
+    return numpy.result_type(numpy.float32, *dtypes)
+
+
+def promoted_float(dtype):
+    """The float dtype NumPy's math ufuncs give ``dtype`` (int8 -> float16,
+    int64 -> float64, floats unchanged)."""
+    return numpy.promote_types(dtype, numpy.float16)
 
 
 def require_float(x, op, name='x'):
@@ -114,6 +148,15 @@ def check_broadcast(op, *values):
     except ValueError:
         raise DimensionError('{}: operands with shapes {} cannot be broadcast '
                              'together'.format(op, ' and '.join(map(str, shapes)))) from None
+
+
+def constant_result(op, ufunc, values):
+    """``ufunc`` on ``values`` (as ``operands`` returns them) as a constant on
+    the first array's device: the forward of an op without a gradient."""
+    arrays = [v for v in values if isinstance(v, ndarray)]
+    result = checked_ufunc(op, ufunc, *[raw(v) if isinstance(v, ndarray) else v
+                                        for v in values])
+    return wrap(result, arrays[0])
 
 
 def checked_ufunc(op, ufunc, *raw):

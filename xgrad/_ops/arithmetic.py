@@ -11,7 +11,7 @@ from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.elementwise import square, subtract
 from xgrad._ops.registry import (
-    INT_DTYPES, Arg, OpInfo, Sample, nonzero, real, register, within)
+    OpInfo, Sample, nonzero, real, register)
 
 __all__ = ['floor_divide', 'remainder', 'mod', 'fmod', 'arctan2', 'squared_difference']
 
@@ -61,8 +61,7 @@ def _binary_op(name, compute, derivative=None, doc=''):
     def op(x1, x2):
         arrays, values = _args.operands(name, x1, x2)
         if cls is None or all(x.dtype.kind != 'f' for x in arrays):
-            raw = [_args.raw(v) if isinstance(v, _args.ndarray) else v for v in values]
-            return _args.wrap(_args.checked_ufunc(name, compute, *raw), arrays[0])
+            return _args.constant_result(name, compute, values)
         _args.check_broadcast(name, *values)
         scalars = [None if isinstance(v, _args.ndarray) else v for v in values]
         return _args.apply(cls(scalars), *arrays)

@@ -7,7 +7,6 @@ order); ``linear`` is one fused op whose gradients are matmuls again.
 Operands of different dtypes promote as in NumPy.
 """
 
-import numbers
 
 import numpy
 
@@ -179,9 +178,7 @@ def linear(x, w, b=None, n_batch_axes=1):
             raise TypeError('linear: {}'.format(e)) from None
         _no_bool('linear', inputs[2], 'b')
         _args.same_device(inputs, 'linear')
-    if isinstance(n_batch_axes, bool) or not isinstance(n_batch_axes, numbers.Integral):
-        raise TypeError('linear: n_batch_axes must be an int, not {}'.format(
-            type(n_batch_axes).__name__))
+    n_batch_axes = _args.int_arg(n_batch_axes, 'n_batch_axes', op='linear')
     if n_batch_axes < 1:
         raise ValueError('linear: n_batch_axes must be at least 1, not {}'.format(
             n_batch_axes))

@@ -28,14 +28,13 @@ arrays (double backprop).
 
 import collections
 import itertools
-import numbers
 
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
-from xgrad._ops.registry import F16, Sample, OpInfo, register
+from xgrad._ops.registry import Sample, OpInfo, register
 
 __all__ = ['conv', 'conv_transpose']
 
@@ -52,7 +51,7 @@ def spatial_tuple(value, n, name, op, minimum):
     """``value`` (an int or a sequence of n ints) as a tuple of n ints, each
     at least ``minimum``. Wrong length: DimensionError; too small: ValueError;
     not an int: TypeError."""
-    if isinstance(value, (numbers.Integral, numpy.integer)) and not isinstance(value, bool):
+    if _args.is_int(value):
         values = (int(value),) * n
     else:
         try:
@@ -65,7 +64,7 @@ def spatial_tuple(value, n, name, op, minimum):
                 '{}: {} {} has {} entries, but the input has {} spatial '
                 'dimensions'.format(op, name, values, len(values), n))
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, (numbers.Integral, numpy.integer)):
+            if not _args.is_int(v):
                 raise TypeError('{}: {} must be an int or a tuple of ints, not {!r}'.format(
                     op, name, value))
         values = tuple(int(v) for v in values)
@@ -141,11 +140,6 @@ def unpad(apad, geom, spatial):
 
 # ---------------------------------------------------------------------------
 # Raw kernels (NumPy in, NumPy out)
-
-def _work_dtype(dtype):
-    """float16 is computed in float32 (BLAS has no float16; one rounding)."""
-    return numpy.dtype(numpy.float32) if dtype == F16 else dtype
-
 
 # Columns are built a few samples at a time into one reused buffer of about
 # this many elements: the matmul then reads them from cache, not memory.
@@ -223,7 +217,7 @@ def conv_kernel(x, w, b, geom, outsize):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]."""
     dtype = _result_dtype(x, w, b)
-    work = _work_dtype(dtype)
+    work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     y = numpy.empty((n, g, o // g, _prod(outsize)), work)
@@ -252,7 +246,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
             geom.ksize, geom.pad, geom.dilate)))
         return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
     dtype = _result_dtype(x, w, b)
-    work = _work_dtype(dtype)
+    work = _args.compute_dtype(dtype)
     spatial = x.shape[2:]
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
@@ -268,7 +262,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
 def conv_grad_weight_kernel(x, gy, wshape, dtype, geom):
     """gw[o, c, k] = sum over n, l of gy[n, o, l] * x[n, c, l * s + k * d - p]
     (within o's channel group): the gradient of conv in w."""
-    work = _work_dtype(numpy.dtype(dtype))
+    work = _args.compute_dtype(numpy.dtype(dtype))
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
@@ -405,8 +399,7 @@ def _inputs(op, x, w, b):
 
 def _geometry(op, x, w, stride, pad, dilate, groups):
     n = x.ndim - 2
-    if isinstance(groups, bool) or not isinstance(groups, (numbers.Integral, numpy.integer)):
-        raise TypeError('{}: groups must be an int, not {}'.format(op, type(groups).__name__))
+    groups = _args.int_arg(groups, 'groups', op=op)
     if groups < 1:
         raise ValueError('{}: groups must be positive, got {}'.format(op, groups))
     return Geometry(tuple(w.shape[2:]), spatial_tuple(stride, n, 'stride', op, 1),

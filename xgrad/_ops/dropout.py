@@ -8,7 +8,6 @@ in ``x`` given the mask, so every gradient (first, second, ...) is the
 incoming gradient times the same mask.
 """
 
-import numbers
 
 import numpy
 
@@ -28,7 +27,7 @@ def _uniform(random_state, shape):
     module's Generator)."""
     if random_state is None:
         random_state = _default_rng
-    elif isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+    elif _args.is_int(random_state):
         random_state = numpy.random.default_rng(int(random_state))
     if isinstance(random_state, numpy.random.Generator):
         return random_state.random(shape, dtype=numpy.float32)

@@ -7,7 +7,7 @@ import numpy
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import (
-    ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, BOOL, Arg, OpInfo, Sample, real, register)
+    INT_DTYPES, BOOL, Arg, OpInfo, Sample, real, register)
 
 __all__ = ['where', 'logical_and', 'logical_or', 'logical_xor', 'logical_not', 'isnan',
            'isinf', 'isfinite', 'all', 'any']
@@ -97,13 +97,10 @@ def _logic(ufunc):
     name = ufunc.__name__
     if ufunc.nin == 1:
         def op(x):
-            x = _args.as_array(x, 'x')
-            return _args.wrap(_args.checked_ufunc(name, ufunc, _args.raw(x)), x)
+            return _args.constant_result(name, ufunc, [_args.as_array(x, 'x')])
     else:
         def op(x1, x2):
-            arrays, values = _args.operands(name, x1, x2)
-            raw = [_args.raw(v) if isinstance(v, _args.ndarray) else v for v in values]
-            return _args.wrap(_args.checked_ufunc(name, ufunc, *raw), arrays[0])
+            return _args.constant_result(name, ufunc, _args.operands(name, x1, x2)[1])
     op.__name__ = op.__qualname__ = name
     op.__doc__ = 'NumPy\'s ``{}``, elementwise; no gradient.'.format(name)
     return op

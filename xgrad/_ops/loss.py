@@ -24,7 +24,7 @@ from xgrad._ops.logic import where
 from xgrad._ops.reduction import mean as _mean, sum as _sum
 from xgrad._ops.statistics import softmax
 from xgrad._ops.registry import (
-    F32, F64, Arg, OpInfo, Sample, away_from, distinct, integers, register, untied, within)
+    F64, Arg, OpInfo, Sample, away_from, distinct, integers, register, untied, within)
 
 __all__ = ['squared_error', 'absolute_error', 'huber_loss', 'gaussian_kl_divergence',
            'sigmoid_cross_entropy', 'softmax_cross_entropy', 'hinge', 'accuracy']
@@ -65,12 +65,6 @@ def _class_labels(op, name, t, n_classes, ignore):
         raise _args.IndexError('{}: {} holds label {}, out of range for {} classes{}'.format(
             op, name, t[bad][0], n_classes, ' (-1: ignored)' if ignore else ''))
     return t
-
-
-def _work_dtype(dtype):
-    """Arithmetic in at least float32 (float16 logs and exps lose digits);
-    results are cast back to the input's dtype."""
-    return numpy.result_type(F32, dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -140,7 +134,7 @@ class SigmoidCrossEntropy(PyOp):
         x = inputs[0]
         self.retain_inputs((0,))
         self.dtype = x.dtype
-        work = _work_dtype(x.dtype)
+        work = _args.compute_dtype(x.dtype)
         keep = self.t != -1
         self.target = (self.t * keep).astype(work)
         self.keep = keep.astype(work)
@@ -194,7 +188,7 @@ class SoftmaxCrossEntropy(PyOp):
         self.retain_inputs((0,))
         self.dtype = x.dtype
         n, c = x.shape
-        work = _work_dtype(x.dtype)
+        work = _args.compute_dtype(x.dtype)
         rows = numpy.arange(n)
         keep = self.t != -1
         self.label = numpy.where(keep, self.t, 0)

@@ -14,12 +14,11 @@ import math
 
 import numpy
 
-from xgrad import _core
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import (
-    FLOAT_DTYPES, INT_DTYPES, BOOL, Arg, OpInfo, Sample, away_from, nonzero,
-    positive, real, register, within)
+    INT_DTYPES, BOOL, OpInfo, Sample, away_from, nonzero, positive, real, register,
+    within)
 
 __all__ = ['expm1', 'exp2', 'log1p', 'log2', 'log10', 'reciprocal', 'sin', 'cos',
            'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh', 'arccosh',

@@ -24,7 +24,7 @@ from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
 from xgrad._ops.registry import (
-    F32, F64, Arg, OpInfo, Sample, distinct, positive, real, register)
+    F64, Arg, OpInfo, Sample, distinct, positive, real, register)
 
 __all__ = ['batch_norm', 'fixed_batch_norm']
 
@@ -116,12 +116,6 @@ def _check_params(op, lay, params):
                                               lay.axes, lay.channels))
 
 
-def _work_dtype(*dtypes):
-    """The dtype the arithmetic is done in: the common float type, at least
-    float32 (float16 statistics would lose most of their digits)."""
-    return numpy.result_type(F32, *dtypes)
-
-
 def _per_channel(xp, a, lay, dtype):
     """``a`` (a parameter or statistic) shaped to broadcast against merged x."""
     return xp.reshape(xp.cast(a, dtype), lay.keep)
@@ -153,7 +147,7 @@ class BatchNorm(PyOp):
         lay = self.lay
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
-        self.work = work = _work_dtype(*self.dtypes)
+        self.work = work = _args.compute_dtype(*self.dtypes)
         self.native = lay.ncl is not None and x.dtype == work
         if self.native:
             # One threaded pass per step (see norm_kernels); nothing of x's
@@ -298,7 +292,7 @@ class FixedBatchNorm(PyOp):
         lay = self.lay
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
-        work = self.work = _work_dtype(*self.dtypes)
+        work = self.work = _args.compute_dtype(*self.dtypes)
         gamma, beta, mean, var = [a.reshape(lay.keep).astype(work, copy=False)
                                   for a in (gamma, beta, mean, var)]
         scale = gamma / numpy.sqrt(var + self.eps)

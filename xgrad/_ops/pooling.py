@@ -24,7 +24,7 @@ import numpy
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.convolution import (
-    Geometry, _padded_zeros, _prod, _run, _work_dtype, col2im, out_size, pad_input,
+    Geometry, _padded_zeros, _prod, _run, col2im, out_size, pad_input,
     spatial_tuple, unpad, window_offsets)
 from xgrad._ops.registry import OpInfo, Sample, distinct, register
 
@@ -181,7 +181,7 @@ class _AveragePool(_LinearPair):
 
     def compute(self, x):
         a = self.plan
-        xpad = pad_input(x.astype(_work_dtype(x.dtype), copy=False), a.geom, a.outsize)
+        xpad = pad_input(x.astype(_args.compute_dtype(x.dtype), copy=False), a.geom, a.outsize)
         y = numpy.zeros(x.shape[:2] + a.outsize, xpad.dtype)
         for _, index in window_offsets(a.geom, a.outsize):
             y += xpad[index]
@@ -198,7 +198,7 @@ class _AveragePoolGrad(_LinearPair):
     def compute(self, gy):
         a = self.plan
         with numpy.errstate(invalid='ignore', divide='ignore'):
-            g = numpy.divide(gy, a.count, dtype=_work_dtype(gy.dtype))
+            g = numpy.divide(gy, a.count, dtype=_args.compute_dtype(gy.dtype))
         nk = len(a.geom.ksize)
         cols = numpy.broadcast_to(g.reshape(gy.shape[:2] + (1,) * nk + a.outsize),
                                   gy.shape[:2] + a.geom.ksize + a.outsize)

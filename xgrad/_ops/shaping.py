@@ -37,16 +37,6 @@ __all__ = ['ravel', 'moveaxis', 'concatenate', 'stack', 'hstack', 'vstack', 'dst
 _INTS = (numpy.int64, numpy.int32, BOOL)
 
 
-def _is_int(v):
-    return isinstance(v, (int, numpy.integer)) and not isinstance(v, (bool, numpy.bool_))
-
-
-def _int_arg(v, op, name):
-    if not _is_int(v):
-        raise TypeError('{}: {} must be an int, not {}'.format(op, name, type(v).__name__))
-    return int(v)
-
-
 # ---------------------------------------------------------------------------
 # Joining
 
@@ -231,9 +221,9 @@ def _sections(op, indices_or_sections):
             raise TypeError('{}: indices_or_sections must be an int or a 1-d sequence '
                             'of ints, not a {}-d {} array'.format(op, v.ndim, v.dtype))
         v = v.tolist()
-    if _is_int(v):
+    if _args.is_int(v):
         return int(v)
-    if isinstance(v, (list, tuple)) and all(_is_int(i) for i in v):
+    if isinstance(v, (list, tuple)) and all(_args.is_int(i) for i in v):
         return [int(i) for i in v]
     raise TypeError('{}: indices_or_sections must be an int or a sequence of ints, '
                     'not {!r}'.format(op, indices_or_sections))
@@ -301,7 +291,7 @@ def ravel(a):
 
 
 def _axes_in_order(op, axes, ndim, name):
-    items = [axes] if _is_int(axes) else axes
+    items = [axes] if _args.is_int(axes) else axes
     try:
         items = list(items)
     except TypeError:
@@ -426,7 +416,7 @@ def flipud(m):
 
 def _triangle(op, m, k, lower):
     x = _args.as_array(m, op + ': m')
-    k = _int_arg(k, op, 'k')
+    k = _args.int_arg(k, 'k', op=op)
     if x.ndim < 1:
         raise _args.DimensionError('{}: m must have at least 1 dimension, not 0'.format(op))
     # NumPy's own formula: the last two axes (a 1-d m broadcasts to a square).
@@ -449,7 +439,7 @@ def triu(m, k=0):
 def diag(v, k=0, device=None):
     """The k-th diagonal of a 2-d ``v``, or a square matrix with a 1-d ``v``
     on its k-th diagonal. ``device`` places an array-like ``v``."""
-    k = _int_arg(k, 'diag', 'k')
+    k = _args.int_arg(k, 'k', op='diag')
     if not isinstance(v, _args.ndarray):
         v = _args.as_array(v, 'diag: v')
         if device is not None:

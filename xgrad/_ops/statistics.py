@@ -32,34 +32,16 @@ ALL_INTS = INT_DTYPES + (BOOL,)
 # Shared argument handling
 
 def _input(op, a, name='a'):
-    """``a`` as an xgrad array; a TypeError names the op and the argument."""
-    try:
-        return _args.as_array(a, name)
-    except TypeError as e:
-        raise TypeError('{}: {}'.format(op, e)) from None
+    return _args.as_array(a, name, op=op)
 
 
 def _axes(op, axis, ndim):
-    """``axis`` (None, int or tuple) as sorted non-negative axes; the errors
-    name the op."""
-    try:
-        return _args.normalize_axes(axis, ndim)
-    except TypeError as e:
-        raise TypeError('{}: {}'.format(op, e)) from None
-    except _args.DimensionError as e:
-        raise _args.DimensionError('{}: {}'.format(op, e)) from None
+    return _args.normalize_axes(axis, ndim, op=op)
 
 
 def _one_axis(op, axis, ndim):
     """``axis`` (None or int) as a non-negative axis or None."""
-    if axis is None:
-        return None
-    try:
-        return _args.normalize_axis(axis, ndim)
-    except TypeError as e:
-        raise TypeError('{}: {}'.format(op, e)) from None
-    except _args.DimensionError as e:
-        raise _args.DimensionError('{}: {}'.format(op, e)) from None
+    return None if axis is None else _args.normalize_axis(axis, ndim, op=op)
 
 
 def _kept_shape(shape, axes):
@@ -78,12 +60,6 @@ def _count(shape, axes):
     for i in axes:
         n *= shape[i]
     return n
-
-
-def _math_dtype(dtype):
-    """The float dtype NumPy's ``exp`` computes ``dtype`` in (int8 ->
-    float16, int64 -> float64, floats unchanged)."""
-    return dtype if dtype.kind == 'f' else numpy.exp(numpy.zeros(0, dtype)).dtype
 
 
 # ---------------------------------------------------------------------------
@@ -489,7 +465,7 @@ class LogSoftmax(PyOp):
 
 def _float_input(op, x):
     x = _input(op, x, 'x')
-    return x, _math_dtype(x.dtype)
+    return x, _args.promoted_float(x.dtype)
 
 
 def logsumexp(x, axis=None, keepdims=False):
@@ -606,7 +582,7 @@ register(OpInfo('cumsum', cumsum, ref=numpy.cumsum, int_dtypes=ALL_INTS,
 
 
 def _exp_dtype(a):
-    return _math_dtype(a.dtype)
+    return _args.promoted_float(a.dtype)
 
 
 def _ref_shift(a, axis):

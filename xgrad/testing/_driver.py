@@ -119,10 +119,10 @@ class _Setup:
         self.case = case
         device = xgrad.get_device(case.device)
         arrays = [xgrad.array(a, device=device) for a in data]
-        self.diff = case.info.differentiable_inputs(case.sample)
-        self.consts = {i: a for i, a in enumerate(arrays) if i not in self.diff}
+        diff = case.info.differentiable_inputs(case.sample)
+        self.consts = {i: a for i, a in enumerate(arrays) if i not in diff}
         self.n = len(arrays)
-        self.inputs = [arrays[i].require_grad() for i in self.diff]
+        self.inputs = [arrays[i].require_grad() for i in diff]
         with xgrad.no_backprop_mode():
             ys = self.func(self.inputs)
 
@@ -224,16 +224,31 @@ def run_case(case, seed=0, snapshot=None, update_snapshot=False):
 # ---------------------------------------------------------------------------
 # Golden gradients
 
-def _golden_setup(case):
+def _golden_setup(case, golden=None):
     """The draw golden gradients are taken at: one per sample (fixed seed),
     inputs and seeds rounded to float16 so every dtype sees exactly the
-    values the float64 golden gradients were computed at."""
+    values the float64 golden gradients were computed at. With ``golden``
+    (a recorded ``Golden``), its inputs and seeds replace the drawn ones,
+    so a later change of the sampling cannot move the comparison point."""
     info = case.info
     rs = numpy.random.RandomState(sample_seed('golden', case.op, case.sample.name,
                                               case.order))
     data = info.sample_data(case.sample, F16 if F16 in info.dtypes else F64, rs)
-    data = [a.astype(case.dtype) if a.dtype.kind == 'f' else a for a in data]
-    return _Setup(case, rs, data, golden=True)
+    if golden is None:
+        return _Setup(case, rs, [a.astype(case.dtype) if a.dtype.kind == 'f' else a
+                                 for a in data], golden=True)
+    diff = info.differentiable_inputs(case.sample)
+    if len(golden.inputs) != len(diff):
+        raise xgrad.GradientCheckError('golden gradients of {} were recorded for {} inputs, '
+                                       'the op now has {}'.format(case.snapshot_key,
+                                                                  len(golden.inputs),
+                                                                  len(diff)))
+    for i, g in zip(diff, golden.inputs):
+        data[i] = g
+    data = [a.astype(case.dtype) if i in diff else a for i, a in enumerate(data)]
+    n_gys = len(golden.grad_outputs) - (len(diff) if case.order == 2 else 0)
+    return _Setup(case, None, data, gys=golden.grad_outputs[:n_gys],
+                  ggxs=golden.grad_outputs[n_gys:] if case.order == 2 else None)
 
 
 def _analytic(case, setup):
@@ -267,19 +282,7 @@ def _snapshot(case, snapshot, update, result):
         return
     if not snapshot.has(key, case.order):
         return
-    golden = snapshot.load(key, case.order)
-    setup = _golden_setup(case)
-    if len(golden.inputs) != len(setup.inputs):
-        raise xgrad.GradientCheckError('golden gradients of {} were recorded for {} inputs, '
-                                       'the op now has {}'.format(key, len(golden.inputs),
-                                                                  len(setup.inputs)))
-    n_out = len(setup.grad_outputs)
-    data = list(setup.consts.get(i) for i in range(setup.n))
-    for i, g in zip(setup.diff, golden.inputs):
-        data[i] = g.astype(case.dtype)
-    data = [a.to_numpy() if isinstance(a, xgrad.ndarray) else a for a in data]
-    setup = _Setup(case, None, data, gys=golden.grad_outputs[:n_out],
-                   ggxs=golden.grad_outputs[n_out:] if case.order == 2 else None)
+    setup = _golden_setup(case, snapshot.load(key, case.order))
     atol, rtol = _tolerance(case, setup)
     comparison = snapshot.compare(key, _analytic(case, setup), case.dtype,
                                   order=case.order, atol=atol, rtol=rtol)
