@@ -346,11 +346,14 @@ class using_device:
     def __enter__(self):
         cdef _ThreadState st = _state()
         self._saved = st.default_device
+        self._scope = self._device.scope()  # a GPU becomes CuPy's current device
+        self._scope.__enter__()
         st.default_device = self._device
         return self._device
 
     def __exit__(self, *exc):
         _state().default_device = self._saved
+        self._scope.__exit__(*exc)
 
 
 cdef object _resolve_device(device):
@@ -605,7 +608,8 @@ cdef class ndarray:
 
     def __init__(self, shape, dtype=None, device=None):
         self._device = _resolve_device(device)
-        self._data = numpy.empty(shape, dtype=_OPS.default_dtype(dtype))
+        self._data = _device_module.on_device(
+            numpy.empty(shape, dtype=_OPS.default_dtype(dtype)), self._device)
 
     def __dealloc__(self):
         global _live_arrays
@@ -759,11 +763,16 @@ cdef class ndarray:
         return self._data.tolist()
 
     def to_numpy(self, copy=False):
-        """The data as a NumPy array (no copy unless ``copy=True``)."""
+        """The data as a NumPy array (no copy unless ``copy=True``; arrays on
+        a GPU are always copied to the host)."""
+        if type(self._data) is not _NUMPY_NDARRAY and not self._device.is_native:
+            return _device_module.transfer(self._data, _NATIVE0())
         return self._data.copy() if copy else self._data
 
     def __array__(self, dtype=None, copy=None):
         data = self._data
+        if type(data) is not _NUMPY_NDARRAY and not self._device.is_native:
+            data = self.to_numpy()
         if dtype is not None and data.dtype != dtype:
             return data.astype(dtype)
         if copy:
@@ -796,7 +805,7 @@ cdef class ndarray:
         return int(self.item())
 
     def __repr__(self):
-        body = numpy.array2string(self._data, separator=', ', prefix='array(')
+        body = numpy.array2string(self.to_numpy(), separator=', ', prefix='array(')
         text = 'array({}, shape={}, dtype={}, device={!r}'.format(
             body, self._data.shape, self._data.dtype.name, self._device.name)
         if self._nodes:
@@ -1170,8 +1179,16 @@ def _raw_data(ndarray a not None):
 
 
 def _array_of(object data, object device=None):
-    """Wrap a raw backend array (no copy) on ``device`` (default device)."""
-    return _wrap(data, _resolve_device(device))
+    """Wrap a raw backend array (no copy) on ``device`` (default device);
+    host data for a GPU device is copied there."""
+    device = _resolve_device(device)
+    if type(data) is not _NUMPY_NDARRAY or not device.is_native:
+        data = _device_module.on_device(data, device)
+    return _wrap(data, device)
+
+
+cdef object _NATIVE0():
+    return get_default_context().get_device('native:0')
 
 
 # ---------------------------------------------------------------------------
@@ -1758,8 +1775,9 @@ cdef class _BackwardPass:
                 elif seeds is not None:
                     continue  # explicitly no seed for this output
                 else:
-                    seed = numpy.empty(y._data.shape, dtype=y._data.dtype)
-                    seed.fill(1 if self.loss_scale is None else self.loss_scale)
+                    seed = y._device.xp.full(
+                        y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
+                        dtype=y._data.dtype)
                     value = _wrap(seed, y._device)
                     self.owned.add(node)
             self.output_nodes.add(node)
@@ -1993,6 +2011,17 @@ cdef class _BackwardPass:
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
         return substitute
 
+    cdef void _accumulate_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
+        """``_accumulate`` on a GPU: in place into a buffer this pass owns
+        (one kernel), else one kernel into a new buffer the pass then owns."""
+        ns = old._device.ns
+        if (node in self.owned and old._data.shape == g._data.shape
+                and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
+            ns.accumulate(old._data, g._data)
+            return
+        self.acc[node] = _wrap(ns.add(old._data, g._data), old._device)
+        self.owned.add(node)
+
     cdef void _accumulate(self, ArrayNode node, ndarray g, bint fresh=False) except *:
         """Add ``g`` to the node's gradient; in place into a buffer this pass
         owns (``fresh``: ``g`` is one) when no graph records the sum."""
@@ -2001,6 +2030,9 @@ cdef class _BackwardPass:
         if p != NULL:
             old = <ndarray>p
             if old._nodes is None and g._nodes is None:
+                if not old._device.is_native:
+                    self._accumulate_on_device(node, old, g)
+                    return
                 if node in self.owned and native_kernels.add_into(old._data, g._data):
                     return
                 if fresh and native_kernels.add_into(g._data, old._data):

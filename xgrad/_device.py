@@ -3,8 +3,13 @@
 ``native:N`` devices hold NumPy arrays. Several native devices exist so that
 code written for several devices can be tested on one machine; they share the
 CPU but arrays on different devices never mix in one operation. ``cuda:N``
-devices are not available in this version and raise :class:`DeviceError`.
+devices hold CuPy arrays (``xgrad/_backend/cuda.py``); asking for one without
+CuPy or a GPU raises a :class:`DeviceError` that says which is missing.
 """
+
+import functools
+
+import numpy
 
 from xgrad._errors import BackendError, DeviceError
 
@@ -23,7 +28,10 @@ class Backend:
         return _get_device_in_context(self.context, self.name, index)
 
     def get_device_count(self):
-        return _NATIVE_DEVICE_COUNT if self.name == 'native' else 0
+        if self.name == 'native':
+            return _NATIVE_DEVICE_COUNT
+        from xgrad._backend import cuda
+        return cuda.device_count()
 
     def __repr__(self):
         return '<{} backend>'.format(self.name)
@@ -37,10 +45,33 @@ class Device:
         self.index = index
         self.name = '{}:{}'.format(backend.name, index)
         self.context = backend.context
-        self.xp = None
-        if backend.name == 'native':
-            import numpy
-            self.xp = numpy
+        self.is_native = backend.name == 'native'
+
+    @property
+    def xp(self):
+        """The array module of this device's raw data: NumPy or CuPy."""
+        if self.is_native:
+            return numpy
+        from xgrad._backend import cuda
+        return cuda.cupy()
+
+    @functools.cached_property
+    def ns(self):
+        """The raw-array namespace gradient formulas run with on this device
+        (the engine's fast path); looked up once, then kept."""
+        if self.is_native:
+            from xgrad._ops._xp import numpy_ns
+            return numpy_ns
+        from xgrad._backend.cuda import cuda_ns
+        return cuda_ns
+
+    def scope(self):
+        """A context manager that makes this the device CuPy computes on
+        (nothing to do for native devices)."""
+        if self.is_native:
+            return _NO_SCOPE
+        from xgrad._backend import cuda
+        return cuda.DeviceScope(self.index)
 
     def __repr__(self):
         return 'native:{}'.format(self.index) if self.backend.name == 'native' \
@@ -72,10 +103,9 @@ def _get_device_in_context(context, backend_name, index):
         raise DeviceError('Invalid device index: {!r}'.format(index))
     backend = _get_backend(context, backend_name)
     if backend_name == 'cuda':
-        raise DeviceError(
-            'Device cuda:{} is not available: xgrad has no CUDA backend in '
-            'this build (CuPy support arrives with the GPU backend).'.format(index))
-    if index >= _NATIVE_DEVICE_COUNT:
+        from xgrad._backend import cuda
+        cuda.check_device(index)
+    elif index >= _NATIVE_DEVICE_COUNT:
         raise DeviceError('Device native:{} does not exist: there are {} native '
                           'devices.'.format(index, _NATIVE_DEVICE_COUNT))
     device = context._devices[key] = Device(backend, index)
@@ -112,3 +142,42 @@ def get_device(device, index=None):
     """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
     from xgrad import _core
     return parse_device(_core.get_default_context(), device, index)
+
+
+class _NoScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_SCOPE = _NoScope()
+
+
+def transfer(data, device):
+    """A copy of raw array ``data`` (NumPy or CuPy) on ``device``."""
+    if device.is_native:
+        if isinstance(data, (numpy.ndarray, numpy.generic)) and \
+                not _is_cuda_array(data):
+            return numpy.array(data, copy=True)
+        from xgrad._backend import cuda
+        return cuda.to_host(data)
+    from xgrad._backend import cuda
+    return cuda.to_cuda(data, device.index)
+
+
+def on_device(data, device):
+    """``data`` as raw data of ``device``: as it is when it already lives
+    there, else a copy moved there (host data made on the CPU for a cuda
+    array, e.g. by the creation functions)."""
+    if device.is_native:
+        return data if not _is_cuda_array(data) else transfer(data, device)
+    if _is_cuda_array(data):
+        return data
+    return transfer(data, device)
+
+
+def _is_cuda_array(data):
+    from xgrad._backend import cuda
+    return cuda.is_device_array(data)

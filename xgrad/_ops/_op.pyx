@@ -3,7 +3,8 @@
 
 A built-in op writes its gradient once, in ``_grads(xp, ...)``, with array
 operators and the functions of the namespace ``xp``. The engine calls it with
-``xp`` = NumPy on raw arrays when nothing can be recorded (the fast path), and
+``xp`` = NumPy (CuPy on a GPU: the device's ``ns``) on raw arrays when nothing
+can be recorded (the fast path), and
 with ``xp`` = xgrad on xgrad arrays otherwise, so the same formula is also the
 double-backprop graph.
 """
@@ -24,7 +25,7 @@ cdef class Op(FunctionNode):
 
     cdef object _backward_raw(self, tuple targets, tuple grad_outputs,
                               tuple xs, tuple ys):
-        return self._grads(NP, targets, grad_outputs, xs, ys)
+        return self._grads(self._device.ns, targets, grad_outputs, xs, ys)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         raise NotImplementedError(type(self).__name__)
@@ -73,7 +74,7 @@ cdef class _FirstOrderGradient(FunctionNode):
         gys = raw[:self.n_gys]
         xs = raw[self.n_gys:self.n_gys + self.n_xs]
         ys = raw[self.n_gys + self.n_xs:]
-        return tuple(self.op.grads(NP, self.targets, gys, xs, ys))
+        return tuple(self.op.grads(self.op._device.ns, self.targets, gys, xs, ys))
 
     cpdef backward(self, target_input_indexes, grad_outputs):
         raise GradientError(

@@ -10,6 +10,8 @@ import sys
 
 import numpy
 
+from xgrad import _device as _device_module
+
 from xgrad._core import _array_of
 from xgrad._backend.native_kernels import (
     broadcast_view, negative as _negative, sum_to as _native_sum_to,
@@ -48,6 +50,8 @@ class _NumpyNamespace:
     """NumPy's functions under their own names, plus the few gradient
     helpers NumPy lacks (``sum_to``, ``scatter``, ``cast``, ``constant``)."""
 
+    raw = True  # computes on raw arrays: nothing is recorded
+
     def __getattr__(self, name):
         return getattr(numpy, name)
 
@@ -77,7 +81,7 @@ class _NumpyNamespace:
 
     @staticmethod
     def to_device(a, device):
-        return a.copy()
+        return _device_module.transfer(a, device)
 
     @staticmethod
     def getitem(a, key):
@@ -92,6 +96,8 @@ class _XgradNamespace:
     """xgrad's ops under their own names (recorded, so differentiable again);
     the hot ones are bound in xgrad/_ops/__init__.py once every op module is
     loaded, the rest are looked up there on first use."""
+
+    raw = False  # every call is recorded
 
     def __getattr__(self, name):
         try:

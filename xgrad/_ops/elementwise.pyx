@@ -17,6 +17,8 @@ from xgrad._backend cimport native_kernels as K
 from xgrad._ops._xp import numpy_ns
 from xgrad._errors import DeviceError, DimensionError, DtypeError
 from xgrad._ops.creation import array
+from xgrad._backend.cuda import (
+    unary as _gpu_unary, binary as _gpu_binary, is_device_array as _is_device_array)
 
 cdef object np_power = numpy.power
 cdef object np_maximum = numpy.maximum
@@ -25,8 +27,14 @@ cdef object np_absolute = numpy.absolute
 cdef object np_log = numpy.log
 cdef object np_sqrt = numpy.sqrt
 cdef object NP = numpy_ns
+cdef type NPA = numpy.ndarray
 cdef tuple _RETAIN_0 = (0,)
 cdef tuple _RETAIN_01 = (0, 1)
+
+
+cdef inline bint _on_gpu(object v):
+    """A raw operand on a GPU (a CuPy array)."""
+    return type(v) is not NPA and _is_device_array(v)
 
 
 cdef inline bint _is_python_scalar(object v):
@@ -51,7 +59,8 @@ cdef ndarray as_array(object x, str name, object like=None):
 
 cdef class _Unary(Op):
     """y = f(x), defined in ``_forward1``; ``_grad`` maps gy (and retained
-    x, y) to gx."""
+    x, y) to gx. On a GPU both directions are one kernel each (ours, by the
+    op's name), reading the same retained arrays."""
 
     cdef object _forward1(self, x):
         return self._forward1(x)
@@ -60,15 +69,18 @@ cdef class _Unary(Op):
         raise NotImplementedError
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
-        return (self._grad(xp, gys[0], xs[0] if xs else None,
-                           ys[0] if ys else None),)
+        x = xs[0] if xs else None
+        y = ys[0] if ys else None
+        if xp is not NP and xp.raw and gys[0].dtype.kind == 'f':
+            return (xp.unary_grad(self.op_name, gys[0], x, y),)
+        return (self._grad(xp, gys[0], x, y),)
 
 
 cdef class Negative(_Unary):
     op_name = 'negative'
 
     cdef object _forward1(self, x):
-        return K.negative(x)
+        return K.negative(x) if not _on_gpu(x) else _gpu_unary('negative', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.negative(gy) if xp is NP else -gy
@@ -79,7 +91,7 @@ cdef class Absolute(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return np_absolute(x)
+        return np_absolute(x) if not _on_gpu(x) else _gpu_unary('absolute', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return gy * xp.sign(x)
@@ -90,7 +102,7 @@ cdef class Exp(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.exp_forward(x)
+        return K.exp_forward(x) if not _on_gpu(x) else _gpu_unary('exp', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.multiply_grad(gy, y) if xp is NP else gy * y
@@ -101,7 +113,7 @@ cdef class Log(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return np_log(x)
+        return np_log(x) if not _on_gpu(x) else _gpu_unary('log', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.divide(gy, x) if xp is NP else gy / x
@@ -112,7 +124,7 @@ cdef class Sqrt(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return np_sqrt(x)
+        return np_sqrt(x) if not _on_gpu(x) else _gpu_unary('sqrt', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.sqrt_grad(gy, y) if xp is NP else gy / (y * 2)
@@ -123,7 +135,7 @@ cdef class Square(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return K.multiply(x, x)
+        return K.multiply(x, x) if not _on_gpu(x) else _gpu_unary('square', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.square_grad(gy, x) if xp is NP else gy * (x * 2)
@@ -134,7 +146,7 @@ cdef class Tanh(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.tanh_forward(x)
+        return K.tanh_forward(x) if not _on_gpu(x) else _gpu_unary('tanh', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.tanh_grad(gy, y) if xp is NP else gy * (1 - y * y)
@@ -145,7 +157,7 @@ cdef class Sigmoid(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.sigmoid_forward(x)
+        return K.sigmoid_forward(x) if not _on_gpu(x) else _gpu_unary('sigmoid', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.sigmoid_grad(gy, y) if xp is NP else gy * (y * (1 - y))
@@ -156,7 +168,7 @@ cdef class Relu(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.relu_forward(x)
+        return K.relu_forward(x) if not _on_gpu(x) else _gpu_unary('relu', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.relu_grad(gy, y) if xp is NP else gy * (y > 0)
@@ -231,12 +243,16 @@ cdef class _Binary(Op):
     cdef int scalar_pos       # -1: both operands are arrays; else the scalar's side
     cdef bint keep_inputs
     cdef bint keep_output
+    cdef bint fused_grads     # a GPU kernel computes both gradients in one pass
 
     cdef object _fwd(self, a, b):
         raise NotImplementedError
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
         raise NotImplementedError
+
+    cdef object _gpu_fwd(self, a, b):
+        return _gpu_binary(self.op_name, a, b)
 
     cpdef forward(self, inputs):
         if self.scalar_pos == -1:
@@ -259,6 +275,8 @@ cdef class _Binary(Op):
         if self.keep_output:
             self._retain_out_idx = _RETAIN_0
         try:
+            if _on_gpu(a) or _on_gpu(b):
+                return self._gpu_fwd(a, b)
             return self._fwd(a, b)
         except ValueError as e:
             if 'broadcast' in str(e):
@@ -284,6 +302,11 @@ cdef class _Binary(Op):
         else:
             a = self.scalar
             b = xs[0] if xs else None
+        if (self.fused_grads and xp is not NP and xp.raw and self.scalar_pos == -1
+                and gy.dtype.kind == 'f' and a.dtype == gy.dtype and b.dtype == gy.dtype
+                and a.shape == gy.shape and b.shape == gy.shape):
+            g2 = xp.binary_grads(self.op_name, gy, a, b, 0 in targets, 1 in targets)
+            return tuple([g2[t] for t in targets])
         out = []
         for t in targets:
             p = 1 if (self.scalar_pos == 0 or t == 1) else 0
@@ -324,6 +347,7 @@ cdef class Multiply(_Binary):
 
     def __cinit__(self):
         self.keep_inputs = True
+        self.fused_grads = True
 
     cdef object _fwd(self, a, b):
         return K.multiply(a, b)
@@ -339,6 +363,7 @@ cdef class Divide(_Binary):
 
     def __cinit__(self):
         self.keep_inputs = True
+        self.fused_grads = True
 
     cdef object _fwd(self, a, b):
         return K.divide(a, b)
@@ -372,6 +397,7 @@ cdef class Maximum(_Binary):
 
     def __cinit__(self):
         self.keep_inputs = True
+        self.fused_grads = True
 
     cdef object _fwd(self, a, b):
         return np_maximum(a, b)
@@ -386,6 +412,7 @@ cdef class Minimum(_Binary):
 
     def __cinit__(self):
         self.keep_inputs = True
+        self.fused_grads = True
 
     cdef object _fwd(self, a, b):
         return np_minimum(a, b)
@@ -474,7 +501,8 @@ cdef object _compare(object ufunc, object a, object b):
                                  numpy.shape(raw_b))) from None
     if ref is None:
             return array(result)
-    return _wrap(numpy.asarray(result), ref._device)
+    return _wrap(numpy.asarray(result) if isinstance(result, numpy.generic) else result,
+                 ref._device)
 
 
 def equal(x1, x2):

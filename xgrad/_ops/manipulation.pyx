@@ -8,6 +8,8 @@ scatters the gradient back, accumulating repeated indices.
 
 import numpy
 
+from xgrad import _device as _device_module
+
 from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array
@@ -121,10 +123,12 @@ cdef class AsType(Op):
 cdef class ToDevice(Op):
     op_name = 'transfer'
     cdef object source
+    cdef object target
     cdef bint same_device
 
     cpdef forward(self, inputs):
-        return (inputs[0].view() if self.same_device else inputs[0].copy(),)
+        return (inputs[0].view() if self.same_device
+                else _device_module.transfer(inputs[0], self.target),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.to_device(gys[0], self.source),)
@@ -272,6 +276,7 @@ def to_device(a, device, index=None):
     cdef ToDevice op = ToDevice.__new__(ToDevice)
     target = get_default_context().get_device(device, index)
     op.source = x._device
+    op.target = target
     op.same_device = target is x._device
     return apply_to_device(op, x, target)
 

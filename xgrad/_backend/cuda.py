@@ -1,0 +1,250 @@
+"""The CUDA backend: arrays on ``cuda:N`` devices hold CuPy arrays.
+
+The arithmetic runs in our kernels (``xgrad/_kernels``) where we have one,
+and in CuPy's routines otherwise (CuPy arrays take NumPy's functions through
+``__array_ufunc__``/``__array_function__``, so most op code is shared with
+the native backend). CuPy is imported on first use of a cuda device, never by
+``import xgrad``. Tests may substitute a module with CuPy's API
+(:func:`use_cupy`), e.g. a CPU stand-in that runs our kernels under an
+emulator.
+"""
+
+import importlib
+
+import numpy
+
+from xgrad._errors import DeviceError
+
+_cupy = None         # the cupy module (or a stand-in) once imported
+_kernels = None      # xgrad._kernels, loaded with the first cuda device
+_substitute = None   # a stand-in set by use_cupy
+
+
+def use_cupy(module):
+    """Make ``module`` serve as CuPy (None: the real CuPy again). For tests."""
+    global _cupy, _substitute
+    _substitute = module
+    _cupy = module
+
+
+def cupy():
+    """The CuPy module; DeviceError saying how to get it when it is missing."""
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy as module
+        except ImportError as e:
+            raise DeviceError(
+                'cuda devices need CuPy, which is not installed '
+                '(pip install "xgrad[cuda]"; importing cupy said: {})'.format(e)) from None
+        except Exception as e:  # a broken install: missing CUDA libraries etc.
+            raise DeviceError('cuda devices need CuPy, which is installed but failed '
+                              'to import: {}: {}'.format(type(e).__name__, e)) from None
+        _cupy = module
+    return _cupy
+
+
+def kernels():
+    """Our kernels' Python side (xgrad._kernels), loaded on first use."""
+    global _kernels
+    if _kernels is None:
+        _kernels = importlib.import_module('xgrad._kernels')
+    return _kernels
+
+
+def device_count():
+    """How many CUDA devices CuPy sees; 0 without CuPy, a driver or a GPU."""
+    try:
+        return _count(cupy())
+    except DeviceError:
+        return 0
+
+
+def _count(cp):
+    try:
+        return cp.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise DeviceError('cuda devices need a CUDA GPU: CuPy is installed but '
+                          'CUDA reports none ({}: {})'.format(type(e).__name__, e)) from None
+
+
+def check_device(index):
+    """DeviceError unless ``cuda:index`` can be used, saying what is missing:
+    CuPy, a GPU (and driver), or that many GPUs."""
+    try:
+        count = _count(cupy())
+    except DeviceError as e:
+        raise DeviceError('Device cuda:{} is not available: {}'.format(index, e)) from None
+    if index >= count:
+        raise DeviceError('Device cuda:{} does not exist: CUDA reports {} device{}'.format(
+            index, count, '' if count == 1 else 's'))
+
+
+def is_device_array(data):
+    """True for CuPy arrays (once CuPy is loaded)."""
+    return _cupy is not None and isinstance(data, _cupy.ndarray)
+
+
+def to_host(data):
+    """A NumPy copy of a CuPy array (waits for the GPU: an explicit transfer)."""
+    return _cupy.asnumpy(data)
+
+
+def to_cuda(data, index):
+    """A copy of ``data`` (NumPy, a NumPy scalar, or CuPy on any GPU) on GPU
+    ``index``."""
+    cp = cupy()
+    if isinstance(data, numpy.generic):
+        data = numpy.asarray(data)
+    with cp.cuda.Device(index):
+        return cp.array(data, copy=True)
+
+
+class DeviceScope:
+    """Makes a GPU CuPy's current device while xgrad works on it."""
+
+    def __init__(self, index):
+        self._scope = cupy().cuda.Device(index)
+
+    def __enter__(self):
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._scope.__exit__(*exc)
+
+
+def _cast(a, dtype):
+    return a if a.dtype == dtype else a.astype(dtype)
+
+
+class CudaNamespace:
+    """The raw-array namespace gradient formulas see on cuda devices: CuPy's
+    functions under NumPy's names, the gradient helpers of the native
+    namespace (``sum_to``, ``scatter``, ``cast``, ``constant``...), and our
+    fused kernels (``unary_grad``, ``binary_grads``, ``accumulate``)."""
+
+    raw = True
+
+    def __getattr__(self, name):
+        cp = cupy()
+        try:
+            return getattr(cp, name)
+        except AttributeError:
+            raise AttributeError('CuPy has no {!r} for a gradient formula on a cuda '
+                                 'device'.format(name)) from None
+
+    # -- the gradient helpers every namespace has ---------------------------
+
+    @staticmethod
+    def sum_to(a, shape):
+        return kernels().sum_to(cupy(), a, tuple(shape))
+
+    @staticmethod
+    def scatter(gy, key, shape):
+        cp = cupy()
+        out = cp.zeros(shape, dtype=gy.dtype)
+        cp.add.at(out, key, gy)
+        return out
+
+    cast = staticmethod(_cast)
+
+    @staticmethod
+    def sign(a):
+        return cupy().sign(a)
+
+    @staticmethod
+    def to_device(a, device):
+        from xgrad import _device
+        return _device.transfer(a, device)
+
+    @staticmethod
+    def getitem(a, key):
+        return a[key]
+
+    @staticmethod
+    def constant(raw, like):
+        return raw if is_device_array(raw) else cupy().asarray(raw)
+
+    @staticmethod
+    def broadcast_to(a, shape):
+        return cupy().broadcast_to(a, tuple(shape))
+
+    @staticmethod
+    def sigmoid(x):
+        return unary('sigmoid', x)
+
+    @staticmethod
+    def relu(x):
+        return unary('relu', x)
+
+    # -- fused kernels ------------------------------------------------------
+
+    @staticmethod
+    def unary_grad(name, gy, x, y):
+        """gx of elementwise op ``name`` in one kernel."""
+        return kernels().unary_backward(cupy(), name, gy, x, y)
+
+    @staticmethod
+    def binary_grads(name, gy, a, b, need_a, need_b):
+        """(ga, gb) of a same-shape binary op in one kernel."""
+        return kernels().binary_backward(cupy(), name, gy, a, b, need_a, need_b)
+
+    @staticmethod
+    def accumulate(acc, g):
+        """acc += g in place (same shape and dtype, acc contiguous)."""
+        kernels().accumulate(cupy(), acc, g)
+
+    @staticmethod
+    def add(a, b):
+        return binary('add', a, b)
+
+
+cuda_ns = CudaNamespace()
+
+_KERNEL_DTYPES = frozenset(numpy.dtype(t) for t in ('float16', 'float32', 'float64'))
+
+
+def _kernel_float(a):
+    return getattr(a, 'dtype', None) in _KERNEL_DTYPES
+
+
+def unary(name, x):
+    """Elementwise op ``name`` of a CuPy array: our kernel for float arrays,
+    CuPy's ufunc (NumPy's dtype rules) for the others."""
+    if _kernel_float(x):
+        return kernels().unary_forward(cupy(), name, x)
+    return _UNARY_FALLBACK[name](x)
+
+
+def binary(name, a, b):
+    """a op b: our kernel for same-shape float operands of one dtype, CuPy's
+    ufunc (broadcasting, Python scalars, mixed dtypes) otherwise."""
+    if (name in _KERNEL_BINARY and _kernel_float(a) and _kernel_float(b)
+            and a.dtype == b.dtype and a.shape == b.shape):
+        return kernels().binary_forward(cupy(), name, a, b)
+    return getattr(cupy(), _BINARY_UFUNC.get(name, name))(a, b)
+
+
+def _relu_fallback(x):
+    return cupy().maximum(x, 0)
+
+
+def _sigmoid_fallback(x):
+    return cupy().tanh(x * 0.5) * 0.5 + 0.5
+
+
+_UNARY_FALLBACK = {
+    'negative': lambda x: cupy().negative(x),
+    'absolute': lambda x: cupy().absolute(x),
+    'exp': lambda x: cupy().exp(x),
+    'log': lambda x: cupy().log(x),
+    'sqrt': lambda x: cupy().sqrt(x),
+    'square': lambda x: cupy().square(x),
+    'tanh': lambda x: cupy().tanh(x),
+    'sigmoid': _sigmoid_fallback,
+    'relu': _relu_fallback,
+}
+
+_KERNEL_BINARY = frozenset(['add', 'subtract', 'multiply', 'divide', 'maximum', 'minimum'])
+_BINARY_UFUNC = {'divide': 'true_divide'}  # CuPy's name where it is not the op's
