@@ -82,9 +82,11 @@ def build_xgrad(xgrad, data):
     return step
 
 
-def build_torch(torch, data):
-    x, t = torch.from_numpy(data['x'].copy()), torch.from_numpy(data['t'].copy())
-    params = [torch.from_numpy(p.copy()).requires_grad_() for p in data['params']]
+def build_torch(torch, data, device='cpu'):
+    def tensor(a):
+        return torch.from_numpy(a.copy()).to(device)
+    x, t = tensor(data['x']), tensor(data['t'])
+    params = [tensor(p).requires_grad_() for p in data['params']]
     layers = list(zip(params[0::2], params[1::2]))
     hidden, (W_out, b_out) = layers[:-1], layers[-1]
     relu, mean, square = torch.relu, torch.mean, torch.square

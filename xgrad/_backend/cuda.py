@@ -85,6 +85,11 @@ def is_device_array(data):
     return _cupy is not None and isinstance(data, _cupy.ndarray)
 
 
+def on_gpu(data):
+    """True for raw GPU data (fast for NumPy arrays)."""
+    return type(data) is not numpy.ndarray and is_device_array(data)
+
+
 def to_host(data):
     """A NumPy copy of a CuPy array (waits for the GPU: an explicit transfer)."""
     return _cupy.asnumpy(data)
@@ -98,6 +103,16 @@ def to_cuda(data, index):
         data = numpy.asarray(data)
     with cp.cuda.Device(index):
         return cp.array(data, copy=True)
+
+
+def device_key(key):
+    """An index key for GPU data: its NumPy index arrays copied to the GPU
+    (tuples item by item; slices, ints, None and GPU arrays as they are)."""
+    if isinstance(key, tuple):
+        return tuple([device_key(k) for k in key])
+    if isinstance(key, numpy.ndarray) and not is_device_array(key):
+        return cupy().asarray(key)
+    return key
 
 
 class DeviceScope:
@@ -144,7 +159,7 @@ class CudaNamespace:
     def scatter(gy, key, shape):
         cp = cupy()
         out = cp.zeros(shape, dtype=gy.dtype)
-        cp.add.at(out, key, gy)
+        cp.add.at(out, device_key(key), gy)
         return out
 
     cast = staticmethod(_cast)

@@ -8,6 +8,8 @@ import numbers
 import numpy
 
 from xgrad import _core
+from xgrad._backend import cuda
+from xgrad._backend.cuda import is_device_array
 from xgrad._errors import DeviceError, DimensionError, DtypeError, IndexError  # NOQA
 from xgrad._ops.creation import array
 from xgrad._ops.reduction import _normalize_axes
@@ -16,6 +18,26 @@ ndarray = _core.ndarray
 
 
 raw = _core._raw_data
+
+
+def array_result(r):
+    """A raw result as an array of its own backend: NumPy scalars (what NumPy
+    gives for 0-d operations) and Python values become NumPy arrays, device
+    (CuPy) arrays pass as they are (``numpy.asarray`` would refuse them)."""
+    if isinstance(r, numpy.ndarray) or is_device_array(r):
+        return r
+    return numpy.asarray(r)
+
+
+def on_device_of(ref, a):
+    """Host data ``a`` (index arrays, masks; tuples of them) moved to where
+    raw ``ref`` lives: the GPU for CuPy data, nowhere for NumPy data."""
+    return cuda.device_key(a) if cuda.on_gpu(ref) else a
+
+
+def module_of(r):
+    """NumPy or CuPy: the array module of raw data ``r``."""
+    return cuda.cupy() if cuda.on_gpu(r) else numpy
 
 
 def _named(name, op):
@@ -118,7 +140,7 @@ def apply(op, *inputs):
 
 def wrap(raw, like):
     """A constant xgrad array holding ``raw`` on ``like``'s device."""
-    return _core._array_of(numpy.asarray(raw), like.device)
+    return _core._array_of(array_result(raw), like.device)
 
 
 def operands(op, *values, names=None):

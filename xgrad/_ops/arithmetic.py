@@ -32,7 +32,7 @@ class _Binary(PyOp):
         self.dtypes = tuple(x.dtype for x in inputs)
         self.retain_inputs(tuple(range(len(inputs))))
         a, b = self._operands(inputs)
-        return (numpy.asarray(type(self).compute(a, b)),)
+        return (_args.array_result(type(self).compute(a, b)),)
 
     def _operands(self, xs):
         it = iter(xs)

@@ -32,6 +32,7 @@ import itertools
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
+from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import Sample, OpInfo, register
@@ -97,7 +98,7 @@ def pad_input(x, geom, outsize, fill=0):
     full = tuple(max(e, p + n) for e, p, n in zip(extent(geom, outsize), geom.pad, spatial))
     if full == spatial:  # no pad, no overhang
         return x
-    out = numpy.empty(x.shape[:2] + full, dtype=x.dtype)
+    out = numpy.empty(x.shape[:2] + full, dtype=x.dtype, like=x)
     out[inner(geom.pad, spatial)] = x
     for axis, (p, n) in enumerate(zip(geom.pad, spatial)):  # fill the borders only
         before = (slice(None),) * (2 + axis)
@@ -115,10 +116,12 @@ def windows(xpad, geom, outsize):
     """The strided view (N, C, k_1..k_n, l_1..l_n) of every window of
     ``xpad``: element [.., k, l] is xpad[.., l * stride + k * dilate]."""
     strides = xpad.strides[2:]
-    return as_strided(
-        xpad, xpad.shape[:2] + tuple(geom.ksize) + tuple(outsize),
-        xpad.strides[:2] + tuple(t * d for t, d in zip(strides, geom.dilate))
-        + tuple(t * s for t, s in zip(strides, geom.stride)), writeable=False)
+    shape = xpad.shape[:2] + tuple(geom.ksize) + tuple(outsize)
+    strides = (xpad.strides[:2] + tuple(t * d for t, d in zip(strides, geom.dilate))
+               + tuple(t * s for t, s in zip(strides, geom.stride)))
+    if cuda.on_gpu(xpad):  # CuPy's as_strided makes no read-only views
+        return cuda.cupy().lib.stride_tricks.as_strided(xpad, shape, strides)
+    return as_strided(xpad, shape, strides, writeable=False)
 
 
 def window_offsets(geom, outsize):
@@ -135,7 +138,7 @@ def unpad(apad, geom, spatial):
     """The unpadded region of ``apad``, contiguous."""
     if apad.shape[2:] == tuple(spatial):
         return apad
-    return numpy.ascontiguousarray(apad[inner(geom.pad, spatial)])
+    return apad[inner(geom.pad, spatial)].copy(order='C')
 
 
 # ---------------------------------------------------------------------------
@@ -167,7 +170,7 @@ def _column_chunks(x, geom, outsize):
     # (C, k.., m, l..): sample and window position side by side in a row.
     order = (1,) + tuple(range(2, 2 + nk)) + (0,) + tuple(range(2 + nk, win.ndim))
     buf = numpy.empty(tuple(win.shape[i] for i in order[:1 + nk]) + (ranges[0][1],)
-                      + tuple(outsize), x.dtype)
+                      + tuple(outsize), x.dtype, like=x)
     for lo, hi in ranges:
         m = hi - lo
         part = buf[(slice(None),) * (1 + nk) + (slice(0, m),)]
@@ -182,16 +185,17 @@ def _col2im_add(out, cols, geom, outsize):
         out[index] += cols[(slice(None), slice(None)) + k]
 
 
-def _padded_zeros(shape, geom, outsize, dtype):
-    """Zeros shaped like ``pad_input`` pads an array of ``shape``."""
+def _padded_zeros(shape, geom, outsize, dtype, like):
+    """Zeros shaped like ``pad_input`` pads an array of ``shape`` (on the
+    device of ``like``)."""
     full = tuple(max(e, p + d) for e, p, d in zip(extent(geom, outsize), geom.pad, shape[2:]))
-    return numpy.zeros(tuple(shape[:2]) + full, dtype)
+    return numpy.zeros(tuple(shape[:2]) + full, dtype, like=like)
 
 
 def col2im(cols, geom, outsize, spatial):
     """The adjoint of im2col: ``cols`` (N, C, k_1..k_n, l_1..l_n) added into
     an (N, C, *spatial) array, each element where its window tap reads."""
-    out = _padded_zeros(cols.shape[:2] + tuple(spatial), geom, outsize, cols.dtype)
+    out = _padded_zeros(cols.shape[:2] + tuple(spatial), geom, outsize, cols.dtype, cols)
     _col2im_add(out, cols, geom, outsize)
     return unpad(out, geom, spatial)
 
@@ -220,7 +224,7 @@ def conv_kernel(x, w, b, geom, outsize):
     work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
-    y = numpy.empty((n, g, o // g, _prod(outsize)), work)
+    y = numpy.empty((n, g, o // g, _prod(outsize)), work, like=x)
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         if hi - lo == 1:
             numpy.matmul(wm, cols, out=y[lo])
@@ -250,7 +254,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     spatial = x.shape[2:]
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
-    out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work)
+    out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work, x)
     per_sample = o * _prod(geom.ksize) * _prod(spatial)
     for lo, hi in _chunks(n, per_sample):
         cols = numpy.matmul(wt, xm[lo:hi])  # (m, g, o/g * prod(k), prod(l))
@@ -266,7 +270,7 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom):
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
-    gw = numpy.zeros((g, og, _prod(wshape[1:])), work)
+    gw = numpy.zeros((g, og, _prod(wshape[1:])), work, like=x)
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, gy.shape[2:]):
         rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
         gw += numpy.matmul(rows, cols.swapaxes(1, 2))

@@ -52,7 +52,8 @@ class Dropout(PyOp):
         self.mask = mask  # raw, x's dtype
 
     def forward(self, inputs):
-        return (numpy.asarray(inputs[0] * self.mask),)
+        self.mask = _args.on_device_of(inputs[0], self.mask)  # drawn on the host
+        return (_args.array_result(inputs[0] * self.mask),)
 
     def grads(self, xp, targets, gys, xs, ys):
         return (gys[0] * xp.constant(self.mask, gys[0]),)

@@ -32,6 +32,12 @@ cdef tuple _RETAIN_0 = (0,)
 cdef tuple _RETAIN_01 = (0, 1)
 
 
+cdef object as_result(object r):
+    """A raw result as an array: NumPy gives NumPy scalars for 0-d results;
+    NumPy and CuPy arrays pass (``numpy.asarray`` would refuse CuPy's)."""
+    return numpy.asarray(r) if isinstance(r, numpy.generic) else r
+
+
 cdef inline bint _on_gpu(object v):
     """A raw operand on a GPU (a CuPy array)."""
     return type(v) is not NPA and _is_device_array(v)
@@ -501,8 +507,7 @@ cdef object _compare(object ufunc, object a, object b):
                                  numpy.shape(raw_b))) from None
     if ref is None:
             return array(result)
-    return _wrap(numpy.asarray(result) if isinstance(result, numpy.generic) else result,
-                 ref._device)
+    return _wrap(as_result(result), ref._device)
 
 
 def equal(x1, x2):

@@ -37,7 +37,8 @@ class Take(PyOp):
         self.in_shape = in_shape
 
     def forward(self, inputs):
-        return (numpy.asarray(numpy.take(inputs[0], self.indices, axis=self.axis)),)
+        self.indices = _args.on_device_of(inputs[0], self.indices)
+        return (_args.array_result(numpy.take(inputs[0], self.indices, axis=self.axis)),)
 
     def grads(self, xp, targets, gys, xs, ys):
         gy = gys[0]
@@ -57,6 +58,7 @@ class TakeGrad(PyOp):
         self.shape = shape
 
     def forward(self, inputs):
+        self.indices = _args.on_device_of(inputs[0], self.indices)
         return (_add_at(inputs[0], self.indices, self.axis, self.shape),)
 
     def grads(self, xp, targets, gys, xs, ys):
@@ -70,11 +72,12 @@ def _add_at(gy, indices, axis, shape):
     """Zeros of ``shape`` plus the slices of ``gy`` (shaped like
     ``take(zeros(shape), indices, axis)``) added at ``indices`` along ``axis``,
     as one ``add.at`` on the flat arrays (its fast 1-d path)."""
-    out = numpy.zeros(shape, gy.dtype)
+    xp = _args.module_of(gy)
+    out = xp.zeros(shape, gy.dtype)
     outer = int(numpy.prod(shape[:axis], dtype=numpy.int64))
     inner = int(numpy.prod(shape[axis + 1:], dtype=numpy.int64))
-    flat = ((numpy.arange(outer)[:, None, None] * shape[axis]
-             + indices.reshape(1, -1, 1)) * inner + numpy.arange(inner))
+    flat = ((xp.arange(outer)[:, None, None] * shape[axis]
+             + indices.reshape(1, -1, 1)) * inner + xp.arange(inner))
     numpy.add.at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
     return out
 

@@ -5,7 +5,7 @@ import numpy
 
 from xgrad._core cimport ndarray, apply2
 from xgrad._ops._op cimport Op
-from xgrad._ops.elementwise cimport as_array
+from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._errors import DimensionError, DtypeError
 from xgrad._errors import NotImplementedError as XgradNotImplementedError
 
@@ -29,7 +29,7 @@ cdef class Matmul(Op):
         except ValueError:
             raise DimensionError('matmul: shapes {} and {} are not aligned'.format(
                 a.shape, b.shape)) from None
-        y = numpy.asarray(y)
+        y = as_result(y)
         self.shape_y = y.shape
         return (y,)
 

@@ -30,7 +30,7 @@ class Where(PyOp):
         y = next(it) if self.y_scalar is None else self.y_scalar
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
-        return (numpy.asarray(numpy.where(self.condition, x, y)),)
+        return (_args.array_result(numpy.where(self.condition, x, y)),)
 
     def grads(self, xp, targets, gys, xs, ys):
         gy = gys[0]

@@ -16,6 +16,7 @@ differentiable again.
 
 import numpy
 
+from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
@@ -58,7 +59,11 @@ def _labels(op, name, t, shape=None):
 
 def _class_labels(op, name, t, n_classes, ignore):
     """Raw class labels, each in [0, n_classes) or -1 where ``ignore``;
-    xgrad.IndexError names the first one out of range."""
+    xgrad.IndexError names the first one out of range. Labels on a GPU are
+    not checked here (that would wait for the GPU): the op's result is NaN
+    for a sample whose label is out of range."""
+    if cuda.on_gpu(t):
+        return t
     low = -1 if ignore else 0
     bad = (t < low) | (t >= n_classes)
     if bad.any():
@@ -188,6 +193,8 @@ class SoftmaxCrossEntropy(PyOp):
         self.retain_inputs((0,))
         self.dtype = x.dtype
         n, c = x.shape
+        if cuda.on_gpu(x):
+            return self._gpu_forward(x)
         work = _args.compute_dtype(x.dtype)
         rows = numpy.arange(n)
         keep = self.t != -1
@@ -205,17 +212,34 @@ class SoftmaxCrossEntropy(PyOp):
         loss = (numpy.log(s[:, 0]) - shifted[rows, self.label]) * self.keep
         return (loss.astype(x.dtype, copy=False),)
 
+    def _gpu_forward(self, x):
+        """One kernel (ours); the gradient recomputes the softmax from x."""
+        cp = cuda.cupy()
+        work = _args.compute_dtype(x.dtype)
+        keep = self.t != -1
+        self.label = cp.where(keep, self.t, 0)
+        self.keep = keep.astype(work)
+        n, c = x.shape
+        if c == 0:  # no classes: every label is -1 (checked), every loss 0
+            self.p = cp.zeros((n, 0), work)
+            return (cp.zeros(n, x.dtype),)
+        self.p = None
+        return (cuda.kernels().softmax_cross_entropy(cp, x, self.t),)
+
     def grads(self, xp, targets, gys, xs, ys):
-        n, c = self.p.shape
-        work = self.p.dtype
+        if self.p is None and xp.raw:  # on a GPU, nothing recorded: one kernel
+            return (cuda.kernels().softmax_cross_entropy_backward(
+                cuda.cupy(), gys[0], xs[0], self.t),)
+        n, c = xs[0].shape
+        work = _args.compute_dtype(self.dtype)
         gy = xp.cast(gys[0], work)
         if xp is numpy_ns:
             w = gy * self.keep
             gx = self.p * w[:, None]
             gx[numpy.arange(n), self.label] -= w
         else:
-            onehot = numpy.zeros((n, c), work)
-            onehot[numpy.arange(n), self.label] = 1
+            mod = cuda.cupy() if cuda.on_gpu(self.label) else numpy
+            onehot = (self.label[:, None] == mod.arange(c)[None, :]).astype(work)
             p = softmax(xp.cast(xs[0], work), axis=1) if c else xp.constant(self.p, gy)
             w = xp.reshape(gy * xp.constant(self.keep, gy), (n, 1))
             gx = (p - xp.constant(onehot, gy)) * w
@@ -267,8 +291,13 @@ def hinge(x1, x2, norm=1.0):
     x, t = _logits_and_labels(op, x1, x2)
     n, c = x.shape
     _class_labels(op, 'x2', t, c, ignore=False)
-    sign = numpy.ones((n, c), x.dtype)
-    sign[numpy.arange(n), t] = -1
+    xp = _args.module_of(t)
+    sign = xp.ones((n, c), x.dtype)
+    if xp is numpy:
+        sign[numpy.arange(n), t] = -1
+    elif c:  # labels checked on the device: NaN rows for those out of range
+        sign[xp.arange(n), xp.clip(t, 0, c - 1)] = -1
+        sign = xp.where(((t < 0) | (t >= c))[:, None], xp.nan, sign).astype(x.dtype)
     margin = relu(x * _args.wrap(sign, x) + 1)
     return margin if norm == 1 else margin ** float(norm)
 
@@ -297,14 +326,14 @@ def accuracy(y, t, ignore_label=None):
 
 
 def _accuracy(y, t, ignore_label=None):
-    pred = y.argmax(axis=1) if y.shape[1] else numpy.full(t.shape, -1)
+    pred = y.argmax(axis=1) if y.shape[1] else numpy.full(t.shape, -1, like=t)
     hit = pred == t
-    total = t.size
-    if ignore_label is not None:
-        counted = t != ignore_label
-        hit &= counted
-        total = int(counted.sum())
-    return numpy.asarray(hit.sum() / total if total else 0.0, dtype=y.dtype)
+    if ignore_label is None:
+        return _args.array_result(hit.sum() / t.size if t.size else 0.0).astype(y.dtype)
+    counted = t != ignore_label
+    hit &= counted
+    total = counted.sum()  # on the device: no host read
+    return numpy.where(total > 0, hit.sum() / numpy.maximum(total, 1), 0.0).astype(y.dtype)
 
 
 # ---------------------------------------------------------------------------

@@ -9,10 +9,11 @@ scatters the gradient back, accumulating repeated indices.
 import numpy
 
 from xgrad import _device as _device_module
+from xgrad._backend.cuda import device_key as _device_key, on_gpu as _on_gpu
 
 from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap
 from xgrad._ops._op cimport Op
-from xgrad._ops.elementwise cimport as_array
+from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._ops.reduction cimport normalize_axes
 from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError
 
@@ -58,8 +59,10 @@ cdef class GetItem(Op):
     cpdef forward(self, inputs):
         x = inputs[0]
         self.in_shape = x.shape
+        if type(x) is not numpy.ndarray and _on_gpu(x):
+            self.key = _device_key(self.key)
         try:
-            return (numpy.asarray(x[self.key]),)
+            return (as_result(x[self.key]),)
         except IndexError as e:  # NumPy's: out of bounds, too many indices
             raise XgradIndexError('index {!r} does not fit an array of shape {}: {}'.format(
                 self.key, x.shape, e)) from None
@@ -76,7 +79,9 @@ cdef class Scatter(Op):
 
     cpdef forward(self, inputs):
         gy = inputs[0]
-        out = numpy.zeros(self.shape, dtype=gy.dtype)
+        out = numpy.zeros(self.shape, dtype=gy.dtype, like=gy)
+        if type(gy) is not numpy.ndarray and _on_gpu(gy):
+            self.key = _device_key(self.key)
         if _is_basic(self.key):
             out[self.key] = gy
         else:
@@ -101,7 +106,7 @@ cdef class Copy(Op):
     op_name = 'copy'
 
     cpdef forward(self, inputs):
-        return (numpy.array(inputs[0], copy=True, order='C'),)
+        return (inputs[0].copy(order='C'),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (gys[0],)

@@ -46,7 +46,7 @@ class _Unary(PyOp):
             self.retain_inputs((0,))
         if 'y' in self.uses:
             self.retain_outputs((0,))
-        return (numpy.asarray(_checked(type(self).compute, self.op_name, inputs[0],
+        return (_args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
                                        **self.kwargs)),)
 
     def grads(self, xp, targets, gys, xs, ys):

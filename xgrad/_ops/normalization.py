@@ -18,7 +18,7 @@ Arithmetic is done in at least float32; the result has the dtype of ``x``.
 
 import numpy
 
-from xgrad._backend import norm_kernels
+from xgrad._backend import cuda, norm_kernels
 from xgrad._errors import XgradError
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
@@ -148,7 +148,7 @@ class BatchNorm(PyOp):
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
         self.work = work = _args.compute_dtype(*self.dtypes)
-        self.native = lay.ncl is not None and x.dtype == work
+        self.native = lay.ncl is not None and x.dtype == work and not cuda.on_gpu(x)
         if self.native:
             # One threaded pass per step (see norm_kernels); nothing of x's
             # size is kept beyond x itself.

@@ -50,7 +50,7 @@ class L2Norm(PyOp):
         self.retain_outputs((0,))
         work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
         y = numpy.sqrt(numpy.add.reduce(work * work, axis=self.axes, keepdims=self.keepdims))
-        return (numpy.asarray(y).astype(x.dtype, copy=False),)
+        return (_args.array_result(y).astype(x.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
         x, = xs
@@ -180,7 +180,7 @@ def _vector_norm(x, ord, axis, keepdims):
     if ord == 0:
         # The number of nonzeros: piecewise constant, so no gradient.
         count = numpy.sum(_args.raw(x) != 0, axis=axis, keepdims=keepdims)
-        return _args.wrap(numpy.asarray(count).astype(x.dtype), x)
+        return _args.wrap(_args.array_result(count).astype(x.dtype), x)
     if ord == 1:
         return _sum(absolute(x), axis=axes, keepdims=keepdims)
     with numpy.errstate(divide='ignore'):  # (0 ** negative) = inf, as in NumPy
@@ -270,7 +270,7 @@ def _norm_ref(x, ord=None, axis=None, keepdims=False):
     dtype = x.dtype if x.dtype.kind == 'f' else numpy.dtype(numpy.float64)
     with numpy.errstate(divide='ignore'):
         y = numpy.linalg.norm(x.astype(numpy.float64), ord, axis, keepdims)
-    return numpy.asarray(y).astype(dtype)
+    return _args.array_result(y).astype(dtype)
 
 
 register(OpInfo(

@@ -85,7 +85,7 @@ class _MaxPool(PyOp):
             v = xpad[index]
             if y is None:
                 y = v.copy()
-                tap = numpy.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
+                tap = numpy.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)), like=y)
             else:  # strictly greater wins: ties keep the first tap
                 tap = numpy.where(v > y, tap.dtype.type(t), tap)
                 y = numpy.maximum(y, v)  # (NaN propagates to y)
@@ -120,7 +120,7 @@ class _MaxPoolGrad(_LinearPair):
 
     def compute(self, gy):
         a = self.plan
-        gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype)
+        gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype, gy)
         for mask, index in a.taps():
             gxpad[index] += numpy.where(mask, gy, gy.dtype.type(0))
         return unpad(gxpad, a.geom, a.spatial)
@@ -134,7 +134,7 @@ class _MaxPoolGather(_LinearPair):
     def compute(self, gx):
         a = self.plan
         gxpad = pad_input(gx, a.geom, a.outsize)
-        out = numpy.zeros(gx.shape[:2] + a.outsize, gx.dtype)
+        out = numpy.zeros(gx.shape[:2] + a.outsize, gx.dtype, like=gx)
         for mask, index in a.taps():
             out = numpy.where(mask, gxpad[index], out)
         return out
@@ -182,11 +182,11 @@ class _AveragePool(_LinearPair):
     def compute(self, x):
         a = self.plan
         xpad = pad_input(x.astype(_args.compute_dtype(x.dtype), copy=False), a.geom, a.outsize)
-        y = numpy.zeros(x.shape[:2] + a.outsize, xpad.dtype)
+        y = numpy.zeros(x.shape[:2] + a.outsize, xpad.dtype, like=xpad)
         for _, index in window_offsets(a.geom, a.outsize):
             y += xpad[index]
         with numpy.errstate(invalid='ignore', divide='ignore'):  # windows all padding
-            y /= a.count
+            y /= _args.on_device_of(y, a.count)
         return y.astype(x.dtype, copy=False)
 
 
@@ -198,7 +198,7 @@ class _AveragePoolGrad(_LinearPair):
     def compute(self, gy):
         a = self.plan
         with numpy.errstate(invalid='ignore', divide='ignore'):
-            g = numpy.divide(gy, a.count, dtype=_args.compute_dtype(gy.dtype))
+            g = numpy.divide(gy, _args.on_device_of(gy, a.count), dtype=_args.compute_dtype(gy.dtype))
         nk = len(a.geom.ksize)
         cols = numpy.broadcast_to(g.reshape(gy.shape[:2] + (1,) * nk + a.outsize),
                                   gy.shape[:2] + a.geom.ksize + a.outsize)

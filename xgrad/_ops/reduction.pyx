@@ -10,11 +10,18 @@ import numpy
 
 from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
-from xgrad._ops.elementwise cimport as_array
+from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view
 from xgrad._errors import DimensionError, DtypeError
+from xgrad._backend import cuda
+from xgrad._backend.cuda import on_gpu as _on_gpu
 
 cdef object np_add_reduce = numpy.add.reduce
+
+
+def _gpu_sum_to(x, shape):
+    """Our broadcast-reduction kernel."""
+    return cuda.kernels().sum_to(cuda.cupy(), x, shape)
 
 
 cdef tuple normalize_axes(object axis, Py_ssize_t ndim, str name='axis'):
@@ -59,9 +66,8 @@ cdef class Sum(Op):
             # add.reduce is sum() without NumPy's Python-level wrapper; axis
             # None takes its contiguous fast path when every axis goes.
             axes = None if len(self.axes) == x.ndim else self.axes
-            return (numpy.asarray(np_add_reduce(x, axis=axes,
-                                                keepdims=self.keepdims)),)
-        return (numpy.asarray(x.sum(axis=self.axes, keepdims=self.keepdims)),)
+            return (as_result(np_add_reduce(x, axis=axes, keepdims=self.keepdims)),)
+        return (as_result(x.sum(axis=self.axes, keepdims=self.keepdims)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         gy = gys[0]
@@ -84,9 +90,9 @@ cdef class Mean(Op):
         for a in self.axes:
             self.count *= x.shape[a]
         if self.count and (x.dtype == numpy.float32 or x.dtype == numpy.float64):
-            y = numpy.asarray(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
+            y = as_result(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
             return (numpy.true_divide(y, self.count, out=y),)
-        return (numpy.asarray(x.mean(axis=self.axes, keepdims=self.keepdims)),)
+        return (as_result(x.mean(axis=self.axes, keepdims=self.keepdims)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         gy = gys[0] * (1.0 / self.count) if self.count else gys[0]
@@ -102,7 +108,10 @@ cdef class SumTo(Op):
 
     cpdef forward(self, inputs):
         self.in_shape = inputs[0].shape
-        return (numpy.asarray(native_sum_to(inputs[0], self.shape)),)
+        x = inputs[0]
+        if type(x) is not numpy.ndarray and _on_gpu(x):
+            return (_gpu_sum_to(x, self.shape),)
+        return (as_result(native_sum_to(x, self.shape)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.broadcast_to(gys[0], self.in_shape),)

@@ -16,8 +16,10 @@ import warnings
 
 import numpy
 
+from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
+from xgrad._ops._xp import numpy_ns
 from xgrad._ops.manipulation import reshape
 from xgrad._ops.registry import (
     BOOL, INT_DTYPES, OpInfo, Sample, distinct, register, within)
@@ -73,15 +75,15 @@ def _variance(x, axes, keepdims, ddof):
     x = x.astype(work, copy=False)
     n = _count(x.shape, axes)
     if n == 0:
-        return numpy.full(_reduced_shape(x.shape, axes, keepdims), numpy.nan, dtype)
-    c = numpy.asarray(x - numpy.add.reduce(x, axis=axes, keepdims=True) / n)
+        return numpy.full(_reduced_shape(x.shape, axes, keepdims), numpy.nan, dtype, like=x)
+    c = _args.array_result(x - numpy.add.reduce(x, axis=axes, keepdims=True) / n)
     y = numpy.add.reduce(numpy.multiply(c, c, out=c), axis=axes, keepdims=keepdims)
     if n > ddof:
         y = y / (n - ddof)
     else:
         with numpy.errstate(divide='ignore', invalid='ignore'):
             y = y / 0.0
-    return numpy.asarray(y).astype(dtype, copy=False)
+    return _args.array_result(y).astype(dtype, copy=False)
 
 
 def _reduced_shape(shape, axes, keepdims):
@@ -103,7 +105,7 @@ class _Reduction(PyOp):
         self.retain_inputs((0,))
         if self.uses_output:
             self.retain_outputs((0,))
-        return (numpy.asarray(self.reduce(inputs[0])),)
+        return (_args.array_result(self.reduce(inputs[0])),)
 
     def grads(self, xp, targets, gys, xs, ys):
         x, = xs
@@ -398,11 +400,11 @@ def _shifted(x, axes, dtype):
     work = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
     x = x.astype(work, copy=False)
     if any(x.shape[i] == 0 for i in axes):
-        m = numpy.zeros(_kept_shape(x.shape, axes), work)
+        m = numpy.zeros(_kept_shape(x.shape, axes), work, like=x)
     else:
         m = numpy.maximum.reduce(x, axis=axes, keepdims=True)
         m = numpy.where(numpy.isfinite(m), m, work.type(0))
-    return numpy.asarray(x - m), m  # 0-d: an array, not a NumPy scalar
+    return _args.array_result(x - m), m  # 0-d: an array, not a NumPy scalar
 
 
 class LogSumExp(_Reduction):
@@ -432,6 +434,8 @@ class Softmax(PyOp):
 
     def forward(self, inputs):
         self.retain_outputs((0,))
+        if _our_gpu_kernel(inputs[0], self):
+            return (cuda.kernels().softmax(cuda.cupy(), inputs[0], self.axes[0]),)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
         e = numpy.exp(z, out=z)
         e /= numpy.add.reduce(e, axis=self.axes, keepdims=True)
@@ -440,6 +444,8 @@ class Softmax(PyOp):
     def grads(self, xp, targets, gys, xs, ys):
         y, = ys
         gy = gys[0]
+        if xp is not numpy_ns and xp.raw and _our_gpu_kernel(gy, self):
+            return (cuda.kernels().softmax_backward(cuda.cupy(), gy, y, self.axes[0]),)
         return (y * (gy - xp.sum(gy * y, axis=self.axes, keepdims=True)),)
 
 
@@ -452,6 +458,8 @@ class LogSoftmax(PyOp):
 
     def forward(self, inputs):
         self.retain_outputs((0,))
+        if _our_gpu_kernel(inputs[0], self):
+            return (cuda.kernels().softmax(cuda.cupy(), inputs[0], self.axes[0], log=True),)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
         with numpy.errstate(divide='ignore'):  # log(0) over empty axes
             z -= numpy.log(numpy.add.reduce(numpy.exp(z), axis=self.axes, keepdims=True))
@@ -460,7 +468,16 @@ class LogSoftmax(PyOp):
     def grads(self, xp, targets, gys, xs, ys):
         y, = ys
         gy = gys[0]
+        if xp is not numpy_ns and xp.raw and _our_gpu_kernel(gy, self):
+            return (cuda.kernels().softmax_backward(cuda.cupy(), gy, y, self.axes[0],
+                                                    log=True),)
         return (gy - xp.exp(y) * xp.sum(gy, axis=self.axes, keepdims=True),)
+
+
+def _our_gpu_kernel(a, op):
+    """Whether our softmax kernels take ``a``: GPU data of the op's float
+    dtype, over one axis."""
+    return cuda.on_gpu(a) and a.dtype == op.dtype and len(op.axes) == 1
 
 
 def _float_input(op, x):
@@ -561,7 +578,7 @@ register(OpInfo('nansum', nansum, ref=numpy.nansum, int_dtypes=ALL_INTS, domain=
 
 def _int64(f):
     def ref(a, axis=None):
-        return numpy.asarray(f(a, axis=axis)).astype(numpy.int64)
+        return _args.array_result(f(a, axis=axis)).astype(numpy.int64)
     return ref
 
 

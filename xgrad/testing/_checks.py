@@ -237,7 +237,7 @@ def _seed(gy, y):
 
 
 def _constant_copy(x):
-    return _core._array_of(numpy.array(_raw(x)), x.device)
+    return _core._array_of(numpy.array(x.to_numpy()), x.device)
 
 
 def _first_order(func, inputs, grad_outputs, bp, targets, what):
@@ -255,7 +255,7 @@ def _first_order(func, inputs, grad_outputs, bp, targets, what):
             seeds = [_seed(gy.as_grad_stopped(), y) for y, gy in pairs]
             grads = (_core.grad([y for y, _ in pairs], [leaves[i] for i in wrt], bp,
                                 grad_outputs=seeds) if pairs else [None] * len(wrt))
-        return {i: None if g is None else numpy.array(_raw(g), F64)
+        return {i: None if g is None else numpy.array(g.to_numpy(), F64)
                 for i, g in zip(wrt, grads)}
     return analytic
 
@@ -297,7 +297,7 @@ def _second_order(func, inputs, grad_outputs, used, ggxs, bp, targets, what):
             seeds = [_seed(gg.as_grad_stopped(), g) for g, gg in pairs]
             grads = (_core.grad([g for g, _ in pairs], [args[k] for k in wrt], bp,
                                 grad_outputs=seeds) if pairs else [None] * len(wrt))
-        return {k: None if g is None else numpy.array(_raw(g), F64)
+        return {k: None if g is None else numpy.array(g.to_numpy(), F64)
                 for k, g in zip(wrt, grads)}
     return analytic
 

@@ -1,0 +1,143 @@
+"""What runs on the device: our kernels, one launch per elementwise forward
+and one per backward, and no host reads while recording or backpropagating.
+
+Counted in the CPU stand-in for CuPy (fake_cupy.py): ``emulator.launches``
+lists our kernels, ``cupy_calls`` CuPy's routines, ``host_reads`` every read
+of device data on the host (each a synchronisation on a real GPU).
+"""
+
+import numpy
+import pytest
+
+import xgrad
+from kernels import emulator
+
+UNARY = ['negative', 'absolute', 'exp', 'log', 'sqrt', 'square', 'tanh', 'sigmoid', 'relu']
+CTYPES = {'float16': 'xgrad::half', 'float32': 'float', 'float64': 'double'}
+FUNCTORS = {'negative': 'Negative', 'absolute': 'Absolute', 'exp': 'Exp', 'log': 'Log',
+            'sqrt': 'Sqrt', 'square': 'Square', 'tanh': 'Tanh', 'sigmoid': 'Sigmoid',
+            'relu': 'Relu', 'multiply': 'Multiply', 'divide': 'Divide', 'add': 'Add',
+            'subtract': 'Subtract', 'maximum': 'Maximum', 'minimum': 'Minimum'}
+
+
+def _array(shape, dtype, low=0.5, high=2.0, seed=0):
+    rs = numpy.random.RandomState(seed)
+    return xgrad.array(rs.uniform(low, high, shape).astype(dtype), device='cuda:0')
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64'])
+@pytest.mark.parametrize('name', UNARY)
+def test_unary_forward_and_backward_are_one_kernel_each(fake, name, dtype):
+    x = _array((3, 700), dtype).require_grad()
+    gy = _array((3, 700), dtype, seed=1)
+    fake.reset_counters()
+    y = getattr(xgrad, name)(x)
+    assert emulator.launches == ['xgrad::unary_forward<{}, xgrad::{}>'.format(
+        CTYPES[dtype], FUNCTORS[name])]
+    assert fake.cupy_calls == [] and fake.host_reads == []
+    fake.reset_counters()
+    gx, = xgrad.grad([y], [x], grad_outputs=[gy])
+    assert emulator.launches == ['xgrad::unary_backward<{}, xgrad::{}>'.format(
+        CTYPES[dtype], FUNCTORS[name])]
+    assert fake.cupy_calls == [] and fake.host_reads == []
+    assert gx.device.name == 'cuda:0'
+
+
+@pytest.mark.parametrize('name', ['multiply', 'divide', 'maximum', 'minimum'])
+def test_binary_forward_and_both_gradients_are_one_kernel_each(fake, name):
+    a = _array((5, 300), 'float32').require_grad()
+    b = _array((5, 300), 'float32', seed=2).require_grad()
+    gy = _array((5, 300), 'float32', seed=3)
+    fake.reset_counters()
+    y = getattr(xgrad, name)(a, b)
+    assert emulator.launches == ['xgrad::binary_forward<float, xgrad::{}>'.format(FUNCTORS[name])]
+    fake.reset_counters()
+    ga, gb = xgrad.grad([y], [a, b], grad_outputs=[gy])
+    assert emulator.launches == ['xgrad::binary_backward<float, xgrad::{}>'.format(
+        FUNCTORS[name])]
+    assert fake.cupy_calls == [] and fake.host_reads == []
+
+
+def test_broadcast_gradients_are_reduced_by_our_kernel(fake):
+    x = _array((64, 32), 'float32').require_grad()
+    bias = _array((32,), 'float32', seed=4).require_grad()
+    gy = _array((64, 32), 'float32', seed=5)
+    y = x + bias
+    fake.reset_counters()
+    gx, gb = xgrad.grad([y], [x, bias], grad_outputs=[gy])
+    assert [k.split('<')[0] for k in emulator.launches] == ['xgrad::sum_abc_columns'] or \
+        [k.split('<')[0] for k in emulator.launches] == ['xgrad::sum_abc_blocks']
+    assert fake.cupy_calls == []
+    numpy.testing.assert_allclose(gb.to_numpy(), gy.to_numpy().sum(axis=0), rtol=1e-5)
+
+
+def test_gradients_accumulate_in_place_on_the_device(fake):
+    x = _array((4, 100), 'float32').require_grad()
+    y = xgrad.tanh(x) + xgrad.exp(x) + xgrad.sigmoid(x)
+    gy = _array((4, 100), 'float32', seed=6)
+    fake.reset_counters()
+    gx, = xgrad.grad([y], [x], grad_outputs=[gy])
+    names = [k.split('<')[0] for k in emulator.launches]
+    # three fused backwards, one new sum buffer, then one in-place accumulation
+    assert names.count('xgrad::unary_backward') == 3
+    assert names.count('xgrad::binary_forward') + names.count('xgrad::add3') == 1
+    assert names.count('xgrad::accumulate') == 1
+    assert fake.cupy_calls == [] and fake.host_reads == []
+    xv, g = x.to_numpy().astype(numpy.float64), gy.to_numpy().astype(numpy.float64)
+    t, s = numpy.tanh(xv), 1 / (1 + numpy.exp(-xv))
+    numpy.testing.assert_allclose(gx.to_numpy(), g * (1 - t * t + numpy.exp(xv) + s * (1 - s)),
+                                  rtol=1e-5)
+
+
+def _classifier():
+    """Data and parameters of a small classifier on cuda:0."""
+    rs = numpy.random.RandomState(0)
+    x = xgrad.array(rs.standard_normal((32, 20)).astype('float32'), device='cuda:0')
+    labels = xgrad.array(rs.randint(-1, 10, 32), device='cuda:0')
+    w1 = xgrad.array(rs.standard_normal((20, 16)).astype('float32'), device='cuda:0')
+    b1 = xgrad.zeros((16,), device='cuda:0')
+    w2 = xgrad.array(rs.standard_normal((16, 10)).astype('float32'), device='cuda:0')
+    return x, labels, [w.require_grad() for w in (w1, b1, w2)]
+
+
+def _step(x, labels, params, double_backprop):
+    w1, b1, w2 = params
+    h = xgrad.tanh(xgrad.relu(x @ w1 + b1))
+    logits = xgrad.log_softmax(h @ w2, axis=1) * 2.0
+    loss = xgrad.mean(xgrad.softmax_cross_entropy(logits, labels))
+    if not double_backprop:
+        xgrad.backward(loss)
+        return [w1.grad, b1.grad, w2.grad]
+    gw1, = xgrad.grad([loss], [w1], enable_double_backprop=True)
+    penalty = xgrad.sum(gw1 * gw1)
+    return xgrad.grad([penalty], [w1, b1, w2])
+
+
+@pytest.mark.parametrize('double_backprop', [False, True], ids=['backward', 'double'])
+def test_recording_and_backward_never_read_the_device(fake, double_backprop):
+    x, labels, params = _classifier()
+    fake.reset_counters()
+    grads = _step(x, labels, params, double_backprop)
+    assert fake.host_reads == [], fake.host_reads
+    # Host-made constants moved to the device: Python scalars only, no arrays.
+    assert all(len(shape) == 0 for shape in fake.uploads), fake.uploads
+    assert len(emulator.launches) > 0
+    assert all(g.device.name == 'cuda:0' for g in grads)
+
+
+def test_labels_out_of_range_give_nan_rows_without_a_host_read(fake):
+    rs = numpy.random.RandomState(0)
+    x = xgrad.array(rs.standard_normal((4, 3)), device='cuda:0').require_grad()
+    t = xgrad.array(numpy.array([0, 3, -1, -2]), device='cuda:0')
+    fake.reset_counters()
+    loss = xgrad.softmax_cross_entropy(x, t)
+    gx, = xgrad.grad([loss], [x], grad_outputs=[xgrad.ones_like(loss)])
+    margin = xgrad.hinge(x, t)
+    assert fake.host_reads == []
+    lv, gv, mv = loss.to_numpy(), gx.to_numpy(), margin.to_numpy()
+    assert numpy.isfinite(lv[0]) and lv[2] == 0 and numpy.isnan(lv[[1, 3]]).all()
+    assert numpy.isfinite(gv[0]).all() and (gv[2] == 0).all() and numpy.isnan(gv[[1, 3]]).all()
+    assert numpy.isfinite(mv[0]).all() and numpy.isnan(mv[1:]).all()
+    # On the host the same labels are refused, naming the label.
+    with pytest.raises(xgrad.IndexError, match='label 3'):
+        xgrad.softmax_cross_entropy(x.to_device('native:0'), t.to_device('native:0'))

@@ -1,0 +1,65 @@
+"""Every registered op on cuda:0, generated from the registry as the native
+tests are (tests/ops/test_registry.py):
+
+* ``test_forward``: the same inputs give the same outputs on cuda:0 as on
+  native:0 (shape, dtype; values within the op's forward tolerance, exact for
+  integers and bools), and the outputs are device data on cuda:0;
+* ``test_gradients``: first and second derivatives on cuda:0 against float64
+  central differences, through the driver of ``python -m xgrad check``.
+
+Each runs on the CPU stand-in for CuPy (our kernels under the emulator) and,
+when one is present, on a real GPU.
+"""
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._backend import cuda
+from xgrad._ops.registry import F64, sample_seed
+from xgrad.testing import _driver
+
+OPS = xgrad.registered_ops()
+
+
+def _forward_params():
+    params = []
+    for info in OPS:
+        for sample in info.samples:
+            for dtype in info.dtypes + info.int_dtypes:
+                params.append(pytest.param(info, sample, dtype, id='{}-{}-{}'.format(
+                    info.name, sample.name, dtype)))
+    return params
+
+
+def _outputs(ys):
+    return tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+
+
+@pytest.mark.parametrize('info, sample, dtype', _forward_params())
+def test_forward(cuda_runtime, info, sample, dtype):
+    rs = numpy.random.RandomState(sample_seed('gpu-forward', info.name, sample.name, dtype))
+    data = info.sample_data(sample, dtype, rs)
+    with numpy.errstate(all='ignore'):
+        expected = _outputs(info([xgrad.array(a) for a in data], sample))
+        actual = _outputs(info([xgrad.array(a, device='cuda:0') for a in data], sample))
+    assert len(actual) == len(expected)
+    for y, e in zip(actual, expected):
+        assert y.device.name == 'cuda:0'
+        assert cuda.is_device_array(xgrad._core._raw_data(y)), type(xgrad._core._raw_data(y))
+        assert (y.shape, y.dtype) == (e.shape, e.dtype)
+        if e.dtype.kind == 'f':
+            atol, rtol = info.forward_tolerance(e.dtype)
+            numpy.testing.assert_allclose(y.to_numpy().astype(F64), e.to_numpy().astype(F64),
+                                          atol=atol, rtol=rtol, equal_nan=True)
+        else:
+            numpy.testing.assert_array_equal(y.to_numpy(), e.to_numpy())
+
+
+GRADIENT_CASES = _driver.cases(devices=('cuda:0',))
+
+
+@pytest.mark.parametrize('case', GRADIENT_CASES, ids=[c.name for c in GRADIENT_CASES])
+def test_gradients(cuda_runtime, case):
+    result = _driver.run_case(case, seed=0)
+    assert result.passed, result.message

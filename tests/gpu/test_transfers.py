@@ -1,0 +1,106 @@
+"""Arrays on cuda:0: creation, transfers both ways with gradients, and
+mixed-device operands (run on the CPU stand-in and, when present, a GPU)."""
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._backend import cuda
+from xgrad.testing import assert_allclose, check_backward, check_double_backward
+
+
+def _raw(a):
+    return xgrad._core._raw_data(a)
+
+
+@pytest.mark.parametrize('make', [
+    lambda: xgrad.array([[1.0, 2.0], [3.0, 4.0]], device='cuda:0'),
+    lambda: xgrad.asarray(numpy.arange(4.0).reshape(2, 2), device='cuda:0'),
+    lambda: xgrad.zeros((2, 2), device='cuda:0'),
+    lambda: xgrad.ones((2, 2), 'float64', device='cuda:0'),
+    lambda: xgrad.full((2, 2), 3.0, device='cuda:0'),
+    lambda: xgrad.empty((2, 2), device='cuda:0'),
+    lambda: xgrad.arange(4, device='cuda:0'),
+    lambda: xgrad.ndarray((2, 2), device='cuda:0'),
+], ids=['array', 'asarray', 'zeros', 'ones', 'full', 'empty', 'arange', 'ndarray'])
+def test_arrays_made_on_cuda_hold_device_data(cuda_runtime, make):
+    a = make()
+    assert a.device.name == 'cuda:0'
+    assert cuda.is_device_array(_raw(a))
+    assert isinstance(a.to_numpy(), numpy.ndarray) and not cuda.is_device_array(a.to_numpy())
+    assert 'cuda:0' in repr(a)
+
+
+def test_to_device_round_trip_keeps_values_and_dtype(cuda_runtime):
+    for dtype in ('float16', 'float32', 'float64', 'int32', 'bool'):
+        host = (numpy.arange(12).reshape(3, 4) % 3).astype(dtype)
+        a = xgrad.array(host)
+        b = a.to_device('cuda:0')
+        assert b.device.name == 'cuda:0' and b.dtype == host.dtype
+        c = b.to_device('native:0')
+        assert c.device.name == 'native:0' and type(_raw(c)) is numpy.ndarray
+        numpy.testing.assert_array_equal(c.to_numpy(), host)
+    # the copy is independent of the source
+    a = xgrad.array([1.0, 2.0])
+    b = a.to_device('cuda', 0)
+    _raw(a)[0] = 5.0
+    assert b.to_numpy()[0] == 1.0
+
+
+def test_gradient_flows_back_across_transfers(cuda_runtime):
+    x = xgrad.array([0.5, -1.0, 2.0], 'float64').require_grad()
+    y = x.to_device('cuda:0')
+    z = (xgrad.tanh(y) * y).sum()
+    assert z.device.name == 'cuda:0'
+    xgrad.backward(z)
+    assert x.grad.device.name == 'native:0'
+    t = numpy.tanh(x.to_numpy())
+    assert_allclose(x.grad.to_numpy(), t + x.to_numpy() * (1 - t * t), rtol=1e-12, atol=0)
+
+
+def test_gradient_flows_back_from_the_host(cuda_runtime):
+    x = xgrad.array([0.5, -1.0, 2.0], 'float64', device='cuda:0').require_grad()
+    z = (x.to_device('native:0') ** 2).sum()
+    xgrad.backward(z)
+    assert x.grad.device.name == 'cuda:0' and cuda.is_device_array(_raw(x.grad))
+    assert_allclose(x.grad.to_numpy(), 2 * x.to_numpy(), rtol=1e-12, atol=0)
+
+
+def test_transfer_is_checked_to_second_order_both_ways(cuda_runtime):
+    rs = numpy.random.RandomState(0)
+    x = xgrad.array(rs.uniform(-1, 1, (3, 2)), device='cuda:0').require_grad()
+    gy = xgrad.array(rs.uniform(-1, 1, (3, 2)))
+    ggx = xgrad.array(rs.uniform(-1, 1, (3, 2)), device='cuda:0').require_grad()
+
+    def f(xs):
+        return xgrad.exp(xs[0].to_device('native:0')) * 2,
+    check_backward(f, [x], [gy])
+    check_double_backward(f, [x], [gy], [ggx])
+
+    h = xgrad.array(rs.uniform(-1, 1, (3, 2))).require_grad()
+
+    def g(xs):
+        return xgrad.sin(xs[0].to_device('cuda:0')),
+    check_backward(g, [h], [gy.to_device('cuda:0')])
+
+
+def test_mixed_devices_are_refused(cuda_runtime):
+    a = xgrad.ones((2,), device='cuda:0').require_grad()
+    b = xgrad.ones((2,)).require_grad()
+    for op in (lambda: a + b, lambda: b * a, lambda: xgrad.maximum(a, b),
+               lambda: xgrad.matmul(a, b), lambda: xgrad.concatenate([a, b]),
+               lambda: a < b, lambda: xgrad.where(a > 0, a, b)):
+        with pytest.raises(xgrad.DeviceError) as e:
+            op()
+        assert 'cuda:0' in str(e.value) and 'native:0' in str(e.value)
+    # nothing was recorded on the refused calls
+    assert a.grad is None and b.grad is None
+
+
+def test_explicit_host_reads_work(cuda_runtime):
+    a = xgrad.array([[1.5, 2.0]], device='cuda:0')
+    assert a.sum().item() == 3.5
+    assert float(a[0, 0]) == 1.5
+    assert a.tolist() == [[1.5, 2.0]]
+    assert numpy.asarray(a).tolist() == [[1.5, 2.0]]
+    assert bool(a[0, 1] == 2.0)

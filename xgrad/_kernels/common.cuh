@@ -1,0 +1,156 @@
+// Shared device code for xgrad's kernels. The loader prepends this text to
+// every .cu file (there are no #includes: the same text compiles under NVRTC,
+// under nvcc and, with tests/kernels/emulate.h force-included, as host C++).
+//
+// - xgrad::half: float16 storage, converted by PTX cvt on the device (the
+//   emulator supplies host conversions when XGRAD_EMULATE is defined);
+// - compute_t<T>: the type arithmetic runs in (float for half, T otherwise),
+//   with to_compute / from_compute<T> for loads and stores;
+// - math:: overloads for float and double (the C names: expf / exp, ...);
+// - grid-stride loops over elements and over rows;
+// - block_reduce: a shared-memory tree over XGRAD_BLOCK threads with
+//   __syncthreads() only (no shuffles, no atomics: the emulator runs it exactly).
+
+#define XGRAD_BLOCK 256
+
+namespace xgrad {
+
+static_assert((XGRAD_BLOCK & (XGRAD_BLOCK - 1)) == 0, "XGRAD_BLOCK must be a power of two");
+
+// ---------------------------------------------------------------- float16
+
+struct half {
+    unsigned short bits;
+};
+
+#ifdef XGRAD_EMULATE
+__device__ __forceinline__ float half_to_float(half h) { return xg_emu_half_to_float(h.bits); }
+__device__ __forceinline__ half float_to_half(float f) {
+    half h;
+    h.bits = xg_emu_float_to_half(f);
+    return h;
+}
+#else
+__device__ __forceinline__ float half_to_float(half h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+    return f;
+}
+__device__ __forceinline__ half float_to_half(float f) {
+    half h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+    return h;
+}
+#endif
+
+// ---------------------------------------------------------- compute types
+
+template <class T> struct compute_type { typedef T type; };
+template <> struct compute_type<half> { typedef float type; };
+template <class T> using compute_t = typename compute_type<T>::type;
+
+__device__ __forceinline__ float to_compute(half x) { return half_to_float(x); }
+__device__ __forceinline__ float to_compute(float x) { return x; }
+__device__ __forceinline__ double to_compute(double x) { return x; }
+
+template <class T> __device__ __forceinline__ T from_compute(compute_t<T> c) { return c; }
+template <> __device__ __forceinline__ half from_compute<half>(float c) {
+    return float_to_half(c);
+}
+
+// ------------------------------------------------------------------- math
+// One name per function for both compute types, forwarding to the C names
+// that NVRTC, nvcc and <math.h> all provide.
+
+namespace math {
+#define XGRAD_MATH1(name)                                                          \
+    __device__ __forceinline__ float name(float x) { return ::name##f(x); }       \
+    __device__ __forceinline__ double name(double x) { return ::name(x); }
+XGRAD_MATH1(fabs)
+XGRAD_MATH1(exp)
+XGRAD_MATH1(exp2)
+XGRAD_MATH1(expm1)
+XGRAD_MATH1(log)
+XGRAD_MATH1(log2)
+XGRAD_MATH1(log10)
+XGRAD_MATH1(log1p)
+XGRAD_MATH1(sqrt)
+XGRAD_MATH1(sin)
+XGRAD_MATH1(cos)
+XGRAD_MATH1(tan)
+XGRAD_MATH1(asin)
+XGRAD_MATH1(acos)
+XGRAD_MATH1(atan)
+XGRAD_MATH1(sinh)
+XGRAD_MATH1(cosh)
+XGRAD_MATH1(tanh)
+XGRAD_MATH1(asinh)
+XGRAD_MATH1(acosh)
+XGRAD_MATH1(atanh)
+#undef XGRAD_MATH1
+
+template <class C> __device__ __forceinline__ C neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() {
+    return __int_as_float((int)0xff800000);
+}
+template <> __device__ __forceinline__ double neg_inf<double>() {
+    return __longlong_as_double((long long)0xfff0000000000000ULL);
+}
+
+template <class C> __device__ __forceinline__ C quiet_nan();
+template <> __device__ __forceinline__ float quiet_nan<float>() {
+    return __int_as_float((int)0x7fc00000);
+}
+template <> __device__ __forceinline__ double quiet_nan<double>() {
+    return __longlong_as_double((long long)0x7ff8000000000000ULL);
+}
+}  // namespace math
+
+// ------------------------------------------------------------ grid strides
+
+// for (long long i = first_index(); i < n; i += index_stride()): every
+// element once, whatever the grid size.
+__device__ __forceinline__ long long first_index() {
+    return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long index_stride() { return (long long)gridDim.x * blockDim.x; }
+
+#define XGRAD_FOR_EACH(i, n) \
+    for (long long i = ::xgrad::first_index(); i < (n); i += ::xgrad::index_stride())
+
+// One block per row: the loop is uniform across a block, so the body may
+// call block_reduce (and __syncthreads).
+#define XGRAD_FOR_EACH_ROW(r, rows) \
+    for (long long r = (long long)blockIdx.x; r < (rows); r += (long long)gridDim.x)
+
+// -------------------------------------------------------- block reduction
+
+struct SumOp {
+    template <class C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
+};
+
+// NaN wins, so a row with a NaN stays NaN after the max shift.
+struct MaxOp {
+    template <class C> __device__ __forceinline__ C operator()(C a, C b) const {
+        return (a > b || a != a) ? a : b;
+    }
+};
+
+// Combines every thread's value with op; all threads of the block must call
+// it (blockDim.x == XGRAD_BLOCK) and all get the result. `shared` holds
+// XGRAD_BLOCK values; it may be reused right after the call returns.
+template <class C, class Op>
+__device__ C block_reduce(C value, C* shared, Op op) {
+    const unsigned t = threadIdx.x;
+    shared[t] = value;
+    __syncthreads();
+    for (unsigned s = XGRAD_BLOCK / 2; s > 0; s >>= 1) {
+        if (t < s) shared[t] = op(shared[t], shared[t + s]);
+        __syncthreads();
+    }
+    C result = shared[0];
+    __syncthreads();
+    return result;
+}
+
+}  // namespace xgrad

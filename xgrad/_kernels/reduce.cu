@@ -1,0 +1,47 @@
+// Broadcast reduction (the gradient of broadcasting, sum_to): x viewed as
+// (A, B, C), C-contiguous;  y[b] = sum over a < A, c < C of x[(a*B + b)*C + c].
+// Sums run in the compute type (float for half). The wrapper picks the kernel.
+
+namespace xgrad {
+
+// One block per b (grid-stride over b); the block's threads stride over the
+// A*C summands and combine them with a shared-memory tree. For few b.
+template <class T>
+__global__ void sum_abc_blocks(const T* x, T* y, long long A, long long B, long long C) {
+    typedef compute_t<T> S;
+    __shared__ S shared[XGRAD_BLOCK];
+    const long long m = A * C;
+    XGRAD_FOR_EACH_ROW(b, B) {
+        S sum = S(0);
+        if (C >= (long long)blockDim.x) {  // rows of C: coalesced, no division
+            for (long long a = 0; a < A; ++a) {
+                const T* p = x + (a * B + b) * C;
+                for (long long c = threadIdx.x; c < C; c += blockDim.x) sum += to_compute(p[c]);
+            }
+        } else {
+            for (long long j = threadIdx.x; j < m; j += blockDim.x) {
+                const long long a = j / C, c = j - a * C;
+                sum += to_compute(x[(a * B + b) * C + c]);
+            }
+        }
+        sum = block_reduce(sum, shared, SumOp());
+        if (threadIdx.x == 0) y[b] = from_compute<T>(sum);
+    }
+}
+
+// One thread per b (grid-stride over b), looping over a (and c). Coalesced
+// when C == 1, the case it is meant for: many b, each a column of x (A, B).
+template <class T>
+__global__ void sum_abc_columns(const T* x, T* y, long long A, long long B, long long C) {
+    typedef compute_t<T> S;
+    XGRAD_FOR_EACH(b, B) {
+        S sum = S(0);
+        for (long long a = 0; a < A; ++a) {
+            const T* p = x + (a * B + b) * C;
+            for (long long c = 0; c < C; ++c) sum += to_compute(p[c]);
+        }
+        y[b] = from_compute<T>(sum);
+    }
+}
+
+}  // namespace xgrad
