@@ -104,3 +104,15 @@ def test_explicit_host_reads_work(cuda_runtime):
     assert a.tolist() == [[1.5, 2.0]]
     assert numpy.asarray(a).tolist() == [[1.5, 2.0]]
     assert bool(a[0, 1] == 2.0)
+
+
+def test_the_check_command_runs_on_cuda(cuda_runtime, tmp_path, capsys):
+    from xgrad.testing import _cli
+    report = tmp_path / 'check.json'
+    rc = _cli.main(['--ops', 'tanh,softmax,linear', '--device', 'native:0,cuda:0',
+                    '--dtype', 'float32', '--no-progress', '--json', str(report)])
+    assert rc == 0, capsys.readouterr().out
+    import json
+    cases = json.loads(report.read_text())['cases']
+    assert {c['device'] for c in cases} == {'native:0', 'cuda:0'}
+    assert all(c['status'] == 'passed' for c in cases)

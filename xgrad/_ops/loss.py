@@ -143,6 +143,9 @@ class SigmoidCrossEntropy(PyOp):
         keep = self.t != -1
         self.target = (self.t * keep).astype(work)
         self.keep = keep.astype(work)
+        if cuda.on_gpu(self.t):  # labels not checked on the host: NaN where invalid
+            invalid = keep & (self.t != 0) & (self.t != 1)
+            self.keep = numpy.where(invalid, numpy.nan, self.keep).astype(work)
         xw = x.astype(work, copy=False)
         loss = numpy.log1p(numpy.exp(-numpy.abs(xw)))
         loss += numpy.maximum(xw * (1 - 2 * self.target), 0)
@@ -167,7 +170,7 @@ def sigmoid_cross_entropy(x1, x2):
     _args.require_float(x1, op, 'x1')
     t = _labels(op, 'x2', x2, x1.shape)
     bad = (t != 0) & (t != 1) & (t != -1)
-    if bad.any():
+    if not cuda.on_gpu(t) and bad.any():  # (on a GPU: NaN losses, see the op)
         raise ValueError('{}: x2 holds label {}; labels are 0, 1 or -1 (ignored)'.format(
             op, t[bad][0]))
     _args.same_device([x1, x2], op)
