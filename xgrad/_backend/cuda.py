@@ -14,6 +14,7 @@ import importlib
 import numpy
 
 from xgrad._errors import DeviceError
+from xgrad._ops._xp import _NumpyNamespace
 
 _cupy = None         # the cupy module (or a stand-in) once imported
 _kernels = None      # xgrad._kernels, loaded with the first cuda device
@@ -129,27 +130,20 @@ class DeviceScope:
         return self._scope.__exit__(*exc)
 
 
-def _cast(a, dtype):
-    return a if a.dtype == dtype else a.astype(dtype)
-
-
-class CudaNamespace:
-    """The raw-array namespace gradient formulas see on cuda devices: CuPy's
-    functions under NumPy's names, the gradient helpers of the native
-    namespace (``sum_to``, ``scatter``, ``cast``, ``constant``...), and our
-    fused kernels (``unary_grad``, ``binary_grads``, ``accumulate``)."""
-
-    raw = True
+class CudaNamespace(_NumpyNamespace):
+    """The raw-array namespace gradient formulas see on cuda devices: the
+    native namespace's helpers (NumPy's functions reach CuPy arrays through
+    NumPy's dispatch protocols), CuPy's functions for the names it does not
+    bind (creation functions must make device arrays), and our kernels for
+    ``sum_to``, ``sigmoid``, ``relu`` and the fused gradients
+    (``unary_grad``, ``binary_grads``, ``accumulate``)."""
 
     def __getattr__(self, name):
-        cp = cupy()
         try:
-            return getattr(cp, name)
+            return getattr(cupy(), name)
         except AttributeError:
             raise AttributeError('CuPy has no {!r} for a gradient formula on a cuda '
                                  'device'.format(name)) from None
-
-    # -- the gradient helpers every namespace has ---------------------------
 
     @staticmethod
     def sum_to(a, shape):
@@ -162,28 +156,9 @@ class CudaNamespace:
         cp.add.at(out, device_key(key), gy)
         return out
 
-    cast = staticmethod(_cast)
-
-    @staticmethod
-    def sign(a):
-        return cupy().sign(a)
-
-    @staticmethod
-    def to_device(a, device):
-        from xgrad import _device
-        return _device.transfer(a, device)
-
-    @staticmethod
-    def getitem(a, key):
-        return a[key]
-
     @staticmethod
     def constant(raw, like):
         return raw if is_device_array(raw) else cupy().asarray(raw)
-
-    @staticmethod
-    def broadcast_to(a, shape):
-        return cupy().broadcast_to(a, tuple(shape))
 
     @staticmethod
     def sigmoid(x):
@@ -192,8 +167,6 @@ class CudaNamespace:
     @staticmethod
     def relu(x):
         return unary('relu', x)
-
-    # -- fused kernels ------------------------------------------------------
 
     @staticmethod
     def unary_grad(name, gy, x, y):

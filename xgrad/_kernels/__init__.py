@@ -108,24 +108,29 @@ def unary_backward(cp, name, gy, x, y):
     other (both, for 'negative') may be None.
     """
     f = _op(UNARY_BACKWARD_READS, name, 'unary')
-    reads = UNARY_BACKWARD_READS[name]
     t = ctype(gy.dtype)
-    operands = {'x': x, 'y': y}
-    for key in operands:
-        if key != reads:
-            operands[key] = None
-        elif operands[key] is None:
-            raise ValueError('the gradient of {} reads {}'.format(name, key))
-        else:
-            _same(name + ' backward', gy, operands[key])
-            operands[key] = cp.ascontiguousarray(operands[key])
+    x, y = _read_operands(cp, name, gy, (('x', x), ('y', y)), UNARY_BACKWARD_READS[name] or '')
     gx = cp.empty(gy.shape, gy.dtype)
     gy = cp.ascontiguousarray(gy)
     if gy.size:
         _launch(cp, 'elementwise.cu', loader.template('unary_backward', t, f),
-                _elements_grid(gy.size),
-                (gy, operands['x'], operands['y'], gx, _i64(gy.size)))
+                _elements_grid(gy.size), (gy, x, y, gx, _i64(gy.size)))
     return gx
+
+
+def _read_operands(cp, name, gy, operands, reads):
+    """The (key, array) ``operands`` a gradient reads (named in ``reads``),
+    checked against ``gy`` and made contiguous; None for the others."""
+    out = []
+    for key, a in operands:
+        if key not in reads:
+            out.append(None)
+        elif a is None:
+            raise ValueError('the gradient of {} reads {}'.format(name, key))
+        else:
+            _same(name + ' backward', gy, a)
+            out.append(cp.ascontiguousarray(a))
+    return out
 
 
 def binary_forward(cp, name, a, b):
@@ -154,22 +159,14 @@ def binary_backward(cp, name, gy, a, b, need_a=True, need_b=True):
     reads_a, reads_b = BINARY_BACKWARD_READS[name]
     reads = (reads_a if need_a else '') + (reads_b if need_b else '')
     t = ctype(gy.dtype)
-    operands = {'a': a, 'b': b}
-    for key in operands:
-        if key not in reads:
-            operands[key] = None
-        elif operands[key] is None:
-            raise ValueError('the gradient of {} reads {}'.format(name, key))
-        else:
-            _same(name + ' backward', gy, operands[key])
-            operands[key] = cp.ascontiguousarray(operands[key])
+    a, b = _read_operands(cp, name, gy, (('a', a), ('b', b)), reads)
     ga = cp.empty(gy.shape, gy.dtype) if need_a else None
     gb = cp.empty(gy.shape, gy.dtype) if need_b else None
     gy = cp.ascontiguousarray(gy)
     if gy.size:
         _launch(cp, 'elementwise.cu', loader.template('binary_backward', t, f),
                 _elements_grid(gy.size),
-                (gy, operands['a'], operands['b'], ga, gb, _i64(gy.size)))
+                (gy, a, b, ga, gb, _i64(gy.size)))
     return ga, gb
 
 

@@ -29,38 +29,35 @@ __device__ C row_sum_exp(const T* xr, long long cols, long long step, C m, C* sh
     return block_reduce(s, shared, SumOp());
 }
 
-// y = exp(x - max) / sum(exp(x - max))
-template <class T>
-__global__ void softmax_forward(const T* x, T* y, long long outer, long long cols,
-                                long long inner) {
+// Each row of x (outer, cols, inner) to its softmax, or with Log its
+// log_softmax: y = exp(x - max) / sum(exp(x - max)) or x - max - log(sum(...)).
+template <bool Log, class T>
+__device__ void softmax_rows(const T* x, T* y, long long outer, long long cols, long long inner) {
     typedef compute_t<T> C;
     __shared__ C shared[XGRAD_BLOCK];
     XGRAD_FOR_EACH_ROW(r, outer * inner) {
         const long long s0 = row_start(r, cols, inner);
         const C m = row_max<C>(x + s0, cols, inner, shared);
         const C s = row_sum_exp<C>(x + s0, cols, inner, m, shared);
+        const C log_s = Log ? math::log(s) : C(0);
         for (long long k = threadIdx.x; k < cols; k += blockDim.x) {
             const long long j = s0 + k * inner;
-            y[j] = from_compute<T>(math::exp(to_compute(x[j]) - m) / s);
+            const C z = to_compute(x[j]) - m;
+            y[j] = from_compute<T>(Log ? z - log_s : math::exp(z) / s);
         }
     }
 }
 
-// y = x - max - log(sum(exp(x - max)))
+template <class T>
+__global__ void softmax_forward(const T* x, T* y, long long outer, long long cols,
+                                long long inner) {
+    softmax_rows<false>(x, y, outer, cols, inner);
+}
+
 template <class T>
 __global__ void log_softmax_forward(const T* x, T* y, long long outer, long long cols,
                                     long long inner) {
-    typedef compute_t<T> C;
-    __shared__ C shared[XGRAD_BLOCK];
-    XGRAD_FOR_EACH_ROW(r, outer * inner) {
-        const long long s0 = row_start(r, cols, inner);
-        const C m = row_max<C>(x + s0, cols, inner, shared);
-        const C log_s = math::log(row_sum_exp<C>(x + s0, cols, inner, m, shared));
-        for (long long k = threadIdx.x; k < cols; k += blockDim.x) {
-            const long long j = s0 + k * inner;
-            y[j] = from_compute<T>((to_compute(x[j]) - m) - log_s);
-        }
-    }
+    softmax_rows<true>(x, y, outer, cols, inner);
 }
 
 // gx = y * (gy - sum(gy * y)), y = softmax(x)
