@@ -129,3 +129,40 @@ def test_importing_the_wrappers_does_not_import_cupy():
     code = ('import sys, xgrad._kernels, xgrad._kernels.loader; '
             'sys.exit("cupy" in sys.modules)')
     assert subprocess.run([sys.executable, '-c', code]).returncode == 0
+
+
+def _nvrtc():
+    """CuPy's NVRTC bindings, when CuPy and an NVRTC library are installed
+    (no GPU needed: compiling for a virtual architecture touches no device)."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+        nvrtc.getVersion()
+    except Exception as e:  # NOQA: ImportError, or the library is missing
+        return None, '{}: {}'.format(type(e).__name__, e)
+    return nvrtc, None
+
+
+@pytest.mark.parametrize('arch', ['compute_80', 'compute_90'])
+@pytest.mark.parametrize('name', loader.SOURCES)
+def test_source_compiles_with_nvrtc_as_cupy_loads_it(name, arch):
+    """What RawModule does at run time: the same text, options and name
+    expressions through NVRTC; every expression resolves to a kernel."""
+    nvrtc, why = _nvrtc()
+    if nvrtc is None:
+        pytest.skip('NVRTC through CuPy is not available ({})'.format(why))
+    prog = nvrtc.createProgram(loader.source(name), name, [], [])
+    try:
+        for expr in loader.name_expressions(name):
+            nvrtc.addNameExpression(prog, expr)
+        try:
+            nvrtc.compileProgram(prog, list(loader.OPTIONS) + ['-arch=' + arch])
+        except Exception:  # NOQA: the log says why
+            pytest.fail(nvrtc.getProgramLog(prog))
+        lowered = [nvrtc.getLoweredName(prog, e) for e in loader.name_expressions(name)]
+        assert len(set(lowered)) == len(lowered)
+        assert all(low.startswith('_Z') for low in lowered)
+        ptx = nvrtc.getPTX(prog)
+        text = ptx.decode() if isinstance(ptx, bytes) else ptx
+        assert text.count('.entry') == len(lowered)
+    finally:
+        nvrtc.destroyProgram(prog)
