@@ -1775,9 +1775,13 @@ cdef class _BackwardPass:
                 elif seeds is not None:
                     continue  # explicitly no seed for this output
                 else:
-                    seed = y._device.xp.full(
-                        y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
-                        dtype=y._data.dtype)
+                    if y._device.is_native:
+                        seed = numpy.empty(y._data.shape, dtype=y._data.dtype)
+                        seed.fill(1 if self.loss_scale is None else self.loss_scale)
+                    else:
+                        seed = y._device.xp.full(
+                            y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
+                            dtype=y._data.dtype)
                     value = _wrap(seed, y._device)
                     self.owned.add(node)
             self.output_nodes.add(node)
@@ -2091,10 +2095,13 @@ cdef object _writable(object g):
         return None
     a = <ndarray>g
     data = a._data
-    if type(data) is _NUMPY_NDARRAY and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data):
-        return _wrap(numpy.array(data, copy=True, order='C'), a._device) \
-            if a._nodes is None else _OPS.copy(a)
-    return g
+    if type(data) is _NUMPY_NDARRAY:
+        if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data):
+            return g
+    elif a._device.is_native or not _device_module.is_broadcast_view(data):
+        return g
+    # (CuPy has no read-only arrays: on a GPU the broadcast views are copied.)
+    return _wrap(data.copy(order='C'), a._device) if a._nodes is None else _OPS.copy(a)
 
 
 cdef tuple _T0 = (0,)

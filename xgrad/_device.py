@@ -178,6 +178,12 @@ def on_device(data, device):
     return transfer(data, device)
 
 
+def is_broadcast_view(data):
+    """Whether raw ``data`` repeats elements through zero strides (writing
+    one element would write several)."""
+    return any(s == 0 and n > 1 for s, n in zip(data.strides, data.shape))
+
+
 def _is_cuda_array(data):
     from xgrad._backend import cuda
     return cuda.is_device_array(data)

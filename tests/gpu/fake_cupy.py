@@ -75,6 +75,10 @@ class ndarray(numpy.ndarray):
         locals()[_m] = _reduction(_m)
     del _m, _reduction
 
+    @property
+    def device(self):
+        return _Device(0)
+
     # -- host reads (each waits for the GPU on real CuPy) --------------------
 
     def get(self):

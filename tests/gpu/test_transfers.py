@@ -116,3 +116,26 @@ def test_the_check_command_runs_on_cuda(cuda_runtime, tmp_path, capsys):
     cases = json.loads(report.read_text())['cases']
     assert {c['device'] for c in cases} == {'native:0', 'cuda:0'}
     assert all(c['status'] == 'passed' for c in cases)
+
+
+def test_arrays_from_cupy_data_stay_on_their_gpu(cuda_runtime):
+    cp = cuda.cupy()
+    raw = cp.asarray(numpy.arange(6.0).reshape(2, 3))
+    a = xgrad.array(raw)
+    assert a.device.name == 'cuda:0' and a.dtype == numpy.float64
+    raw[0, 0] = 7.0  # array() copies
+    assert a.to_numpy()[0, 0] == 0.0
+    b = xgrad.asarray(raw, dtype='float32')
+    assert b.dtype == numpy.float32 and b.device.name == 'cuda:0'
+    c = xgrad.array(raw, device='native:0')
+    assert type(xgrad._core._raw_data(c)) is numpy.ndarray
+    numpy.testing.assert_array_equal(c.to_numpy(), cuda.to_host(raw))
+
+
+def test_stored_gradients_are_not_broadcast_views(cuda_runtime):
+    x = xgrad.ones((3, 4), device='cuda:0').require_grad()
+    xgrad.sum(x).backward()
+    g = xgrad._core._raw_data(x.grad)
+    assert all(s != 0 for s in g.strides)
+    x.grad *= 2  # updates its own elements only
+    numpy.testing.assert_array_equal(x.grad.to_numpy(), numpy.full((3, 4), 2.0, numpy.float32))

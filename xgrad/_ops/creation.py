@@ -8,6 +8,7 @@ unless a dtype is given; integers and bools keep NumPy's dtypes.
 import numpy
 
 from xgrad import _core
+from xgrad._backend import cuda
 from xgrad._errors import DtypeError
 
 DEFAULT_FLOAT = numpy.dtype('float32')
@@ -36,8 +37,8 @@ def _inferred(data, dtype):
 
 
 def array(object, dtype=None, copy=True, device=None):
-    """A new array from an xgrad array (a recorded copy), a NumPy array or
-    nested Python sequences. Same signature as ``chainerx.array``."""
+    """A new array from an xgrad array (a recorded copy), a NumPy or CuPy
+    array or nested Python sequences. Same signature as ``chainerx.array``."""
     obj = object
     if isinstance(obj, _core.ndarray):
         out = obj.copy() if copy else obj
@@ -48,6 +49,10 @@ def array(object, dtype=None, copy=True, device=None):
         return out
     if dtype is not None:
         dtype = default_dtype(dtype)
+    if cuda.is_device_array(obj):  # CuPy data: on its own GPU unless told otherwise
+        data = obj.astype(obj.dtype if dtype is None else dtype, copy=copy)
+        return _core._array_of(data, _device(device) if device is not None else
+                               _core.get_default_context().get_device('cuda', obj.device.id))
     if isinstance(obj, numpy.ndarray):
         data = numpy.array(obj, dtype=dtype, copy=True if copy else None)
     else:

@@ -194,7 +194,7 @@ def _exclusive_raw(x):
 def _exclusive(xp, x):
     """Products of all-but-one along the last axis, recorded when ``x`` is an
     xgrad array (double backprop), raw otherwise."""
-    if isinstance(x, numpy.ndarray):
+    if not isinstance(x, _args.ndarray):  # raw data (NumPy or CuPy)
         return _exclusive_raw(x)
     return _args.apply(ExclusiveProd(), x)
 
