@@ -18,13 +18,11 @@ from xgrad._ops._xp import _NumpyNamespace
 
 _cupy = None         # the cupy module (or a stand-in) once imported
 _kernels = None      # xgrad._kernels, loaded with the first cuda device
-_substitute = None   # a stand-in set by use_cupy
 
 
 def use_cupy(module):
     """Make ``module`` serve as CuPy (None: the real CuPy again). For tests."""
-    global _cupy, _substitute
-    _substitute = module
+    global _cupy
     _cupy = module
 
 
