@@ -26,6 +26,13 @@ _NAMES = frozenset(
     line.strip() for line in open(os.path.join(os.path.dirname(__file__), 'cupy_names.txt'))
     if line.strip() and not line.startswith('#'))
 
+# The ufunc methods CuPy 14.2 implements, and for which ufuncs (the others
+# raise NotImplementedError there).
+_UFUNC_METHODS = {
+    'reduce': {'add', 'multiply'}, 'accumulate': {'add', 'multiply'}, 'reduceat': {'add'},
+    'at': {'add', 'subtract', 'maximum', 'minimum', 'bitwise_and', 'bitwise_or', 'bitwise_xor'},
+}
+
 host_reads = []   # what read device data on the host, in order
 uploads = []      # host -> device transfers (shapes)
 cupy_calls = []   # CuPy routines run on device arrays (each at least one kernel of CuPy's)
@@ -38,6 +45,10 @@ class ndarray(numpy.ndarray):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         name = ufunc.__name__ if method == '__call__' else '{}.{}'.format(ufunc.__name__, method)
+        if method in _UFUNC_METHODS and ufunc.__name__ not in _UFUNC_METHODS[method]:
+            raise NotImplementedError('fake CuPy: {} is not supported (CuPy 14.2 has {}.{} '
+                                      'only for {})'.format(name, '<ufunc>', method,
+                                                            sorted(_UFUNC_METHODS[method])))
         cupy_calls.append(name)
         inputs = _unwrap(inputs, name)
         if 'out' in kwargs:

@@ -402,7 +402,7 @@ def _shifted(x, axes, dtype):
     if any(x.shape[i] == 0 for i in axes):
         m = numpy.zeros(_kept_shape(x.shape, axes), work, like=x)
     else:
-        m = numpy.maximum.reduce(x, axis=axes, keepdims=True)
+        m = x.max(axis=axes, keepdims=True)
         m = numpy.where(numpy.isfinite(m), m, work.type(0))
     return _args.array_result(x - m), m  # 0-d: an array, not a NumPy scalar
 
