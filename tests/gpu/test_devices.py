@@ -48,6 +48,9 @@ def test_without_cupy_the_error_says_cupy_is_missing():
 
 class _NoGpuCupy:
     """CuPy installed on a machine without a GPU (or driver)."""
+    class ndarray:
+        pass
+
     class cuda:
         class runtime:
             @staticmethod
