@@ -765,14 +765,12 @@ cdef class ndarray:
     def to_numpy(self, copy=False):
         """The data as a NumPy array (no copy unless ``copy=True``; arrays on
         a GPU are always copied to the host)."""
-        if type(self._data) is not _NUMPY_NDARRAY and not self._device.is_native:
-            return _device_module.transfer(self._data, _NATIVE0())
+        if not self._device.is_native:
+            return _device_module.to_host(self._data)
         return self._data.copy() if copy else self._data
 
     def __array__(self, dtype=None, copy=None):
-        data = self._data
-        if type(data) is not _NUMPY_NDARRAY and not self._device.is_native:
-            data = self.to_numpy()
+        data = self._data if self._device.is_native else _device_module.to_host(self._data)
         if dtype is not None and data.dtype != dtype:
             return data.astype(dtype)
         if copy:
@@ -1185,10 +1183,6 @@ def _array_of(object data, object device=None):
     if type(data) is not _NUMPY_NDARRAY or not device.is_native:
         data = _device_module.on_device(data, device)
     return _wrap(data, device)
-
-
-cdef object _NATIVE0():
-    return get_default_context().get_device('native:0')
 
 
 # ---------------------------------------------------------------------------

@@ -158,13 +158,17 @@ _NO_SCOPE = _NoScope()
 def transfer(data, device):
     """A copy of raw array ``data`` (NumPy or CuPy) on ``device``."""
     if device.is_native:
-        if isinstance(data, (numpy.ndarray, numpy.generic)) and \
-                not _is_cuda_array(data):
-            return numpy.array(data, copy=True)
-        from xgrad._backend import cuda
-        return cuda.to_host(data)
+        return to_host(data)
     from xgrad._backend import cuda
     return cuda.to_cuda(data, device.index)
+
+
+def to_host(data):
+    """A NumPy copy of raw array ``data`` (NumPy or CuPy)."""
+    if _is_cuda_array(data):
+        from xgrad._backend import cuda
+        return cuda.to_host(data)
+    return numpy.array(data, copy=True)
 
 
 def on_device(data, device):

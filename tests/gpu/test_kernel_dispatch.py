@@ -142,6 +142,13 @@ def test_labels_out_of_range_give_nan_rows_without_a_host_read(fake):
     assert numpy.isfinite(lv[0]) and lv[2] == 0 and numpy.isnan(lv[[1, 3]]).all()
     assert numpy.isfinite(gv[0]).all() and (gv[2] == 0).all() and numpy.isnan(gv[[1, 3]]).all()
     assert numpy.isfinite(mv[0]).all() and numpy.isnan(mv[1:]).all()
+    # The recorded gradient (double backprop) agrees.
+    gx2, = xgrad.grad([xgrad.softmax_cross_entropy(x, t)], [x],
+                      grad_outputs=[xgrad.ones((4,), 'float64', device='cuda:0')],
+                      enable_double_backprop=True)
+    g2 = gx2.to_numpy()
+    numpy.testing.assert_allclose(g2[[0, 2]], gv[[0, 2]], rtol=1e-12)
+    assert numpy.isnan(g2[[1, 3]]).all()
     # On the host the same labels are refused, naming the label.
     with pytest.raises(xgrad.IndexError, match='label 3'):
         xgrad.softmax_cross_entropy(x.to_device('native:0'), t.to_device('native:0'))

@@ -219,10 +219,11 @@ class SoftmaxCrossEntropy(PyOp):
         """One kernel (ours); the gradient recomputes the softmax from x."""
         cp = cuda.cupy()
         work = _args.compute_dtype(x.dtype)
+        n, c = x.shape
         keep = self.t != -1
         self.label = cp.where(keep, self.t, 0)
-        self.keep = keep.astype(work)
-        n, c = x.shape
+        invalid = (self.t < -1) | (self.t >= c)  # not checked on the host: NaN
+        self.keep = cp.where(invalid, cp.nan, keep).astype(work)
         if c == 0:  # no classes: every label is -1 (checked), every loss 0
             self.p = cp.zeros((n, 0), work)
             return (cp.zeros(n, x.dtype),)
@@ -241,8 +242,8 @@ class SoftmaxCrossEntropy(PyOp):
             gx = self.p * w[:, None]
             gx[numpy.arange(n), self.label] -= w
         else:
-            mod = cuda.cupy() if cuda.on_gpu(self.label) else numpy
-            onehot = (self.label[:, None] == mod.arange(c)[None, :]).astype(work)
+            xpl = _args.module_of(self.label)
+            onehot = (self.label[:, None] == xpl.arange(c)[None, :]).astype(work)
             p = softmax(xp.cast(xs[0], work), axis=1) if c else xp.constant(self.p, gy)
             w = xp.reshape(gy * xp.constant(self.keep, gy), (n, 1))
             gx = (p - xp.constant(onehot, gy)) * w
