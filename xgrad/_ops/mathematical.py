@@ -14,6 +14,7 @@ import math
 
 import numpy
 
+from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import (
@@ -33,7 +34,9 @@ LN10 = math.log(10.0)
 
 
 class _Unary(PyOp):
-    """y = f(x) elementwise; ``derivative(xp, gy, x, y)`` -> gx."""
+    """y = f(x) elementwise; ``derivative(xp, gy, x, y)`` -> gx. Float data on
+    a GPU goes to our kernel of the same name, forward and fused backward
+    (which reads the same ``uses``)."""
     compute = None
     derivative = None
     uses = ''  # which of 'x', 'y' the derivative reads
@@ -46,13 +49,21 @@ class _Unary(PyOp):
             self.retain_inputs((0,))
         if 'y' in self.uses:
             self.retain_outputs((0,))
+        if self._our_gpu_kernel(inputs[0]):
+            return (cuda.unary(self.op_name, inputs[0]),)
         return (_args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
                                        **self.kwargs)),)
 
     def grads(self, xp, targets, gys, xs, ys):
         x = xs[0] if xs else None
         y = ys[0] if ys else None
+        if xp.raw and self._our_gpu_kernel(gys[0]):
+            return (xp.unary_grad(self.op_name, gys[0], x, y),)
         return (type(self).derivative(xp, gys[0], x, y, **self.kwargs),)
+
+    def _our_gpu_kernel(self, a):
+        return (cuda.on_gpu(a) and a.dtype.kind == 'f' and not self.kwargs
+                and self.op_name in cuda.kernels().UNARY)
 
 
 def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
