@@ -324,6 +324,38 @@ def test_sum_to_matches_numpy(xshape, shape, kernel, dtype, launches):
         assert launches == ['xgrad::{}<{}>'.format(kernel, K.ctype(dtype))]
 
 
+SPLIT = [((70000,), ()), ((3, 70000), (3, 1)), ((300, 2, 300), (1, 2, 1))]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('xshape,shape', SPLIT)
+def test_sum_to_splits_long_sums_over_blocks(xshape, shape, dtype, launches):
+    x = _rng('split', xshape, dtype).uniform(-1, 1, xshape).astype(dtype)
+    y = K.sum_to(cp, x, shape)
+    lead = len(xshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+    expected = x.astype(numpy.float64).sum(axis=axes).reshape(shape)
+    assert y.shape == expected.shape and y.dtype == x.dtype
+    _close(y, expected, dtype, scale=numpy.sqrt(x.size // y.size))
+    assert launches == ['xgrad::{}<{}>'.format(k, K.ctype(dtype))
+                        for k in ('sum_abc_split', 'sum_partials')]
+
+
+@pytest.mark.parametrize('xshape,shape', [((5, 3, 13), (3, 1)), ((40,), (1,)), ((7, 2), (2,))])
+def test_sum_to_split_chunks_cover_every_term_once(monkeypatch, xshape, shape, launches):
+    """Chunks that end inside a row of C, a last chunk shorter than the others."""
+    monkeypatch.setattr(K, 'SPLIT_MIN_TERMS', 2)
+    monkeypatch.setattr(K, 'SPLIT_TERMS_PER_BLOCK', 3)
+    x = numpy.arange(numpy.prod(xshape), dtype=numpy.float64).reshape(xshape) + 1
+    y = K.sum_to(cp, x, shape)
+    lead = len(xshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+    numpy.testing.assert_array_equal(y, x.sum(axis=axes).reshape(shape))
+    assert [k.split('<')[0] for k in launches] == ['xgrad::sum_abc_split', 'xgrad::sum_partials']
+
+
 def test_sum_to_result_is_new_and_rejects_bad_shapes():
     x = numpy.ones((2, 3), numpy.float32)
     y = K.sum_to(cp, x, (2, 3))

@@ -5,7 +5,8 @@ Every wrapper takes the array module ``cp`` first (CuPy, or a stand-in with
 ``cuda.Device``), so importing this package never imports CuPy. Arrays are
 float16, float32 or float64 (float16 is computed in float32); inputs are made
 C-contiguous, results are new C-contiguous arrays. Each call is one kernel
-launch (none for empty arrays), except ``sum_to``'s fallback. Kernels are
+launch (none for empty arrays), except ``sum_to``'s two passes over long
+sums and its fallback. Kernels are
 compiled on first use per device by :mod:`xgrad._kernels.loader`; scalars go
 to them as ``numpy.int64``, null pointers as None.
 """
@@ -28,6 +29,13 @@ MAX_GRID = 4096
 # when each sums a column (C == 1), else at most COLUMNS_MAX_TERMS terms each.
 COLUMNS_MIN_KEEP = 1024
 COLUMNS_MAX_TERMS = 16
+# sum_to in two passes (split each kept element's sum over several blocks)
+# when there are fewer kept elements than this and at least SPLIT_MIN_TERMS
+# terms each; each block of the first pass sums about SPLIT_TERMS_PER_BLOCK.
+SPLIT_MAX_KEEP = 128
+SPLIT_MIN_TERMS = 1 << 16
+SPLIT_TERMS_PER_BLOCK = 1 << 13
+SPLIT_MAX_PARTS = 1024
 
 # Which operand each unary backward reads ('x', 'y', or None for neither);
 # the other may be passed as None.
@@ -233,7 +241,8 @@ def sum_to(cp, x, shape):
     axes are summed. When the summed and kept axes (size-1 axes dropped,
     neighbours of one kind merged) form [summed] kept [summed] -- which
     includes summing everything and summing nothing -- this is one launch of
-    our kernel on x viewed as (A, B, C). Other patterns (e.g. kept, summed,
+    our kernel on x viewed as (A, B, C), or two when a few kept elements
+    each sum many terms (the sums are split over blocks, then added). Other patterns (e.g. kept, summed,
     kept) fall back to ``cp.sum(x, axis)`` and a reshape. The dtype stays x's
     (float16 sums in float32 in our kernel).
     """
@@ -260,10 +269,26 @@ def sum_to(cp, x, shape):
     if terms == 1 or (c == 1 and b >= COLUMNS_MIN_KEEP) or (
             b >= COLUMNS_MIN_KEEP and terms <= COLUMNS_MAX_TERMS):
         kernel, grid = 'sum_abc_columns', _elements_grid(b)
+    elif b < SPLIT_MAX_KEEP and terms >= SPLIT_MIN_TERMS:
+        return _sum_to_in_two_passes(cp, x, y, a, b, c)
     else:
         kernel, grid = 'sum_abc_blocks', _grid(b)
     _launch(cp, 'reduce.cu', loader.template(kernel, t), grid,
             (x, y, _i64(a), _i64(b), _i64(c)))
+    return y
+
+
+def _sum_to_in_two_passes(cp, x, y, a, b, c):
+    """Few kept elements with many terms each: one block per kept element
+    would leave most of the GPU idle, so pass 1 spreads each sum over
+    ``parts`` blocks (partial sums in the compute type) and pass 2 adds them."""
+    t = ctype(x.dtype)
+    parts = min(SPLIT_MAX_PARTS, -(-(a * c) // SPLIT_TERMS_PER_BLOCK))
+    partial = cp.empty(b * parts, numpy.float32 if x.dtype == numpy.float16 else x.dtype)
+    _launch(cp, 'reduce.cu', loader.template('sum_abc_split', t), _grid(b * parts),
+            (x, partial, _i64(a), _i64(b), _i64(c), _i64(parts)))
+    _launch(cp, 'reduce.cu', loader.template('sum_partials', t), _grid(b),
+            (partial, y, _i64(b), _i64(parts)))
     return y
 
 

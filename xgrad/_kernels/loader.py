@@ -53,8 +53,8 @@ def _elementwise():
 
 def _reduce():
     for t in STORAGE_TYPES:
-        yield template('sum_abc_blocks', t)
-        yield template('sum_abc_columns', t)
+        for kernel in ('sum_abc_blocks', 'sum_abc_columns', 'sum_abc_split', 'sum_partials'):
+            yield template(kernel, t)
 
 
 def _softmax():

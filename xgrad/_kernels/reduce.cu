@@ -29,6 +29,42 @@ __global__ void sum_abc_blocks(const T* x, T* y, long long A, long long B, long 
     }
 }
 
+// Few b with many summands each, pass 1 of 2: block r = b * parts + part
+// sums one contiguous chunk of b's A*C summands into partial[r], kept in the
+// compute type (float for half) so that pass 2 rounds once.
+template <class T>
+__global__ void sum_abc_split(const T* x, compute_t<T>* partial, long long A, long long B,
+                              long long C, long long parts) {
+    typedef compute_t<T> S;
+    __shared__ S shared[XGRAD_BLOCK];
+    const long long m = A * C;
+    const long long chunk = (m + parts - 1) / parts;
+    XGRAD_FOR_EACH_ROW(r, B * parts) {
+        const long long b = r / parts, first = (r - b * parts) * chunk;
+        const long long last = first + chunk < m ? first + chunk : m;
+        S sum = S(0);
+        for (long long j = first + threadIdx.x; j < last; j += blockDim.x) {
+            const long long a = j / C, c = j - a * C;
+            sum += to_compute(x[(a * B + b) * C + c]);
+        }
+        sum = block_reduce(sum, shared, SumOp());
+        if (threadIdx.x == 0) partial[r] = sum;
+    }
+}
+
+// Pass 2: y[b] = the sum of partial[b * parts : (b + 1) * parts], one block per b.
+template <class T>
+__global__ void sum_partials(const compute_t<T>* partial, T* y, long long B, long long parts) {
+    typedef compute_t<T> S;
+    __shared__ S shared[XGRAD_BLOCK];
+    XGRAD_FOR_EACH_ROW(b, B) {
+        S sum = S(0);
+        for (long long p = threadIdx.x; p < parts; p += blockDim.x) sum += partial[b * parts + p];
+        sum = block_reduce(sum, shared, SumOp());
+        if (threadIdx.x == 0) y[b] = from_compute<T>(sum);
+    }
+}
+
 // One thread per b (grid-stride over b), looping over a (and c). Coalesced
 // when C == 1, the case it is meant for: many b, each a column of x (A, B).
 template <class T>
