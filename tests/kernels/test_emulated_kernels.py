@@ -306,14 +306,19 @@ SUM_TO = [
 ]
 
 
+def _summed_axes(xshape, shape):
+    """The axes of x that sum_to(x, shape) sums (NumPy broadcasting in reverse)."""
+    lead = len(xshape) - len(shape)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+
+
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('xshape,shape,kernel', SUM_TO)
 def test_sum_to_matches_numpy(xshape, shape, kernel, dtype, launches):
     x = _rng('sum_to', xshape, dtype).uniform(-1, 1, xshape).astype(dtype)
     y = K.sum_to(cp, x, shape)
-    lead = len(xshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+    axes = _summed_axes(xshape, shape)
     expected = x.astype(numpy.float64).sum(axis=axes).reshape(shape)
     terms = max(1, x.size // max(1, y.size))
     _close(y, expected, dtype, scale=numpy.sqrt(terms),
@@ -332,9 +337,7 @@ SPLIT = [((70000,), ()), ((3, 70000), (3, 1)), ((300, 2, 300), (1, 2, 1))]
 def test_sum_to_splits_long_sums_over_blocks(xshape, shape, dtype, launches):
     x = _rng('split', xshape, dtype).uniform(-1, 1, xshape).astype(dtype)
     y = K.sum_to(cp, x, shape)
-    lead = len(xshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+    axes = _summed_axes(xshape, shape)
     expected = x.astype(numpy.float64).sum(axis=axes).reshape(shape)
     assert y.shape == expected.shape and y.dtype == x.dtype
     _close(y, expected, dtype, scale=numpy.sqrt(x.size // y.size))
@@ -349,9 +352,7 @@ def test_sum_to_split_chunks_cover_every_term_once(monkeypatch, xshape, shape, l
     monkeypatch.setattr(K, 'SPLIT_TERMS_PER_BLOCK', 3)
     x = numpy.arange(numpy.prod(xshape), dtype=numpy.float64).reshape(xshape) + 1
     y = K.sum_to(cp, x, shape)
-    lead = len(xshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+    axes = _summed_axes(xshape, shape)
     numpy.testing.assert_array_equal(y, x.sum(axis=axes).reshape(shape))
     assert [k.split('<')[0] for k in launches] == ['xgrad::sum_abc_split', 'xgrad::sum_partials']
 
