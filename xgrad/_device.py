@@ -7,6 +7,7 @@ devices hold CuPy arrays (``xgrad/_backend/cuda.py``); asking for one without
 CuPy or a GPU raises a :class:`DeviceError` that says which is missing.
 """
 
+import contextlib
 import functools
 
 import numpy
@@ -69,9 +70,9 @@ class Device:
         """A context manager that makes this the device CuPy computes on
         (nothing to do for native devices)."""
         if self.is_native:
-            return _NO_SCOPE
+            return contextlib.nullcontext()
         from xgrad._backend import cuda
-        return cuda.DeviceScope(self.index)
+        return cuda.cupy().cuda.Device(self.index)
 
     def __repr__(self):
         return 'native:{}'.format(self.index) if self.backend.name == 'native' \
@@ -144,17 +145,6 @@ def get_device(device, index=None):
     return parse_device(_core.get_default_context(), device, index)
 
 
-class _NoScope:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NO_SCOPE = _NoScope()
-
-
 def transfer(data, device):
     """A copy of raw array ``data`` (NumPy or CuPy) on ``device``."""
     if device.is_native:
@@ -175,11 +165,8 @@ def on_device(data, device):
     """``data`` as raw data of ``device``: as it is when it already lives
     there, else a copy moved there (host data made on the CPU for a cuda
     array, e.g. by the creation functions)."""
-    if device.is_native:
-        return data if not _is_cuda_array(data) else transfer(data, device)
-    if _is_cuda_array(data):
-        return data
-    return transfer(data, device)
+    on_gpu = _is_cuda_array(data)
+    return data if on_gpu != device.is_native else transfer(data, device)
 
 
 def is_broadcast_view(data):

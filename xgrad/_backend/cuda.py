@@ -114,20 +114,6 @@ def device_key(key):
     return key
 
 
-class DeviceScope:
-    """Makes a GPU CuPy's current device while xgrad works on it."""
-
-    def __init__(self, index):
-        self._scope = cupy().cuda.Device(index)
-
-    def __enter__(self):
-        self._scope.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._scope.__exit__(*exc)
-
-
 class CudaNamespace(_NumpyNamespace):
     """The raw-array namespace gradient formulas see on cuda devices: the
     native namespace's helpers (NumPy's functions reach CuPy arrays through
@@ -200,7 +186,9 @@ def unary(name, x):
     CuPy's ufunc (NumPy's dtype rules) for the others."""
     if _kernel_float(x):
         return kernels().unary_forward(cupy(), name, x)
-    return _UNARY_FALLBACK[name](x)
+    if name == 'relu':  # (sigmoid always gets float data: the op promotes)
+        return cupy().maximum(x, 0)
+    return getattr(cupy(), name)(x)
 
 
 def binary(name, a, b):
@@ -211,26 +199,6 @@ def binary(name, a, b):
         return kernels().binary_forward(cupy(), name, a, b)
     return getattr(cupy(), _BINARY_UFUNC.get(name, name))(a, b)
 
-
-def _relu_fallback(x):
-    return cupy().maximum(x, 0)
-
-
-def _sigmoid_fallback(x):
-    return cupy().tanh(x * 0.5) * 0.5 + 0.5
-
-
-_UNARY_FALLBACK = {
-    'negative': lambda x: cupy().negative(x),
-    'absolute': lambda x: cupy().absolute(x),
-    'exp': lambda x: cupy().exp(x),
-    'log': lambda x: cupy().log(x),
-    'sqrt': lambda x: cupy().sqrt(x),
-    'square': lambda x: cupy().square(x),
-    'tanh': lambda x: cupy().tanh(x),
-    'sigmoid': _sigmoid_fallback,
-    'relu': _relu_fallback,
-}
 
 _KERNEL_BINARY = frozenset(['add', 'subtract', 'multiply', 'divide', 'maximum', 'minimum'])
 _BINARY_UFUNC = {'divide': 'true_divide'}  # CuPy's name where it is not the op's

@@ -242,8 +242,9 @@ def sum_to(cp, x, shape):
     neighbours of one kind merged) form [summed] kept [summed] -- which
     includes summing everything and summing nothing -- this is one launch of
     our kernel on x viewed as (A, B, C), or two when a few kept elements
-    each sum many terms (the sums are split over blocks, then added). Other patterns (e.g. kept, summed,
-    kept) fall back to ``cp.sum(x, axis)`` and a reshape. The dtype stays x's
+    each sum many terms (the sums are split over blocks, then added). Other
+    patterns (e.g. kept, summed, kept) fall back to ``cp.sum(x, axis)`` and a
+    reshape. The dtype stays x's
     (float16 sums in float32 in our kernel).
     """
     if isinstance(shape, (int, numpy.integer)):

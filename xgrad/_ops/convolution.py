@@ -21,8 +21,8 @@ order stay in this family:
 
 Each is defined by a raw NumPy kernel and an explicit output size, so cover_all
 and outsize only matter where the public functions compute that size.
-Gradient formulas call the three through ``_run``, which runs the raw kernel
-on NumPy arrays (the engine's fast path) and applies the recorded op on xgrad
+Gradient formulas call the three through ``_linear.run``, which runs the raw
+kernel on raw arrays (the engine's fast path) and applies the recorded op on xgrad
 arrays (double backprop).
 """
 
@@ -34,6 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad._backend import cuda
 from xgrad._ops import _args
+from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import Sample, OpInfo, register
 
@@ -280,16 +281,6 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom):
 # ---------------------------------------------------------------------------
 # The three ops
 
-def _run(op, *inputs):
-    """``op`` on ``inputs``: recorded (``_args.apply``) on xgrad arrays, its
-    raw kernel on NumPy arrays. Gradient formulas call the conv family through
-    this, so the same formula serves the fast path and double backprop."""
-    inputs = tuple(a for a in inputs if a is not None)
-    if isinstance(inputs[0], _args.ndarray):
-        return _args.apply(op, *inputs)
-    return op.compute(*inputs)
-
-
 def _bias_grad(xp, gy, b):
     return xp.cast(xp.sum(gy, axis=(0,) + tuple(range(2, gy.ndim))), b.dtype)
 
@@ -313,11 +304,11 @@ class _ConvLike(PyOp):
         out = []
         for t in targets:
             if t == 0:
-                g = _run(self.adjoint(x.shape[2:]), gy, w)
+                g = run(self.adjoint(x.shape[2:]), gy, w)
                 out.append(xp.cast(g, x.dtype))
             elif t == 1:
                 grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype)
-                out.append(_run(grad_weight, *self.weight_grad_operands(x, gy)))
+                out.append(run(grad_weight, *self.weight_grad_operands(x, gy)))
             else:
                 out.append(_bias_grad(xp, gy, xs[2]))
         return tuple(out)
@@ -373,10 +364,10 @@ class _ConvGradWeight(PyOp):
         out = []
         for t in targets:
             if t == 0:
-                g = _run(_ConvTranspose(self.geom, x.shape[2:]), gy, ggw)
+                g = run(_ConvTranspose(self.geom, x.shape[2:]), gy, ggw)
                 out.append(xp.cast(g, x.dtype))
             else:
-                g = _run(_Conv(self.geom, gy.shape[2:]), x, ggw)
+                g = run(_Conv(self.geom, gy.shape[2:]), x, ggw)
                 out.append(xp.cast(g, gy.dtype))
         return tuple(out)
 

@@ -2,3 +2,4 @@ from xgrad._core cimport ndarray
 
 cdef ndarray as_array(object x, str name, object like=*)
 cdef object as_result(object r)
+cdef bint on_gpu(object v)

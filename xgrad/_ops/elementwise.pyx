@@ -38,8 +38,9 @@ cdef object as_result(object r):
     return numpy.asarray(r) if isinstance(r, numpy.generic) else r
 
 
-cdef inline bint _on_gpu(object v):
-    """A raw operand on a GPU (a CuPy array)."""
+cdef bint on_gpu(object v):
+    """Whether raw data is on a GPU (a CuPy array); NumPy arrays answer at
+    C speed."""
     return type(v) is not NPA and _is_device_array(v)
 
 
@@ -86,7 +87,7 @@ cdef class Negative(_Unary):
     op_name = 'negative'
 
     cdef object _forward1(self, x):
-        return K.negative(x) if not _on_gpu(x) else _gpu_unary('negative', x)
+        return K.negative(x) if not on_gpu(x) else _gpu_unary('negative', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.negative(gy) if xp is NP else -gy
@@ -97,7 +98,7 @@ cdef class Absolute(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return np_absolute(x) if not _on_gpu(x) else _gpu_unary('absolute', x)
+        return np_absolute(x) if not on_gpu(x) else _gpu_unary('absolute', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return gy * xp.sign(x)
@@ -108,7 +109,7 @@ cdef class Exp(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.exp_forward(x) if not _on_gpu(x) else _gpu_unary('exp', x)
+        return K.exp_forward(x) if not on_gpu(x) else _gpu_unary('exp', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.multiply_grad(gy, y) if xp is NP else gy * y
@@ -119,7 +120,7 @@ cdef class Log(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return np_log(x) if not _on_gpu(x) else _gpu_unary('log', x)
+        return np_log(x) if not on_gpu(x) else _gpu_unary('log', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.divide(gy, x) if xp is NP else gy / x
@@ -130,7 +131,7 @@ cdef class Sqrt(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return np_sqrt(x) if not _on_gpu(x) else _gpu_unary('sqrt', x)
+        return np_sqrt(x) if not on_gpu(x) else _gpu_unary('sqrt', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.sqrt_grad(gy, y) if xp is NP else gy / (y * 2)
@@ -141,7 +142,7 @@ cdef class Square(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return K.multiply(x, x) if not _on_gpu(x) else _gpu_unary('square', x)
+        return K.multiply(x, x) if not on_gpu(x) else _gpu_unary('square', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.square_grad(gy, x) if xp is NP else gy * (x * 2)
@@ -152,7 +153,7 @@ cdef class Tanh(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.tanh_forward(x) if not _on_gpu(x) else _gpu_unary('tanh', x)
+        return K.tanh_forward(x) if not on_gpu(x) else _gpu_unary('tanh', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.tanh_grad(gy, y) if xp is NP else gy * (1 - y * y)
@@ -163,7 +164,7 @@ cdef class Sigmoid(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.sigmoid_forward(x) if not _on_gpu(x) else _gpu_unary('sigmoid', x)
+        return K.sigmoid_forward(x) if not on_gpu(x) else _gpu_unary('sigmoid', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.sigmoid_grad(gy, y) if xp is NP else gy * (y * (1 - y))
@@ -174,7 +175,7 @@ cdef class Relu(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_out_idx = _RETAIN_0
-        return K.relu_forward(x) if not _on_gpu(x) else _gpu_unary('relu', x)
+        return K.relu_forward(x) if not on_gpu(x) else _gpu_unary('relu', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.relu_grad(gy, y) if xp is NP else gy * (y > 0)
@@ -281,7 +282,7 @@ cdef class _Binary(Op):
         if self.keep_output:
             self._retain_out_idx = _RETAIN_0
         try:
-            if _on_gpu(a) or _on_gpu(b):
+            if on_gpu(a) or on_gpu(b):
                 return self._gpu_fwd(a, b)
             return self._fwd(a, b)
         except ValueError as e:

@@ -13,7 +13,7 @@ gradient) and with the same sums.
 import numpy
 
 from xgrad._ops import _args
-from xgrad._ops._op import PyOp
+from xgrad._ops._linear import LinearPair
 from xgrad._ops.manipulation import getitem, reshape
 from xgrad._ops.registry import BOOL, Arg, OpInfo, Sample, integers, register
 
@@ -26,46 +26,47 @@ _MODES = ('raise', 'wrap', 'clip')
 # ---------------------------------------------------------------------------
 # take
 
-class Take(PyOp):
-    """``numpy.take`` with in-bounds, non-negative ``indices`` along ``axis``;
-    the gradient adds gy at those indices into zeros of the input's shape."""
-    op_name = 'take'
-
-    def __init__(self, indices, axis, in_shape):
-        self.indices = indices
-        self.axis = axis
-        self.in_shape = in_shape
-
-    def forward(self, inputs):
-        self.indices = _args.on_device_of(inputs[0], self.indices)
-        return (_args.array_result(numpy.take(inputs[0], self.indices, axis=self.axis)),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        gy = gys[0]
-        if isinstance(gy, _args.ndarray):
-            return (_args.apply(TakeGrad(self.indices, self.axis, self.in_shape), gy),)
-        return (_add_at(gy, self.indices, self.axis, self.in_shape),)
-
-
-class TakeGrad(PyOp):
-    """Zeros of ``shape`` with gy added at ``indices`` along ``axis`` (the
-    adjoint of ``Take``); its gradient takes at the same indices."""
-    op_name = 'take_grad'
+class _TakePlan:
+    """In-bounds, non-negative ``indices`` along ``axis`` of arrays of
+    ``shape``; the indices move to the GPU once, with the first GPU data."""
 
     def __init__(self, indices, axis, shape):
         self.indices = indices
         self.axis = axis
         self.shape = shape
 
-    def forward(self, inputs):
-        self.indices = _args.on_device_of(inputs[0], self.indices)
-        return (_add_at(inputs[0], self.indices, self.axis, self.shape),)
+    def indices_for(self, x):
+        self.indices = _args.on_device_of(x, self.indices)
+        return self.indices
 
-    def grads(self, xp, targets, gys, xs, ys):
-        ggx = gys[0]
-        if isinstance(ggx, _args.ndarray):
-            return (_args.apply(Take(self.indices, self.axis, self.shape), ggx),)
-        return (numpy.take(ggx, self.indices, axis=self.axis),)
+
+class Take(LinearPair):
+    """``numpy.take`` along the plan's axis; its gradient, ``TakeGrad``, adds
+    gy at those indices into zeros of the input's shape."""
+    op_name = 'take'
+
+    def compute(self, x):
+        p = self.plan
+        return _args.array_result(numpy.take(x, p.indices_for(x), axis=p.axis))
+
+
+class TakeGrad(LinearPair):
+    """Zeros of the plan's shape with gy added at its indices (the adjoint of
+    ``Take``)."""
+    op_name = 'take_grad'
+
+    def compute(self, gy):
+        p = self.plan
+        return _add_at(gy, p.indices_for(gy), p.axis, p.shape)
+
+
+Take.adjoint, TakeGrad.adjoint = TakeGrad, Take
+
+
+def take_checked(x, indices, axis):
+    """``take`` of xgrad array ``x`` with raw ``indices`` that are already
+    in bounds and non-negative along ``axis`` (recorded)."""
+    return _args.apply(Take(_TakePlan(indices, axis, x.shape)), x)
 
 
 def _add_at(gy, indices, axis, shape):
@@ -143,7 +144,7 @@ def take(a, indices, axis=None, mode=None):
     idx = idx.astype(numpy.intp, copy=False)
     if axis is None:
         x = reshape(x, (n,))
-    return _args.apply(Take(idx, ax, x.shape), x)
+    return take_checked(x, idx, ax)
 
 
 # ---------------------------------------------------------------------------

@@ -9,11 +9,11 @@ scatters the gradient back, accumulating repeated indices.
 import numpy
 
 from xgrad import _device as _device_module
-from xgrad._backend.cuda import device_key as _device_key, on_gpu as _on_gpu
+from xgrad._backend.cuda import device_key as _device_key
 
 from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap
 from xgrad._ops._op cimport Op
-from xgrad._ops.elementwise cimport as_array, as_result
+from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
 from xgrad._ops.reduction cimport normalize_axes
 from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError
 
@@ -59,7 +59,7 @@ cdef class GetItem(Op):
     cpdef forward(self, inputs):
         x = inputs[0]
         self.in_shape = x.shape
-        if type(x) is not numpy.ndarray and _on_gpu(x):
+        if on_gpu(x):
             self.key = _device_key(self.key)
         try:
             return (as_result(x[self.key]),)
@@ -80,7 +80,7 @@ cdef class Scatter(Op):
     cpdef forward(self, inputs):
         gy = inputs[0]
         out = numpy.zeros(self.shape, dtype=gy.dtype, like=gy)
-        if type(gy) is not numpy.ndarray and _on_gpu(gy):
+        if on_gpu(gy):
             self.key = _device_key(self.key)
         if _is_basic(self.key):
             out[self.key] = gy

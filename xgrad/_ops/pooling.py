@@ -22,9 +22,10 @@ derivative order stays in the pair:
 import numpy
 
 from xgrad._ops import _args
+from xgrad._ops._linear import LinearPair, run
 from xgrad._ops._op import PyOp
 from xgrad._ops.convolution import (
-    Geometry, _padded_zeros, _prod, _run, col2im, out_size, pad_input,
+    Geometry, _padded_zeros, _prod, col2im, out_size, pad_input,
     spatial_tuple, unpad, window_offsets)
 from xgrad._ops.registry import OpInfo, Sample, distinct, register
 
@@ -93,28 +94,10 @@ class _MaxPool(PyOp):
         return (y,)
 
     def grads(self, xp, targets, gys, xs, ys):
-        return (_run(_MaxPoolGrad(self.argmax), gys[0]),)
+        return (run(_MaxPoolGrad(self.argmax), gys[0]),)
 
 
-class _LinearPair(PyOp):
-    """A linear map given by a fixed ``plan`` (window geometry, argmax
-    positions or counts) whose gradient is its adjoint, another
-    ``_LinearPair`` over the same plan: each is the other's gradient, so
-    derivatives of any order stay in the pair. Subclasses define
-    ``compute(raw)`` and name their ``adjoint`` class."""
-    adjoint = None
-
-    def __init__(self, plan):
-        self.plan = plan
-
-    def forward(self, inputs):
-        return (self.compute(inputs[0]),)
-
-    def grads(self, xp, targets, gys, xs, ys):
-        return (_run(type(self).adjoint(self.plan), gys[0]),)
-
-
-class _MaxPoolGrad(_LinearPair):
+class _MaxPoolGrad(LinearPair):
     """gx: gy added at the positions of the window maxima."""
     op_name = 'max_pool_grad'
 
@@ -127,7 +110,7 @@ class _MaxPoolGrad(_LinearPair):
 
 
 
-class _MaxPoolGather(_LinearPair):
+class _MaxPoolGather(LinearPair):
     """The adjoint of ``_MaxPoolGrad``: each window's element at its maximum."""
     op_name = 'max_pool_gather'
 
@@ -176,7 +159,7 @@ class _Average:
             self.count = count
 
 
-class _AveragePool(_LinearPair):
+class _AveragePool(LinearPair):
     op_name = 'average_pool'
 
     def compute(self, x):
@@ -191,14 +174,15 @@ class _AveragePool(_LinearPair):
 
 
 
-class _AveragePoolGrad(_LinearPair):
+class _AveragePoolGrad(LinearPair):
     """The adjoint of ``_AveragePool``: gy / count spread over each window."""
     op_name = 'average_pool_grad'
 
     def compute(self, gy):
         a = self.plan
         with numpy.errstate(invalid='ignore', divide='ignore'):
-            g = numpy.divide(gy, _args.on_device_of(gy, a.count), dtype=_args.compute_dtype(gy.dtype))
+            count = _args.on_device_of(gy, a.count)
+            g = numpy.divide(gy, count, dtype=_args.compute_dtype(gy.dtype))
         nk = len(a.geom.ksize)
         cols = numpy.broadcast_to(g.reshape(gy.shape[:2] + (1,) * nk + a.outsize),
                                   gy.shape[:2] + a.geom.ksize + a.outsize)

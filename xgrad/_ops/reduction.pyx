@@ -10,11 +10,10 @@ import numpy
 
 from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
-from xgrad._ops.elementwise cimport as_array, as_result
+from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
 from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view
 from xgrad._errors import DimensionError, DtypeError
 from xgrad._backend import cuda
-from xgrad._backend.cuda import on_gpu as _on_gpu
 
 cdef object np_add_reduce = numpy.add.reduce
 
@@ -109,7 +108,7 @@ cdef class SumTo(Op):
     cpdef forward(self, inputs):
         self.in_shape = inputs[0].shape
         x = inputs[0]
-        if type(x) is not numpy.ndarray and _on_gpu(x):
+        if on_gpu(x):
             return (_gpu_sum_to(x, self.shape),)
         return (as_result(native_sum_to(x, self.shape)),)
 

@@ -25,7 +25,7 @@ import numpy
 
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
-from xgrad._ops.indexing import Take
+from xgrad._ops.indexing import take_checked
 from xgrad._ops.logic import where
 from xgrad._ops.manipulation import getitem, reshape, scatter, transpose, view, to_device
 from xgrad._ops.registry import BOOL, OpInfo, Sample, register
@@ -379,7 +379,7 @@ def repeat(a, repeats, axis=None):
         return _args.apply(Repeat(axis, reps, x.shape), x)
     # One count per element: a take of each element's index, repeated.
     source = numpy.repeat(numpy.arange(x.shape[axis]), reps)
-    return _args.apply(Take(source, axis, x.shape), x)
+    return take_checked(x, source, axis)
 
 
 # ---------------------------------------------------------------------------

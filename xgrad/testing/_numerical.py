@@ -57,13 +57,6 @@ STENCIL = (-1.0, -0.5, 0.0, 0.5, 1.0)
 _CUBIC = numpy.array([-1.0, 2.0, 0.0, -2.0, 1.0])
 _QUARTIC = numpy.array([1.0, -4.0, 6.0, -4.0, 1.0])
 
-
-
-def _host(a):
-    """An array's data on the host: NumPy's own array on native devices (no
-    copy), a copy from a GPU."""
-    return a.to_numpy()
-
 _wrap = _core._array_of
 
 
@@ -192,7 +185,7 @@ def steps(eps, inputs, grad_outputs=()):
         if e is None:
             e = default_eps(least_precise([x.dtype] + outputs))
         elif isinstance(e, (_core.ndarray, numpy.ndarray)):
-            e = numpy.array(_host(e) if isinstance(e, _core.ndarray) else e, F64)
+            e = numpy.array(e.to_numpy() if isinstance(e, _core.ndarray) else e, F64)
             if e.shape != x.shape:
                 raise ValueError('eps[{}] has shape {}, but input {} has shape {}'.format(
                     i, e.shape, i, x.shape))
@@ -247,23 +240,26 @@ class Numerics:
         self.steps = steps(eps, inputs, grad_outputs)
         self.targets = ([i for i, x in enumerate(inputs) if x.dtype.kind == 'f']
                         if targets is None else list(targets))
-        self.gys = [None if g is None else numpy.array(_host(g), F64) for g in grad_outputs]
+        self.gys = [None if g is None else numpy.array(g.to_numpy(), F64) for g in grad_outputs]
         self.context = inputs[0].device.context
         self.inputs = inputs
-        self.data = [numpy.array(_host(x), F64) if x.dtype.kind == 'f' else None
+        self.data = [numpy.array(x.to_numpy(), F64) if x.dtype.kind == 'f' else None
                      for x in inputs]
-        self.args = [x if d is None else _wrap(d, x.device) for x, d in zip(inputs, self.data)]
+        # On native devices the arguments wrap the float64 copies once (each
+        # evaluation sees them perturbed in place); a GPU needs fresh copies.
+        self.on_host = all(x.device.is_native for x in inputs)
+        self.args = self._wrapped() if self.on_host else None
         self.matched = False  # whether the outputs were matched with grad_outputs
         self.round_off = None  # per output: what the kink test takes as noise
 
     # -- evaluations --------------------------------------------------------
 
-    def _arguments(self):
-        """The inputs at the current (perturbed) data: the float64 host copies
-        themselves on native devices, fresh copies on a GPU."""
-        if all(x.device.is_native for x in self.inputs):
-            return list(self.args)
+    def _wrapped(self):
         return [x if d is None else _wrap(d, x.device) for x, d in zip(self.inputs, self.data)]
+
+    def _arguments(self):
+        """The inputs at the current (perturbed) data."""
+        return list(self.args) if self.on_host else self._wrapped()
 
     def _outputs(self):
         """``f`` at the current data: the raw outputs that enter the gradient
@@ -272,7 +268,7 @@ class Numerics:
         if not self.matched or len(ys) != len(self.gys):
             match_grad_outputs(ys, self.gys, self.what)
             self.matched = True
-        return [None if gy is None or y is None else _host(y) for y, gy in zip(ys, self.gys)]
+        return [None if gy is None or y is None else y.to_numpy() for y, gy in zip(ys, self.gys)]
 
     def _copies(self):
         """``f`` at the current data as float64 copies (the outputs may be
@@ -370,7 +366,7 @@ class Numerics:
                 raise ValueError('direction[{}] must be None: {} is not differentiated '
                                  '(dtype {})'.format(i, self.labels[i],
                                                      self.inputs[i].dtype))
-            a = numpy.array(_host(d) if isinstance(d, _core.ndarray) else d, F64)
+            a = numpy.array(d.to_numpy() if isinstance(d, _core.ndarray) else d, F64)
             if a.shape != self.data[i].shape:
                 raise ValueError('direction[{}] has shape {}, but input {} has shape '
                                  '{}'.format(i, a.shape, i, self.data[i].shape))
