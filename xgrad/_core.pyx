@@ -31,6 +31,7 @@ cimport numpy as cnp
 from xgrad._backend cimport native_kernels
 
 import heapq
+import math
 import threading
 
 import numpy
@@ -42,6 +43,7 @@ from xgrad._errors import (
     ContextError, DeviceError, DimensionError, DtypeError, GradientError,
     XgradError)
 from xgrad._errors import NotImplementedError as XgradNotImplementedError
+from xgrad._errors import IndexError as XgradIndexError
 from xgrad import _device as _device_module
 
 
@@ -1384,8 +1386,38 @@ cdef tuple _collect_graphs(tuple xs):
     return tuple(graphs)
 
 
+cdef tuple _checked_indexes(tuple indexes, Py_ssize_t n, FunctionNode fn,
+                            str what):
+    """Retained ``indexes`` as non-negative positions among ``n`` arrays
+    (negative ones count from the end, as Python's do); an XgradIndexError
+    naming the first bad one. Checked before anything is recorded."""
+    cdef list out = None
+    cdef Py_ssize_t i, j
+    for i in range(len(indexes)):
+        idx = indexes[i]
+        if type(idx) is int and 0 <= idx < n:
+            continue  # the common case, checked at C speed
+        if isinstance(idx, bool) or not isinstance(idx, (int, numpy.integer)):
+            raise TypeError('{}.retain_{}(): index {!r} is not an integer'.format(
+                fn.name, what, idx))
+        if not -n <= idx < n:
+            raise XgradIndexError(
+                '{}.retain_{}(): index {} is out of range for {} {}'.format(
+                    fn.name, what, idx, n, what))
+        if idx < 0 or type(idx) is not int:
+            if out is None:
+                out = list(indexes)
+            out[i] = int(idx) + n if idx < 0 else int(idx)
+    return indexes if out is None else tuple(out)
+
+
 cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     """Record ``fn`` on every enabled graph its inputs live on."""
+    if fn._retain_in_idx:
+        fn._retain_in_idx = _checked_indexes(fn._retain_in_idx, len(xs), fn, 'inputs')
+    if fn._retain_out_idx:
+        fn._retain_out_idx = _checked_indexes(fn._retain_out_idx, len(outs), fn,
+                                              'outputs')
     cdef tuple graphs = _collect_graphs(xs)
     cdef Py_ssize_t k, i, j, n_graphs, n_in, n_out, rank
     cdef ArrayNode node
@@ -1622,12 +1654,150 @@ cdef ndarray _view_in_scope(ndarray a):
 
 
 @cython.final
-cdef class _BackwardPass:
-    """One run of backward/grad on one graph.
+cdef class _GradTable:
+    """Accumulation: the gradient that flowed into each node during one pass
+    (scaled by the loss scale), and nothing else. Gradient slots of arrays are
+    neither read nor written here, so dropping the table undoes it."""
+    cdef dict acc           # ArrayNode -> this pass's gradient
+    cdef set owned          # nodes whose buffer is ours to add into in place
 
-    Ops wait in a max-heap keyed by rank (so every consumer of an array is
-    processed before its creator); gradients of nodes still to be processed
-    live in ``acc`` and leave it as soon as they have been propagated.
+    def __cinit__(self):
+        self.acc = {}
+        self.owned = set()
+
+    cdef void put(self, ArrayNode node, object g, bint owned):
+        self.acc[node] = g
+        if owned:
+            self.owned.add(node)
+
+    cdef object pop(self, ArrayNode node):
+        """The node's gradient, removed from the table; None if none flowed in."""
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p == NULL:
+            return None
+        g = <object>p
+        del self.acc[node]
+        self.owned.discard(node)
+        return g
+
+    cdef void _add_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
+        """``add`` on a GPU: in place into a buffer this pass owns (one
+        kernel), else one kernel into a new buffer the pass then owns."""
+        ns = old._device.ns
+        if (node in self.owned and old._data.shape == g._data.shape
+                and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
+            ns.accumulate(old._data, g._data)
+            return
+        self.acc[node] = _wrap(ns.add(old._data, g._data), old._device)
+        self.owned.add(node)
+
+    cdef void add(self, ArrayNode node, ndarray g, bint fresh) except *:
+        """Add ``g`` to the node's gradient; in place into a buffer this pass
+        owns (``fresh``: ``g`` is one) when no graph records the sum."""
+        cdef ndarray old
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p == NULL:
+            self.acc[node] = g
+            if fresh and g._nodes is None:
+                self.owned.add(node)
+            return
+        old = <ndarray>p
+        if old._nodes is None and g._nodes is None:
+            if not old._device.is_native:
+                self._add_on_device(node, old, g)
+                return
+            if node in self.owned and native_kernels.add_into(old._data, g._data):
+                return
+            if fresh and native_kernels.add_into(g._data, old._data):
+                self.acc[node] = g
+                self.owned.add(node)
+                return
+            self.acc[node] = _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
+                                   old._device)
+            self.owned.add(node)
+        else:
+            self.acc[node] = _OPS.add(old, g)
+            self.owned.discard(node)
+
+
+# Commits of passes that may write the same gradient slot (a leaf shared by
+# graphs backpropagated in two threads) take turns: read, add and write of a
+# slot are one step.
+cdef object _commit_lock = threading.RLock()
+
+
+@cython.final
+cdef class _Outcome:
+    """What a pass will change, kept aside until it has succeeded: the final
+    gradient of each node it reached and the ops it went through. ``commit``
+    writes the slots and unchains the ops; a pass that fails drops the
+    outcome, which leaves the graph and every gradient as they were."""
+    cdef list finals                 # node, value, node, value, ...
+    cdef vector[PyObject*] ops       # processed ops (kept alive by the pass)
+    cdef vector[int] graph_indexes   # the graph each op was processed on
+
+    def __cinit__(self):
+        self.finals = []
+
+    cdef inline void record(self, ArrayNode node, object value):
+        self.finals.append(node)
+        self.finals.append(value)
+
+    cdef inline void processed(self, FunctionNode fn, int k):
+        self.ops.push_back(<PyObject*>fn)
+        self.graph_indexes.push_back(k)
+
+    cdef void apply(self, list slots, bint unchain):
+        """The commit proper: slot writes (``slots``: node, value, flag
+        triples, prepared beforehand) and unchaining; no op runs here."""
+        cdef Py_ssize_t i
+        cdef ArrayNode node
+        for i in range(0, len(slots), 3):
+            node = <ArrayNode>slots[i]
+            if node._array == NULL:
+                continue
+            (<ndarray>node._array)._set_grad_of(node, slots[i + 1])
+            if slots[i + 2]:
+                node.grad_required = True
+        if unchain:
+            for i in range(<Py_ssize_t>self.ops.size()):
+                (<FunctionNode>self.ops[i])._unchain_graph(self.graph_indexes[i])
+        self.ops.clear()
+        self.graph_indexes.clear()
+
+
+cdef object _checked_loss_scale(object loss_scale):
+    """``loss_scale`` as a Python number (None for 1), or a clear error."""
+    if loss_scale is None:
+        return None
+    if (isinstance(loss_scale, (bool, numpy.bool_))
+            or not isinstance(loss_scale, (int, float, numpy.integer, numpy.floating))):
+        raise TypeError('loss_scale must be an int or a float, not {}'.format(
+            type(loss_scale).__name__))
+    value = int(loss_scale) if isinstance(loss_scale, (int, numpy.integer)) else float(
+        loss_scale)
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite or value == 0:
+        raise XgradError('loss_scale must be a finite non-zero number, got {!r}'
+                         .format(loss_scale))
+    return None if value == 1 else value
+
+
+@cython.final
+cdef class _BackwardPass:
+    """One run of backward/grad on one graph, in four phases:
+
+    1. seeding (``_seed``): the output gradients go into the table;
+    2. the loop (``run``, ``_process``, ``_propagate``): ops leave a max-heap
+       by rank (every consumer of an array before its creator); each takes
+       its output gradients from the table and adds its input gradients in;
+    3. accumulation (``_GradTable``): only this pass's contributions; a
+       node's prior gradient is added when its own gradient is final;
+    4. commit or rollback (``_Outcome``): slots written and ops unchained
+       only once every op has succeeded; an error drops the outcome.
     """
     cdef BackpropId bp
     cdef Context ctx
@@ -1636,8 +1806,8 @@ cdef class _BackwardPass:
     cdef object loss_scale
     cdef _ModeEntry stop
     cdef tuple stop_ids
-    cdef dict acc           # ArrayNode -> accumulated gradient (scaled)
-    cdef set owned          # nodes whose accumulator is ours to add into in place
+    cdef _GradTable table
+    cdef _Outcome outcome
     cdef vector[_HeapItem] heap   # (rank << 32 | seq, op)
     cdef set pushed         # ops in the heap or done (holds their references)
     cdef long long seq
@@ -1653,15 +1823,9 @@ cdef class _BackwardPass:
         self.ctx = bp.context
         self.double = double
         self.retain_grad = retain_grad
-        if loss_scale is not None:
-            if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)):
-                raise TypeError('loss_scale must be an int or a float, not {}'.format(
-                    type(loss_scale).__name__))
-            if loss_scale == 1:
-                loss_scale = None
-        self.loss_scale = loss_scale
-        self.acc = {}
-        self.owned = set()
+        self.loss_scale = _checked_loss_scale(loss_scale)
+        self.table = _GradTable.__new__(_GradTable)
+        self.outcome = _Outcome.__new__(_Outcome)
         self.pushed = set()
         self.seq = 0
         self.output_nodes = set()
@@ -1749,6 +1913,8 @@ cdef class _BackwardPass:
             return None
         return (<ndarray>node._array)._grad_of(node)
 
+    # -- phase 1: seeding ------------------------------------------------------
+
     cdef void _seed(self, tuple outs, list seeds) except *:
         cdef ArrayNode node
         cdef ndarray y
@@ -1756,9 +1922,15 @@ cdef class _BackwardPass:
         for i in range(len(outs)):
             y = <ndarray>outs[i]
             node = y._node_on(self.bp)
-            if node is None or node in self.output_nodes:
+            if node is None:
                 continue
             seed = None if seeds is None else seeds[i]
+            if node in self.output_nodes:
+                # The same array again: an explicit seed adds to the first.
+                if seed is not None:
+                    self.untouched.add(node)
+                    self.table.add(node, <ndarray>self._scaled(seed), False)
+                continue
             if seed is not None:
                 self.untouched.add(node)
                 value = self._scaled(seed)
@@ -1776,12 +1948,13 @@ cdef class _BackwardPass:
                         seed = y._device.xp.full(
                             y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
                             dtype=y._data.dtype)
-                    value = _wrap(seed, y._device)
-                    self.owned.add(node)
+                    self.output_nodes.add(node)
+                    self.table.put(node, _wrap(seed, y._device), True)
+                    continue
             self.output_nodes.add(node)
-            self.acc[node] = value
+            self.table.put(node, value, False)
 
-    # -- the loop -------------------------------------------------------------
+    # -- phase 2: the loop -------------------------------------------------------
 
     cdef object run(self, tuple outs, list seeds, list in_nodes):
         cdef ArrayNode node
@@ -1801,25 +1974,39 @@ cdef class _BackwardPass:
                 fn = <FunctionNode>self.heap.back().second
                 self.heap.pop_back()
                 self._process(fn, fn._graph_index(self.bp))
-            # What is left has no creator to process: leaves (and grad inputs).
-            for node_obj, value in list(self.acc.items()):
-                self._finish(<ArrayNode>node_obj, value)
-            self.acc.clear()
+            self._commit()
         finally:
+            # After a failure this is the rollback: the table, the outcome
+            # and the references to the ops are dropped, nothing else.
             self.heap.clear()
-        self.ctx._mark_backpropped(self.bp)
+            self.outcome = None
+            self.table = None
+            self.pushed = None
         return self.results
 
     cdef object _take_grad(self, ArrayNode node):
         """The gradient that flows out of ``node`` now: what accumulated in
-        this pass, else whatever its array holds (None if dead or empty)."""
-        cdef PyObject* p = PyDict_GetItem(self.acc, node)
-        if p == NULL:
+        this pass plus what its slot held, else whatever its array holds
+        (None if dead or empty)."""
+        g = self.table.pop(node)
+        if g is None:
             return self._slot_value(node)
-        g = <object>p
-        del self.acc[node]
-        self.owned.discard(node)
-        self._finish(node, g)
+        g = self._final(node, g)
+        return g
+
+    cdef object _final(self, ArrayNode node, object g):
+        """A node's gradient once nothing more flows in: its prior gradient
+        (read now, so that a cleargrad() meanwhile counts) plus this pass's;
+        recorded for the commit."""
+        cdef bint is_input = self.input_nodes is not None and node in self.input_nodes
+        if node._array != NULL and not is_input:
+            prior = (<ndarray>node._array)._grad_of(node)
+            if prior is not None and node not in self.output_nodes:
+                g = _OPS.add(self._scaled(prior), g)
+            if node not in self.untouched:
+                self.outcome.record(node, g)
+        elif is_input:
+            self.outcome.record(node, g)
         return g
 
     cdef void _process(self, FunctionNode fn, int k) except *:
@@ -1846,7 +2033,7 @@ cdef class _BackwardPass:
             if targets:
                 self._propagate(fn, k, targets, gys)
         if not self.double:
-            fn._unchain_graph(k)
+            self.outcome.processed(fn, k)
 
     cdef void _propagate(self, FunctionNode fn, int k, tuple targets,
                          tuple gys) except *:
@@ -1900,7 +2087,7 @@ cdef class _BackwardPass:
                 raise GradientError('{} Op: {}'.format(
                     _gradient_mismatch(g, node.shape, node.dtype, node.device),
                     fn.name))
-            self._accumulate(node, <ndarray>g, fresh)
+            self.table.add(node, <ndarray>g, fresh)
             self._push(node)
 
     cdef object _call_backward_raw(self, FunctionNode fn, tuple targets, tuple gys):
@@ -2009,65 +2196,39 @@ cdef class _BackwardPass:
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
         return substitute
 
-    cdef void _accumulate_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
-        """``_accumulate`` on a GPU: in place into a buffer this pass owns
-        (one kernel), else one kernel into a new buffer the pass then owns."""
-        ns = old._device.ns
-        if (node in self.owned and old._data.shape == g._data.shape
-                and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
-            ns.accumulate(old._data, g._data)
-            return
-        self.acc[node] = _wrap(ns.add(old._data, g._data), old._device)
-        self.owned.add(node)
+    # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
 
-    cdef void _accumulate(self, ArrayNode node, ndarray g, bint fresh=False) except *:
-        """Add ``g`` to the node's gradient; in place into a buffer this pass
-        owns (``fresh``: ``g`` is one) when no graph records the sum."""
-        cdef ndarray old
-        cdef PyObject* p = PyDict_GetItem(self.acc, node)
-        if p != NULL:
-            old = <ndarray>p
-            if old._nodes is None and g._nodes is None:
-                if not old._device.is_native:
-                    self._accumulate_on_device(node, old, g)
-                    return
-                if node in self.owned and native_kernels.add_into(old._data, g._data):
-                    return
-                if fresh and native_kernels.add_into(g._data, old._data):
-                    self.acc[node] = g
-                    self.owned.add(node)
-                    return
-                self.acc[node] = _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
-                                       old._device)
-                self.owned.add(node)
-            else:
-                self.acc[node] = _OPS.add(old, g)
-                self.owned.discard(node)
-            return
-        if node._array != NULL and (self.input_nodes is None
-                                    or node not in self.input_nodes):
-            prior = (<ndarray>node._array)._grad_of(node)
-            if prior is not None:
-                self.acc[node] = _OPS.add(self._scaled(prior), g)
-                return
-        self.acc[node] = g
-        if fresh and g._nodes is None:
-            self.owned.add(node)
+    cdef void _commit(self) except *:
+        """Every op succeeded: finish the leaves, prepare each slot's value
+        (ops may run, and fail, here), then write them all and unchain."""
+        cdef list slots = []
+        cdef list finals
+        cdef Py_ssize_t i
+        with _commit_lock:
+            # What is left has no creator to process: leaves (and grad inputs).
+            for node_obj, value in list(self.table.acc.items()):
+                self._final(<ArrayNode>node_obj, value)
+            finals = self.outcome.finals
+            for i in range(0, len(finals), 2):
+                self._prepare(<ArrayNode>finals[i], finals[i + 1], slots)
+            self.outcome.apply(slots, not self.double)
+        self.ctx._mark_backpropped(self.bp)
 
-    cdef void _finish(self, ArrayNode node, object value) except *:
-        """Store or drop a node's final gradient once nothing more flows in."""
-        cdef ndarray arr
+    cdef void _prepare(self, ArrayNode node, object value, list slots) except *:
+        """The value a node's slot gets at commit (grad() inputs: its result)."""
         if self.input_nodes is not None and node in self.input_nodes:
             self.results[node] = _writable(self._unscaled(value))
             return
-        if node._array == NULL or node in self.untouched:
+        if node._array == NULL:
             return
-        arr = <ndarray>node._array
         if node.grad_required or (self.retain_grad and node not in self.output_nodes):
-            arr._set_grad_of(node, _writable(self._unscaled(value)))
-            node.grad_required = True
-        else:
-            arr._set_grad_of(node, None)
+            slots.append(node)
+            slots.append(_writable(self._unscaled(value)))
+            slots.append(True)
+        elif (<ndarray>node._array)._grads is not None:
+            slots.append(node)
+            slots.append(None)
+            slots.append(False)
 
 
 cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
