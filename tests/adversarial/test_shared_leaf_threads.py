@@ -1,0 +1,76 @@
+"""Threads that backpropagate into the same leaf lose no update (T1)."""
+
+import sys
+import threading
+import time
+
+import numpy
+
+import xgrad
+
+
+class SlowIdentity(xgrad.FunctionNode):
+    """y = x, whose backward yields the GIL: another thread's pass can commit
+    between this pass's contributions to the same leaf."""
+
+    def forward(self, inputs):
+        return inputs[0].copy(),
+
+    def backward(self, target_input_indexes, grad_outputs):
+        time.sleep(0.0005)
+        return grad_outputs[0],
+
+
+def test_two_threads_accumulating_into_one_leaf_lose_nothing():
+    w = xgrad.array(numpy.zeros((4,), numpy.float32)).require_grad()
+    n_threads, steps = 2, 100
+    start = threading.Barrier(n_threads)
+    errors = []
+
+    def work():
+        try:
+            start.wait()
+            for _ in range(steps):
+                s, = SlowIdentity().apply((w,))
+                (xgrad.sum(w * 1) + xgrad.sum(s)).backward()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    numpy.testing.assert_array_equal(w.grad.to_numpy(),
+                                     numpy.full((4,), 2 * n_threads * steps, numpy.float32))
+
+
+def test_two_threads_with_switches_accumulating_into_one_leaf_lose_nothing():
+    w = xgrad.array(numpy.zeros((4,), numpy.float32)).require_grad()
+    w.set_grad(xgrad.zeros((4,), numpy.float32))
+    n_threads, steps = 2, 400
+    start = threading.Barrier(n_threads)
+    errors = []
+
+    def work():
+        try:
+            start.wait()
+            for _ in range(steps):
+                xgrad.sum(w * 1).backward()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
+    numpy.testing.assert_array_equal(w.grad.to_numpy(),
+                                     numpy.full((4,), n_threads * steps, numpy.float32))
