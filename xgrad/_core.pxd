@@ -48,6 +48,7 @@ cdef class ndarray:
     cdef object __weakref__
 
     cdef ArrayNode _node_on(self, BackpropId bp)
+    cdef void _prune_released(self)
     cdef Py_ssize_t _slot_of(self, ArrayNode node)
     cdef ArrayNode _add_node(self, BackpropId bp, FunctionNode creator,
                              Py_ssize_t rank, int graph_index, int out_index)

@@ -564,8 +564,17 @@ def _live_array_count():
     return _live_arrays
 
 
+cdef object _native_byte_order(object data):
+    """Non-native (e.g. big-endian '>f4') NumPy data as a native-order copy:
+    the kernels read raw memory by type number, so every xgrad array's data
+    is in the machine's byte order."""
+    return data.astype(data.dtype.newbyteorder('='))
+
+
 cdef ndarray _wrap(object data, object device):
     cdef ndarray a = ndarray.__new__(ndarray)
+    if cnp.PyArray_Check(data) and not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>data):
+        data = _native_byte_order(data)
     a._data = data
     a._device = device
     return a
@@ -610,8 +619,11 @@ cdef class ndarray:
 
     def __init__(self, shape, dtype=None, device=None):
         self._device = _resolve_device(device)
-        self._data = _device_module.on_device(
-            numpy.empty(shape, dtype=_OPS.default_dtype(dtype)), self._device)
+        dtype = _OPS.default_dtype(dtype)
+        if not dtype.isnative:
+            dtype = dtype.newbyteorder('=')
+        self._data = _device_module.on_device(numpy.empty(shape, dtype=dtype),
+                                              self._device)
 
     def __dealloc__(self):
         global _live_arrays
@@ -632,6 +644,26 @@ cdef class ndarray:
             if node.backprop_id is bp:
                 return node
         return None
+
+    cdef void _prune_released(self):
+        """Drop the nodes (and gradient slots) of released graphs, so that a
+        long-lived array (a parameter used in many backprop scopes) does not
+        make every op on it loop over dead graphs."""
+        cdef ArrayNode node
+        cdef list nodes = []
+        cdef list grads = [] if self._grads is not None else None
+        cdef Py_ssize_t i
+        for i in range(len(self._nodes)):
+            node = <ArrayNode>self._nodes[i]
+            if node.backprop_id._released:
+                if node._array == <PyObject*>self:
+                    node._array = NULL  # ops of the dead graph may outlive us
+                continue
+            nodes.append(node)
+            if grads is not None:
+                grads.append(self._grads[i])
+        self._nodes = tuple(nodes) if nodes else None
+        self._grads = grads if nodes else None
 
     cdef Py_ssize_t _slot_of(self, ArrayNode node):
         cdef Py_ssize_t i
@@ -817,6 +849,14 @@ cdef class ndarray:
         """Pickles the data and the device name (not graphs or gradients)."""
         return (_unpickle_array, (self._data, self._device.name))
 
+    def __copy__(self):
+        """A new array with a copy of the data (graph-free, as pickling):
+        writing to it never reaches this array."""
+        return _wrap(self._data.copy(), self._device)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
     # -- copies, views, conversions (recorded ops) ---------------------------
 
     def copy(self):
@@ -853,6 +893,8 @@ cdef class ndarray:
                              'gradient'.format(self._data.dtype.name))
         node = self._node_on(bp)
         if node is None:
+            if self._nodes is not None:
+                self._prune_released()
             if self._nodes is not None:
                 for other in self._nodes:
                     _context_of(self)._connect((<ArrayNode>other).backprop_id, bp)
@@ -1358,15 +1400,19 @@ cdef tuple _collect_graphs(tuple xs):
     cdef ArrayNode node
     cdef BackpropId bp
     cdef ndarray x
-    cdef bint seen
+    cdef bint seen, pruned
     for obj in xs:
         if obj is None:
             continue
         x = <ndarray>obj
         if x._nodes is None:
             continue
+        pruned = False
         for node in x._nodes:
             bp = node.backprop_id
+            if bp._released:
+                pruned = True
+                continue
             if graphs is None:
                 if is_enabled(bp):
                     graphs = [bp]
@@ -1378,6 +1424,8 @@ cdef tuple _collect_graphs(tuple xs):
                     break
             if not seen and is_enabled(bp):
                 graphs.append(bp)
+        if pruned:
+            x._prune_released()
     if graphs is None:
         return None
     if len(graphs) == 1:

@@ -1,0 +1,145 @@
+"""Every registered op on awkward memory: big-endian, strided, transposed,
+broadcast, read-only and zero-size inputs.
+
+For each op and sample, the inputs are handed to xgrad without a copy
+(``xgrad.asarray``) in an unusual layout. The forward must equal the NumPy
+reference computed on plain contiguous copies, the gradients must equal
+those of the same op on contiguous inputs, and the inputs must be
+unchanged.
+
+* ``test_big_endian_inputs_match_native`` runs every op and sample (W1);
+* ``test_layouts_property`` lets hypothesis pick the op, sample, dtype and a
+  layout per input: a few examples per run in the normal suite, many with
+  ``pytest -m adversarial_long --hypothesis-profile=adversarial-long``
+  (see tests/adversarial/conftest.py).
+"""
+
+import numpy
+import pytest
+from hypothesis import given, strategies as st
+
+import xgrad
+from xgrad._ops.registry import F32, F64, sample_seed
+
+OPS = [info for info in xgrad.registered_ops() if info.ref is not None]
+BY_NAME = {info.name: info for info in OPS}
+
+
+def _as_tuple(ys):
+    return tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+
+
+def _strided(a):
+    """The same values through every other element of a bigger buffer."""
+    if a.ndim == 0:
+        return a
+    big = numpy.zeros(tuple(2 * n for n in a.shape), a.dtype)
+    view = big[tuple(slice(None, None, 2) for _ in a.shape)]
+    view[...] = a
+    return view
+
+
+def _transposed(a):
+    """The same values in Fortran order (a transposed buffer)."""
+    return numpy.asfortranarray(a) if a.ndim >= 2 else _strided(a)
+
+
+def _broadcast(a):
+    """Zero strides: the first element along axis 0 repeated. Changes the
+    values, so the reference is computed on this array too."""
+    if a.ndim == 0 or a.shape[0] == 0:
+        return a
+    return numpy.broadcast_to(a[:1], a.shape)
+
+
+def _big_endian(a):
+    return a.astype(a.dtype.newbyteorder('>')) if a.dtype.itemsize > 1 else a
+
+
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+LAYOUTS = {'contiguous': lambda a: a, 'strided': _strided, 'transposed': _transposed,
+           'broadcast': _broadcast, 'big_endian': _big_endian, 'read_only': _read_only}
+
+
+def _check(info, sample, dtype, layouts, seed):
+    data = info.sample_data(sample, dtype, numpy.random.RandomState(seed))
+    odd = [LAYOUTS[layout](a) for a, layout in zip(data, layouts)]
+    plain = [numpy.array(a, order='C').astype(a.dtype.newbyteorder('='))
+             for a in odd]
+    before = [a.copy() for a in plain]
+    xs = [xgrad.asarray(a) for a in odd]
+    diff = [i for i in info.differentiable_inputs(sample)
+            if plain[i].dtype.kind == 'f']
+    for i in diff:
+        xs[i].require_grad()
+    with numpy.errstate(all='ignore'):
+        expected = [numpy.asarray(e) for e in _as_tuple(info.reference(plain, sample))]
+        ys = _as_tuple(info(xs, sample))
+    assert len(ys) == len(expected)
+    for y, e in zip(ys, expected):
+        assert y.shape == e.shape and y.dtype == e.dtype.newbyteorder('='), (
+            y.shape, y.dtype, e.shape, e.dtype)
+        if e.dtype.kind == 'f':
+            atol, rtol = info.forward_tolerance(e.dtype)
+            numpy.testing.assert_allclose(y.to_numpy().astype(F64), e.astype(F64),
+                                          atol=atol, rtol=rtol, equal_nan=True)
+        else:
+            numpy.testing.assert_array_equal(y.to_numpy(), e)
+    if diff and info.differentiable:
+        # The same op on contiguous native copies gives the same gradients.
+        ref_xs = [xgrad.array(a) for a in plain]
+        for i in diff:
+            ref_xs[i].require_grad()
+        ref_ys = _as_tuple(info(ref_xs, sample))
+        pairs = [(y, r) for y, r in zip(ys, ref_ys) if y.dtype.kind == 'f']
+        if pairs:
+            rs = numpy.random.RandomState(seed + 1)
+            weights = [xgrad.array(rs.uniform(-1, 1, y.shape).astype(y.dtype))
+                       for y, _ in pairs]
+            got = xgrad.grad([y for y, _ in pairs], [xs[i] for i in diff],
+                             grad_outputs=weights)
+            want = xgrad.grad([r for _, r in pairs], [ref_xs[i] for i in diff],
+                              grad_outputs=weights)
+            for g, w in zip(got, want):
+                assert (g is None) == (w is None)
+                if g is not None:
+                    assert g.dtype == w.dtype and g.shape == w.shape
+                    numpy.testing.assert_allclose(g.to_numpy(), w.to_numpy(),
+                                                  rtol=1e-6, atol=1e-6, equal_nan=True)
+    for a, b, o in zip(odd, before, data):
+        numpy.testing.assert_array_equal(numpy.asarray(a), b)
+
+
+def _samples(name):
+    info = BY_NAME[name]
+    return [(info, s, d) for s in info.samples for d in info.dtypes + info.int_dtypes]
+
+
+@pytest.mark.parametrize('name', sorted(BY_NAME))
+def test_big_endian_inputs_match_native(name):
+    for info, sample, dtype in _samples(name):
+        layouts = ['big_endian'] * len(sample.args)
+        _check(info, sample, dtype, layouts,
+               sample_seed('big-endian', name, sample.name, dtype))
+
+
+@st.composite
+def _cases(draw):
+    name = draw(st.sampled_from(sorted(BY_NAME)))
+    info = BY_NAME[name]
+    sample = draw(st.sampled_from(info.samples))
+    dtype = draw(st.sampled_from(info.dtypes + info.int_dtypes))
+    layouts = [draw(st.sampled_from(sorted(LAYOUTS))) for _ in sample.args]
+    seed = draw(st.integers(0, 2**31 - 1))
+    return info, sample, dtype, layouts, seed
+
+
+@given(_cases())
+def test_layouts_property(case):
+    info, sample, dtype, layouts, seed = case
+    _check(info, sample, dtype, layouts, seed)
