@@ -137,13 +137,18 @@ def test_array_repr_without_graph():
         "array([3.], shape=(1,), dtype=float32, device='native:0')")
 
 
-def test_operations_keep_propagating_expired_nodes():  # §2
+def test_operations_drop_expired_nodes():  # §2, changed by issue 13 (L2)
+    """Unlike ChainerX, an op neither propagates the nodes of released graphs
+    (they can never be backpropagated) nor keeps them on its inputs: a
+    parameter used in many scopes would otherwise slow every op down."""
     with xgrad.backprop_scope('bp1') as bp1:
         x = _array([3.0]).require_grad(bp1)
-    y = x * 2
-    assert str(y) == (
-        "array([6.], shape=(1,), dtype=float32, device='native:0', "
+    assert str(x) == (
+        "array([3.], shape=(1,), dtype=float32, device='native:0', "
         "backprop_ids=['<expired>'])")
+    y = x * 2
+    assert str(y) == "array([6.], shape=(1,), dtype=float32, device='native:0')"
+    assert str(x) == "array([3.], shape=(1,), dtype=float32, device='native:0')"
 
 
 # ---------------------------------------------------------------------------

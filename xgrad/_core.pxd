@@ -60,6 +60,7 @@ cdef class ndarray:
     cdef BackpropId _valid_bp(self, backprop_id)
     cdef ArrayNode _constant_check(self, BackpropId bp)
     cdef void _check_inplace(self, other) except *
+    cdef void _check_writable(self) except *
     cdef object _inplace(self, other, op)
 
 

@@ -12,6 +12,15 @@ Ownership has no cycles (see docs/architecture in the design notes):
 so dropping the last reference to an output frees its graph at once, without
 the garbage collector. Gradients are stored on the array (one slot per node),
 never on nodes, so a gradient that is itself in a graph cannot close a cycle.
+
+Users can still close one (``a.set_grad(a)``; a FunctionNode subclass that
+keeps its output as an attribute), so arrays and nodes are visible to the
+garbage collector (``tp_traverse``), and so are Python subclasses of
+FunctionNode (through their ``__dict__``; the built-in ops, which hold no
+arrays, stay untracked: fewer objects for each collection to visit). None is
+ever cleared by the collector (``no_gc_clear``): their raw pointers must stay
+valid while a cycle is torn down, which clearing the Python containers in the
+cycle (lists, dicts) does.
 """
 
 cimport cython
@@ -40,8 +49,8 @@ cnp.import_array()
 cdef object _NUMPY_NDARRAY = numpy.ndarray
 
 from xgrad._errors import (
-    ContextError, DeviceError, DimensionError, DtypeError, GradientError,
-    XgradError)
+    BackpropModeError, ContextError, DeviceError, DimensionError, DtypeError,
+    GradientError, XgradError)
 from xgrad._errors import NotImplementedError as XgradNotImplementedError
 from xgrad._errors import IndexError as XgradIndexError
 from xgrad import _device as _device_module
@@ -260,7 +269,14 @@ cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *:
     if modes and modes[-1] is entry:
         modes.pop()
     else:
-        modes.remove(entry)
+        for i in range(len(modes)):
+            if modes[i] is entry:
+                del modes[i]
+                break
+        else:
+            raise BackpropModeError(
+                'A backprop mode scope was exited in a thread that did not '
+                'enter it (or exited twice); modes are per thread.')
     _active_mode_entries -= 1
 
 
@@ -521,7 +537,7 @@ cdef void _drain_release_queue():
 # Array nodes
 # ---------------------------------------------------------------------------
 
-@cython.no_gc
+@cython.no_gc_clear
 @cython.final
 cdef class ArrayNode:
     """An array's vertex in one graph: its creator and rank there."""
@@ -605,7 +621,7 @@ def _gradient_mismatch(ndarray g, object shape, object dtype, object device):
     return None
 
 
-@cython.no_gc
+@cython.no_gc_clear
 cdef class ndarray:
     """An n-dimensional array that records the operations applied to it.
 
@@ -689,9 +705,6 @@ cdef class ndarray:
 
     cdef void _attach(self, ArrayNode node):
         """Add ``node`` to this array's nodes, with an empty gradient slot."""
-        # A tuple, not a list: it holds only ArrayNodes (invisible to the
-        # garbage collector), so the collector stops tracking it and long
-        # graphs do not slow down collections.
         if self._nodes is None:
             self._nodes = (node,)
         else:
@@ -889,8 +902,11 @@ cdef class ndarray:
         cdef BackpropId bp = self._valid_bp(backprop_id)
         cdef ArrayNode node
         if not _has_float_data(self._data):
-            raise DtypeError('Array with integral dtype ({}) cannot compute '
-                             'gradient'.format(self._data.dtype.name))
+            if self._data.dtype.kind in 'iub':
+                raise DtypeError('Array with integral dtype ({}) cannot compute '
+                                 'gradient'.format(self._data.dtype.name))
+            raise DtypeError('Array with dtype {} cannot compute gradient: only '
+                             'float dtypes can'.format(self._data.dtype.name))
         node = self._node_on(bp)
         if node is None:
             if self._nodes is not None:
@@ -1015,8 +1031,15 @@ cdef class ndarray:
                                   '{} and {}'.format(self._device.name,
                                                      (<ndarray>other)._device.name))
 
+    cdef void _check_writable(self) except *:
+        if not self._data.flags.writeable:
+            raise XgradError('In-place operation on an array whose data is '
+                             'read-only (shape {}, dtype {}); copy it first'.format(
+                                 self._data.shape, self._data.dtype.name))
+
     cdef object _inplace(self, other, op):
         self._check_inplace(other)
+        self._check_writable()
         raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
         try:
             op(self._data, raw, out=self._data)
@@ -1042,6 +1065,7 @@ cdef class ndarray:
 
     def fill(self, value):
         self._check_inplace(value)
+        self._check_writable()
         self._data.fill(value)
 
     def __setitem__(self, key, value):
@@ -1049,6 +1073,7 @@ cdef class ndarray:
             raise RuntimeError('Cannot assign to an array that requires '
                                'backprop; use as_grad_stopped() first.')
         self._check_inplace(value)
+        self._check_writable()
         raw = (<ndarray>value)._data if isinstance(value, ndarray) else value
         try:
             self._data[_OPS.raw_index(key)] = raw
@@ -1434,6 +1459,31 @@ cdef tuple _collect_graphs(tuple xs):
     return tuple(graphs)
 
 
+cdef extern from "Python.h":
+    # No exception check: an overflow is seen as -1 plus PyErr_Occurred().
+    Py_ssize_t _long_as_ssize "PyLong_AsSsize_t"(object) noexcept
+    bint _long_check_exact "PyLong_CheckExact"(object) noexcept
+    object _err_occurred "PyErr_Occurred"()
+    void _err_clear "PyErr_Clear"() noexcept
+
+
+cdef inline bint _indexes_in_range(tuple indexes, Py_ssize_t n) noexcept:
+    """Whether every index is a plain int in [0, n): the check of every op
+    that retains arrays, at C speed."""
+    cdef Py_ssize_t i, v
+    for i in range(len(indexes)):
+        idx = indexes[i]
+        if not _long_check_exact(idx):
+            return False
+        v = _long_as_ssize(idx)
+        if v == -1 and _err_occurred() is not None:
+            _err_clear()
+            return False
+        if v < 0 or v >= n:
+            return False
+    return True
+
+
 cdef tuple _checked_indexes(tuple indexes, Py_ssize_t n, FunctionNode fn,
                             str what):
     """Retained ``indexes`` as non-negative positions among ``n`` arrays
@@ -1443,8 +1493,6 @@ cdef tuple _checked_indexes(tuple indexes, Py_ssize_t n, FunctionNode fn,
     cdef Py_ssize_t i, j
     for i in range(len(indexes)):
         idx = indexes[i]
-        if type(idx) is int and 0 <= idx < n:
-            continue  # the common case, checked at C speed
         if isinstance(idx, bool) or not isinstance(idx, (int, numpy.integer)):
             raise TypeError('{}.retain_{}(): index {!r} is not an integer'.format(
                 fn.name, what, idx))
@@ -1461,9 +1509,9 @@ cdef tuple _checked_indexes(tuple indexes, Py_ssize_t n, FunctionNode fn,
 
 cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     """Record ``fn`` on every enabled graph its inputs live on."""
-    if fn._retain_in_idx:
+    if fn._retain_in_idx and not _indexes_in_range(fn._retain_in_idx, len(xs)):
         fn._retain_in_idx = _checked_indexes(fn._retain_in_idx, len(xs), fn, 'inputs')
-    if fn._retain_out_idx:
+    if fn._retain_out_idx and not _indexes_in_range(fn._retain_out_idx, len(outs)):
         fn._retain_out_idx = _checked_indexes(fn._retain_out_idx, len(outs), fn,
                                               'outputs')
     cdef tuple graphs = _collect_graphs(xs)
@@ -1564,9 +1612,11 @@ cpdef tuple apply(FunctionNode fn, inputs):
     raw = tuple([None if x is None else (<ndarray>x)._data for x in xs])
     cdef tuple out_raw = _normalize_outputs(fn.forward(raw), fn)
     for j, o in enumerate(out_raw):
-        if o is not None and not (hasattr(o, 'dtype') and hasattr(o, 'shape')):
+        if o is not None and not (isinstance(o, (_NUMPY_NDARRAY, numpy.generic))
+                                  or _device_module._is_cuda_array(o)):
             raise TypeError('{}.forward returned a {} as output {}; outputs must '
-                            'be arrays (or None)'.format(fn.name, type(o).__name__, j))
+                            'be NumPy (or CuPy) arrays, or None'.format(
+                                fn.name, type(o).__name__, j))
     fn._applied = True
     cdef tuple outs = tuple([None if o is None else _wrap(_as_raw_array(o), device)
                              for o in out_raw])
@@ -2046,14 +2096,15 @@ cdef class _BackwardPass:
         """A node's gradient once nothing more flows in: its prior gradient
         (read now, so that a cleargrad() meanwhile counts) plus this pass's;
         recorded for the commit."""
-        cdef bint is_input = self.input_nodes is not None and node in self.input_nodes
-        if node._array != NULL and not is_input:
-            prior = (<ndarray>node._array)._grad_of(node)
-            if prior is not None and node not in self.output_nodes:
-                g = _OPS.add(self._scaled(prior), g)
-            if node not in self.untouched:
-                self.outcome.record(node, g)
-        elif is_input:
+        if self.input_nodes is not None and node in self.input_nodes:
+            self.outcome.record(node, g)
+            return g
+        if node._array == NULL:
+            return g  # a dead array: nothing to add, nowhere to store
+        prior = (<ndarray>node._array)._grad_of(node)
+        if prior is not None and node not in self.output_nodes:
+            g = _OPS.add(self._scaled(prior), g)
+        if not self.untouched or node not in self.untouched:
             self.outcome.record(node, g)
         return g
 
@@ -2408,6 +2459,18 @@ def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
             raise GradientError('grad_inputs and inputs must have the same size: '
                                 '{} grad_inputs for {} inputs'.format(
                                     len(extras), len(ins)))
+        for i, extra in enumerate(extras):
+            if extra is None:
+                continue
+            if not isinstance(extra, ndarray):
+                raise TypeError('grad_inputs[{}] must be an xgrad.ndarray or None, '
+                                'not {}'.format(i, type(extra).__name__))
+            message = _gradient_mismatch(extra, (<ndarray>ins[i])._data.shape,
+                                         (<ndarray>ins[i])._data.dtype,
+                                         (<ndarray>ins[i])._device)
+            if message is not None:
+                raise GradientError('{} (in grad_inputs[{}], for input {})'.format(
+                    message, i, i))
     if not ins:
         return []
     if outs:

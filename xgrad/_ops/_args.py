@@ -4,6 +4,7 @@ raises the xgrad error class ChainerX raises, naming the argument at fault
 (and the op, when ``op`` is given: ``'var: axis 5 is out of range ...'``)."""
 
 import numbers
+import os
 
 import numpy
 
@@ -73,12 +74,44 @@ def is_int(v):
         v, (bool, numpy.bool_))
 
 
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
 def int_arg(v, name, op=None):
-    """``v`` as a Python int; TypeError naming the argument otherwise."""
+    """``v`` as a Python int; TypeError naming the argument otherwise, and
+    DimensionError when it does not fit in int64 (what NumPy computes in)."""
     if not is_int(v):
         raise TypeError('{} must be an int, not {}'.format(_named(name, op),
                                                             type(v).__name__))
-    return int(v)
+    return fits_int64(int(v), name, op)
+
+
+def fits_int64(v, name, op=None):
+    """Python int ``v``, unless it is beyond int64: a DimensionError naming
+    the argument instead of NumPy's OverflowError."""
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise DimensionError('{} {} is out of the int64 range'.format(
+            _named(name, op), v))
+    return v
+
+
+def _memory_bytes():
+    try:
+        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    except (AttributeError, ValueError, OSError):
+        return numpy.iinfo(numpy.intp).max
+
+
+def check_result_size(shape, dtype, op, what='the result'):
+    """DimensionError when an array of ``shape`` and ``dtype`` could not be
+    made (more bytes than this machine has), checked before allocating."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    nbytes = n * numpy.dtype(dtype).itemsize
+    if nbytes > _memory_bytes():
+        raise DimensionError('{}: {} would have shape {} ({} bytes), more than this '
+                             "machine's memory".format(op, what, tuple(shape), nbytes))
 
 
 def normalize_axes(axis, ndim, name='axis', op=None):
@@ -188,3 +221,6 @@ def checked_ufunc(op, ufunc, *raw):
         return ufunc(*raw)
     except TypeError as e:
         raise DtypeError('{}: {}'.format(op, e)) from None
+    except OverflowError as e:  # a Python int beyond the operands' dtype
+        raise DtypeError('{}: a Python int operand does not fit the operand dtype: '
+                         '{}'.format(op, e)) from None

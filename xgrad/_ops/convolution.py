@@ -70,6 +70,8 @@ def spatial_tuple(value, n, name, op, minimum):
                 raise TypeError('{}: {} must be an int or a tuple of ints, not {!r}'.format(
                     op, name, value))
         values = tuple(int(v) for v in values)
+    for v in values:
+        _args.fits_int64(v, name, op)
     if any(v < minimum for v in values):
         raise ValueError('{}: {} must be {} for every axis, got {}'.format(
             op, name, 'positive' if minimum == 1 else 'non-negative', value))

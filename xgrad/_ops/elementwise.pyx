@@ -293,6 +293,12 @@ cdef class _Binary(Op):
             raise
         except TypeError as e:  # NumPy has no loop for these dtypes
             raise DtypeError('{}: {}'.format(self.name, e)) from None
+        except OverflowError as e:  # a Python int beyond the array's dtype
+            raise DtypeError('{}: a Python int operand does not fit the operand '
+                             'dtypes {} and {}: {}'.format(
+                                 self.name, numpy.result_type(a) if not isinstance(a, int)
+                                 else 'int', numpy.result_type(b) if not isinstance(b, int)
+                                 else 'int', e)) from None
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         cdef int p

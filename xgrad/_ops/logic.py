@@ -146,6 +146,9 @@ for _f in (isnan, isinf, isfinite):
 def _truth_reduction(name, reducer):
     def op(a, axis=None, keepdims=False):
         a = _args.as_array(a, 'a')
+        if not isinstance(keepdims, (bool, numpy.bool_, int, numpy.integer)):
+            raise TypeError('{}: keepdims must be a bool, not {}'.format(
+                name, type(keepdims).__name__))
         axes = _args.normalize_axes(axis, a.ndim)
         return _args.wrap(reducer(_args.raw(a), axis=axes, keepdims=keepdims), a)
     op.__name__ = name

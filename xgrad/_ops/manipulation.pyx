@@ -200,7 +200,17 @@ def transpose(a, axes=None):
     if axes is None:
         op.axes = tuple(range(ndim - 1, -1, -1))
     else:
-        items = tuple(axes)
+        if isinstance(axes, (int, numpy.integer)) and not isinstance(axes, bool):
+            axes = (axes,)
+        try:
+            items = tuple(axes)
+        except TypeError:
+            raise TypeError('transpose: axes must be None or a sequence of ints, '
+                            'not {}'.format(type(axes).__name__)) from None
+        for i in items:
+            if isinstance(i, (bool, numpy.bool_)) or not isinstance(
+                    i, (int, numpy.integer)):
+                raise TypeError('transpose: axes must be ints, not {!r}'.format(i))
         if len(items) != ndim:
             raise DimensionError('transpose: axes {} do not match an array with {} '
                                  'dimensions'.format(axes, ndim))

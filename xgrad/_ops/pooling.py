@@ -42,6 +42,8 @@ def _geometry(op, x, ksize, stride, pad, cover_all):
     ksize = spatial_tuple(ksize, n, 'ksize', op, 1)
     stride = ksize if stride is None else spatial_tuple(stride, n, 'stride', op, 1)
     geom = Geometry(ksize, stride, spatial_tuple(pad, n, 'pad', op, 0), (1,) * n, 1)
+    _args.check_result_size(x.shape[:2] + tuple(d + 2 * p for d, p in zip(
+        x.shape[2:], geom.pad)), x.dtype, op, 'x padded by {}'.format(geom.pad))
     outsize = tuple(out_size(d, k, s, p, 1, cover_all)
                     for d, k, s, p in zip(x.shape[2:], ksize, stride, geom.pad))
     if any(l < 1 for l in outsize):

@@ -133,14 +133,24 @@ cdef class BroadcastTo(Op):
         return (xp.sum_to(gys[0], self.in_shape),)
 
 
+_INT64_MIN = int(numpy.iinfo(numpy.int64).min)
+_INT64_MAX = int(numpy.iinfo(numpy.int64).max)
+
+
 cdef tuple _as_shape(object shape):
     if isinstance(shape, (int, numpy.integer)):
-        return (int(shape),)
-    try:
-        return tuple([int(n) for n in shape])
-    except TypeError:
-        raise TypeError('shape must be an int or a sequence of ints, not {}'.format(
-            type(shape).__name__)) from None
+        out = (int(shape),)
+    else:
+        try:
+            out = tuple([int(n) for n in shape])
+        except TypeError:
+            raise TypeError('shape must be an int or a sequence of ints, not {}'.format(
+                type(shape).__name__)) from None
+    for n in out:
+        if not _INT64_MIN <= n <= _INT64_MAX:
+            raise DimensionError('shape {} has a length out of the int64 range'.format(
+                shape))
+    return out
 
 
 cdef bint _reduces_to(tuple src, tuple dst):

@@ -375,6 +375,9 @@ def repeat(a, repeats, axis=None):
     else:
         axis = _args.normalize_axis(axis, x.ndim, 'repeat: axis')
         reps = _repeats(repeats, x.shape[axis])
+    total = reps * x.shape[axis] if isinstance(reps, int) else int(numpy.sum(reps))
+    _args.check_result_size(x.shape[:axis] + (total,) + x.shape[axis + 1:], x.dtype,
+                            'repeat')
     if isinstance(reps, int):
         return _args.apply(Repeat(axis, reps, x.shape), x)
     # One count per element: a take of each element's index, repeated.
