@@ -1770,12 +1770,9 @@ cdef class _GradTable:
 
     cdef object pop(self, ArrayNode node):
         """The node's gradient, removed from the table; None if none flowed in."""
-        cdef PyObject* p = PyDict_GetItem(self.acc, node)
-        if p == NULL:
-            return None
-        g = <object>p
-        del self.acc[node]
-        self.owned.discard(node)
+        g = self.acc.pop(node, None)
+        if g is not None and self.owned:
+            self.owned.discard(node)
         return g
 
     cdef void _add_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
@@ -1986,11 +1983,15 @@ cdef class _BackwardPass:
 
     cdef void _push(self, ArrayNode node):
         cdef FunctionNode fn = node.creator
-        if fn is None or fn in self.pushed:
+        cdef Py_ssize_t n
+        if fn is None:
             return
         if self.sub_ops is not None and fn not in self.sub_ops:
             return
+        n = len(self.pushed)
         self.pushed.add(fn)
+        if len(self.pushed) == n:
+            return  # already in the heap, or done
         self.seq += 1
         self.heap.push_back(_HeapItem(
             ((<_HeapKey>node.rank) << 32) | self.seq, <PyObject*>fn))
