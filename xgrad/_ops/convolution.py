@@ -399,9 +399,12 @@ def _geometry(op, x, w, stride, pad, dilate, groups):
     groups = _args.int_arg(groups, 'groups', op=op)
     if groups < 1:
         raise ValueError('{}: groups must be positive, got {}'.format(op, groups))
-    return Geometry(tuple(w.shape[2:]), spatial_tuple(stride, n, 'stride', op, 1),
+    geom = Geometry(tuple(w.shape[2:]), spatial_tuple(stride, n, 'stride', op, 1),
                     spatial_tuple(pad, n, 'pad', op, 0),
                     spatial_tuple(dilate, n, 'dilate', op, 1), int(groups))
+    _args.check_result_size(x.shape[:2] + tuple(d + 2 * p for d, p in zip(
+        x.shape[2:], geom.pad)), x.dtype, op, 'x padded by {}'.format(geom.pad))
+    return geom
 
 
 def _check_bias(op, b, channels, w):

@@ -149,6 +149,7 @@ def _truth_reduction(name, reducer):
         if not isinstance(keepdims, (bool, numpy.bool_, int, numpy.integer)):
             raise TypeError('{}: keepdims must be a bool, not {}'.format(
                 name, type(keepdims).__name__))
+        keepdims = bool(keepdims)
         axes = _args.normalize_axes(axis, a.ndim)
         return _args.wrap(reducer(_args.raw(a), axis=axes, keepdims=keepdims), a)
     op.__name__ = name

@@ -235,6 +235,10 @@ def norm(x, ord=None, axis=None, keepdims=False):
         raise TypeError('norm: {}'.format(e)) from None
     if x.dtype.kind != 'f':
         x = astype(x, numpy.float64)
+    if not isinstance(keepdims, (bool, numpy.bool_, numbers.Integral)):
+        raise TypeError('norm: keepdims must be a bool, not {}'.format(
+            type(keepdims).__name__))
+    keepdims = bool(keepdims)
     if not (ord is None or isinstance(ord, str) or
             (isinstance(ord, numbers.Real) and not isinstance(ord, bool))):
         raise TypeError('norm: ord must be None, a number, \'fro\' or \'nuc\', not '

@@ -245,6 +245,10 @@ def _split(op, ary, indices_or_sections, axis, min_ndim=0):
             raise ValueError('{}: array split does not result in an equal division '
                              '(axis {} of length {} into {} sections)'.format(
                                  op, axis, n, sections))
+        # An empty axis splits into any number of parts: each is an array
+        # (some hundred bytes), so the count is checked against memory first.
+        _args.check_result_size((sections, 256), numpy.uint8, op,
+                                '{} output arrays'.format(sections))
         step = n // sections
         bounds = [(i * step, (i + 1) * step) for i in range(sections)]
     else:
