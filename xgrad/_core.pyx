@@ -777,6 +777,16 @@ cdef class ndarray:
             return data.copy()
         return data
 
+    # NumPy meets xgrad arrays: ``numpy.float32(2) * a``, ``numpy.ones(3) + a``
+    # and ``numpy.tanh(a)`` all come here. Dispatching to the xgrad op of the
+    # same name keeps the graph; anything else raises rather than returning a
+    # plain NumPy array with the gradient silently dropped.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _OPS.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _OPS.array_function(func, types, args, kwargs)
+
     def __len__(self):
         if self._data.ndim == 0:
             raise TypeError('len() of unsized object')
@@ -960,6 +970,12 @@ cdef class ndarray:
 
     cdef void _check_inplace(self, other) except *:
         if self._nodes:
+            if all((<ArrayNode>n).creator is None for n in self._nodes):
+                raise XgradError(
+                    'In-place update of an array that requires grad (a leaf, e.g. a '
+                    'parameter) is not allowed, even in no_backprop_mode. Update its '
+                    'data through a grad-stopped view, which shares the data: '
+                    'p = w.as_grad_stopped(); p -= lr * w.grad')
             raise XgradError('In-place assignment to output array requiring grad '
                              'is not allowed.')
         if isinstance(other, ndarray):
