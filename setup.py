@@ -35,6 +35,9 @@ extensions = [
 
 setup(ext_modules=cythonize(
     extensions,
-    compiler_directives={'language_level': 3, 'embedsignature': True},
+    # binding=True (Cython 3's default, stated so that it stays): functions
+    # are real function objects, so inspect.signature and help() show their
+    # parameters. The generated C is the same as with the default.
+    compiler_directives={'language_level': 3, 'embedsignature': True, 'binding': True},
     nthreads=2,
 ))
