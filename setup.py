@@ -1,8 +1,15 @@
 """Build the Cython extensions (the engine in xgrad/_core.pyx and the ops)."""
 
+import os
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+try:
+    from setuptools.modified import newer_group
+except ImportError:  # setuptools < 69
+    from setuptools.dep_util import newer_group
 
 MODULES = [
     'xgrad._backend.native_kernels',
@@ -33,7 +40,28 @@ extensions = [
     for name in MODULES
 ]
 
-setup(ext_modules=cythonize(
+
+
+class ReusingBuildExt(build_ext):
+    """Reuse an extension module already built in the source tree when it is
+    newer than its C sources (which cythonize regenerates from a changed
+    .pyx/.pxd/header). pip builds every install in fresh temporary
+    directories, so without this a second ``pip install -e .`` with
+    unchanged sources compiled everything again (minutes)."""
+
+    def build_extension(self, ext):
+        target = self.get_ext_fullpath(ext.name)
+        built = os.path.join(*ext.name.split('.')[:-1], self.get_ext_filename(
+            ext.name).split(os.sep)[-1])
+        if (os.path.abspath(built) != os.path.abspath(target) and os.path.exists(built)
+                and not newer_group(list(ext.sources) + list(ext.depends), built)):
+            self.mkpath(os.path.dirname(target))
+            self.copy_file(built, target)
+            return
+        super().build_extension(ext)
+
+
+setup(cmdclass={'build_ext': ReusingBuildExt}, ext_modules=cythonize(
     extensions,
     # binding=True (Cython 3's default, stated so that it stays): functions
     # are real function objects, so inspect.signature and help() show their
