@@ -44,21 +44,31 @@ extensions = [
 
 class ReusingBuildExt(build_ext):
     """Reuse an extension module already built in the source tree when it is
-    newer than its C sources (which cythonize regenerates from a changed
-    .pyx/.pxd/header). pip builds every install in fresh temporary
-    directories, so without this a second ``pip install -e .`` with
-    unchanged sources compiled everything again (minutes)."""
+    newer than everything it is built from: its .pyx, xgrad's .pxd and .h
+    files, and this file.
+
+    pip builds every install in fresh temporary directories with a freshly
+    installed NumPy, whose .pxd files are then newer than our generated C:
+    cythonize regenerates it all, and without this a second ``pip install -e
+    .`` with unchanged sources compiled everything again (minutes). The
+    generated C is not a criterion for the same reason."""
 
     def build_extension(self, ext):
         target = self.get_ext_fullpath(ext.name)
-        built = os.path.join(*ext.name.split('.')[:-1], self.get_ext_filename(
-            ext.name).split(os.sep)[-1])
+        built = os.path.join(*ext.name.split('.')[:-1],
+                             os.path.basename(self.get_ext_filename(ext.name)))
         if (os.path.abspath(built) != os.path.abspath(target) and os.path.exists(built)
-                and not newer_group(list(ext.sources) + list(ext.depends), built)):
+                and not newer_group(_inputs(ext.name), built)):
             self.mkpath(os.path.dirname(target))
             self.copy_file(built, target)
             return
         super().build_extension(ext)
+
+
+def _inputs(name):
+    shared = [os.path.join(d, f) for d, _, files in os.walk('xgrad') for f in files
+              if f.endswith(('.pxd', '.pxi', '.h'))]
+    return [name.replace('.', '/') + '.pyx', __file__] + shared
 
 
 setup(cmdclass={'build_ext': ReusingBuildExt}, ext_modules=cythonize(
