@@ -463,10 +463,14 @@ def test_astype_to_float_is_recorded_to_int_is_not():  # §4
 def test_inplace_on_array_with_node_raises():
     x = _array([1, 2, 3]).require_grad()
     with pytest.raises(xgrad.XgradError, match=(
-            'In-place assignment to output array requiring grad '
-            'is not allowed')):
+            'In-place update of an array that requires grad .a leaf')):
         x += 1
     _assert_values(x, [1, 2, 3])
+    y = x * 1
+    with pytest.raises(xgrad.XgradError, match=(
+            'In-place assignment to output array requiring grad '
+            'is not allowed')):
+        y += 1
 
 
 @pytest.mark.parametrize('op', [

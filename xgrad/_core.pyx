@@ -824,6 +824,16 @@ cdef class ndarray:
             return data.copy()
         return data
 
+    # NumPy meets xgrad arrays: ``numpy.float32(2) * a``, ``numpy.ones(3) + a``
+    # and ``numpy.tanh(a)`` all come here. Dispatching to the xgrad op of the
+    # same name keeps the graph; anything else raises rather than returning a
+    # plain NumPy array with the gradient silently dropped.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _OPS.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _OPS.array_function(func, types, args, kwargs)
+
     def __len__(self):
         if self._data.ndim == 0:
             raise TypeError('len() of unsized object')
@@ -1020,6 +1030,12 @@ cdef class ndarray:
 
     cdef void _check_inplace(self, other) except *:
         if self._nodes:
+            if all((<ArrayNode>n).creator is None for n in self._nodes):
+                raise XgradError(
+                    'In-place update of an array that requires grad (a leaf, e.g. a '
+                    'parameter) is not allowed, even in no_backprop_mode. Update its '
+                    'data through a grad-stopped view, which shares the data: '
+                    'p = w.as_grad_stopped(); p -= lr * w.grad')
             raise XgradError('In-place assignment to output array requiring grad '
                              'is not allowed.')
         if isinstance(other, ndarray):
@@ -2417,7 +2433,14 @@ def backward(*args, **kwargs):
 
     Backpropagate from ``outputs`` on one graph. Unlike ChainerX, takes
     ``grad_outputs``, honours ``retain_grad`` and ``loss_scale``, and leaves no
-    gradient on outputs that are not grad-required.
+    gradient on outputs that are not grad-required. ``outputs`` is
+    positional-only.
+
+    The pass frees the graph it walks (as ChainerX does): a second
+    ``backward`` or a ``grad`` over the same graph finds nothing and silently
+    leaves every gradient as it is. To walk a graph twice, pass
+    ``enable_double_backprop=True`` to the first pass, which keeps it (and
+    records the gradient computation). See docs/recipes.md.
     """
     allowed = ('backprop_id', 'enable_double_backprop', 'grad_outputs',
                'retain_grad', 'loss_scale')
@@ -2442,13 +2465,39 @@ cdef _backward(outputs, backprop_id, bint double, grad_outputs, bint retain_grad
     _BackwardPass(bp, double, retain_grad, loss_scale).run(outs, seeds, None)
 
 
+def _backward_signature():
+    import inspect
+    P = inspect.Parameter
+    return inspect.Signature(
+        [P('outputs', P.POSITIONAL_ONLY), P('backprop_id', P.POSITIONAL_OR_KEYWORD, default=None)]
+        + [P(name, P.KEYWORD_ONLY, default=default) for name, default in (
+            ('enable_double_backprop', False), ('grad_outputs', None),
+            ('retain_grad', False), ('loss_scale', None))])
+
+
+# help(xgrad.backward) and inspect show the real parameters, not (*args, **kwargs).
+backward.__signature__ = _backward_signature()
+
+
 def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
          set_grad=False, retain_grad=False, grad_outputs=None, grad_inputs=None,
          loss_scale=None):
     """Gradients of ``outputs`` (weighted by ``grad_outputs``) with respect to
     ``inputs``, returned without touching the inputs' gradients (unless
     ``set_grad``). ``grad_inputs`` are added to the results, as chainer.grad
-    does. An input without a path from it to the outputs gets None."""
+    does. An input without a path from it to the outputs gets None.
+
+    The pass frees the graph it walks unless ``enable_double_backprop=True``:
+    a later ``grad`` or ``backward`` over that graph then returns None for
+    every input, with no error. A Hessian computed row by row, for instance,
+    needs ``enable_double_backprop=True`` on the gradient *and* on every
+    row's ``grad``, or all rows after the first come back None::
+
+        g, = xgrad.grad([y], [x], enable_double_backprop=True)
+        rows = [xgrad.grad([g[i]], [x], enable_double_backprop=True)[0]
+                for i in range(x.size)]
+
+    See docs/recipes.md."""
     cdef tuple outs = _as_array_tuple(outputs, 'outputs')
     cdef tuple ins = _as_array_tuple(inputs, 'inputs')
     cdef ArrayNode node

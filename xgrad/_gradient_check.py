@@ -140,9 +140,12 @@ def _numerical_gradients(func, inputs, grad_outputs, eps, context):
     return grads
 
 
-def _compare(backward_grads, numerical_grads, eps, atol, rtol, bp, what):
-    failed = []
-    details = []
+def _compare(backward_grads, numerical_grads, eps, atol, rtol, bp, what, func=None):
+    """Raise GradientCheckError when a gradient is out of tolerance. The
+    message starts with what a reader needs: the function, and per failing
+    input its worst element with the analytic and numerical values; the
+    arrays follow (only where small enough to read)."""
+    failed, summary, details = [], [], []
     for i, (b, n) in enumerate(zip(backward_grads, numerical_grads)):
         if b is None or n is None:
             continue
@@ -150,16 +153,30 @@ def _compare(backward_grads, numerical_grads, eps, atol, rtol, bp, what):
         ok = numpy.abs(bv - n) <= atol + rtol * numpy.abs(n)
         if not numpy.all(ok) or numpy.isnan(bv).any() or numpy.isnan(n).any():
             failed.append(i)
-            err = numpy.abs(bv - n)
-            details.append(
-                'Input {}:\n  Max absolute error: {}\n  Backward gradients:\n{}\n'
-                '  Numerical gradients:\n{}\n  Eps:\n{}'.format(
-                    i, numpy.nanmax(err) if err.size else 0.0, bv, n,
-                    eps[i].to_numpy()))
+            with numpy.errstate(invalid='ignore'):
+                err = numpy.abs(bv - n)
+                badness = numpy.where(numpy.isnan(err), numpy.inf,
+                                      err - (atol + rtol * numpy.abs(n)))
+            k = int(numpy.argmax(badness)) if err.size else 0
+            index = tuple(int(j) for j in numpy.unravel_index(k, n.shape)) if n.ndim else ()
+            summary.append(
+                '  input {}, element {}: analytic {:.6g}, numerical {:.6g} '
+                '(abs error {:.3g}; {} of {} elements out of tolerance)'.format(
+                    i, index, bv.reshape(-1)[k], n.reshape(-1)[k],
+                    err.reshape(-1)[k], int((~ok).sum()), n.size))
+            arrays = ('\n  Backward gradients:\n{}\n  Numerical gradients:\n{}\n'
+                      '  Eps:\n{}'.format(bv, n, eps[i].to_numpy())
+                      if n.size <= 16 else
+                      '\n  ({} elements: arrays not shown)'.format(n.size))
+            details.append('Input {}:\n  Max absolute error: {}{}'.format(
+                i, numpy.nanmax(err) if err.size else 0.0, arrays))
     if failed:
+        name = getattr(func, '__name__', None) or type(func).__name__
         raise GradientCheckError(
+            'check_{}({}): wrong gradients (atol {:g}, rtol {:g}):\n{}\n\n'
             'Numerical error in {} on inputs (out of {}): {}\nBackprop ID: {}\n'
             'Atol: {} Rtol: {}\n{}'.format(
+                what.replace(' ', '_'), name, atol, rtol, '\n'.join(summary),
                 what, len(backward_grads), ', '.join(map(str, failed)), bp.name,
                 atol, rtol, '\n'.join(details)))
 
@@ -207,7 +224,7 @@ def check_backward(func, inputs, grad_outputs, eps, atol=1e-5, rtol=1e-4,
     backward_grads = _backward_gradients(func, inputs, grad_outputs, bp)
     numerical = _numerical_gradients(func, inputs, grad_outputs, eps,
                                      inputs[0].device.context)
-    _compare(backward_grads, numerical, eps, atol, rtol, bp, 'backward')
+    _compare(backward_grads, numerical, eps, atol, rtol, bp, 'backward', func)
 
 
 def check_double_backward(func, inputs, grad_outputs, grad_grad_inputs, eps,
@@ -259,4 +276,4 @@ def check_double_backward(func, inputs, grad_outputs, grad_grad_inputs, eps,
     backward_grads = _backward_gradients(first_order, all_inputs, grad_grad_inputs, bp)
     numerical = _numerical_gradients(first_order, all_inputs, grad_grad_inputs, eps,
                                      inputs[0].device.context)
-    _compare(backward_grads, numerical, eps, atol, rtol, bp, 'double backward')
+    _compare(backward_grads, numerical, eps, atol, rtol, bp, 'double backward', func)

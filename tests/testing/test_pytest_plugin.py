@@ -136,10 +136,11 @@ def test_cuda_marker_skips_without_cuda(pytester):
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines([
         # At the tests' own lines (3 and 7), not the plugin's.
-        'SKIPPED * test_cuda_marker_skips_without_cuda.py:3: needs 1 CUDA device: Device '
-        'cuda:0 is not available: cuda devices need *',
-        'SKIPPED * test_cuda_marker_skips_without_cuda.py:7: needs 2 CUDA devices: Device '
-        'cuda:1 is not available*'])
+        'SKIPPED * test_cuda_marker_skips_without_cuda.py:3: needs 1 CUDA device; '
+        'cuda devices need *',
+        'SKIPPED * test_cuda_marker_skips_without_cuda.py:7: needs 2 CUDA devices; *'])
+    # The reason says once what is missing.
+    assert 'is not available' not in result.stdout.str()
 
 
 def test_cuda_marker_is_registered(pytester):
@@ -153,8 +154,8 @@ def test_cuda_device_option_skips_without_cuda(pytester):
     result = run(pytester, '-rs', '--xgrad-device=native:0,cuda:0')
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(['SKIPPED * test_cuda_device_option_skips_without_cuda.py*: '
-                                 'device cuda:0 is not available: Device cuda:0 is not '
-                                 'available*'])
+                                 'needs cuda:0; cuda devices need *'])
+    assert 'is not available' not in result.stdout.str()
 
 
 # ---------------------------------------------------------------------------

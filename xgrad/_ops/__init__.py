@@ -40,3 +40,6 @@ for _module in (mathematical, logic, arithmetic, statistics, contraction, shapin
         PUBLIC.append(_name)
 
 __all__ = PUBLIC
+
+# NumPy's dispatch protocols, which ndarray.__array_ufunc__/__array_function__ call.
+from xgrad._ops.numpy_protocol import array_function, array_ufunc  # NOQA: E402

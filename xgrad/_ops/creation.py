@@ -97,19 +97,24 @@ def _fill_dtype(fill_value, dtype):
 
 
 def full(shape, fill_value, dtype=None, device=None):
+    """A new array of ``shape`` filled with ``fill_value`` (dtype: float32 for
+    a Python float, as ChainerX, unless ``dtype`` is given)."""
     data = numpy.full(shape, fill_value, dtype=_fill_dtype(fill_value, dtype))
     return _core._array_of(data, _device(device))
 
 
 def zeros(shape, dtype=None, device=None):
+    """A new array of zeros (float32 unless ``dtype`` is given)."""
     return _core._array_of(numpy.zeros(shape, default_dtype(dtype)), _device(device))
 
 
 def ones(shape, dtype=None, device=None):
+    """A new array of ones (float32 unless ``dtype`` is given)."""
     return _core._array_of(numpy.ones(shape, default_dtype(dtype)), _device(device))
 
 
 def empty(shape, dtype=None, device=None):
+    """A new array with uninitialised data (float32 unless ``dtype`` is given)."""
     return _core._array_of(numpy.empty(shape, default_dtype(dtype)), _device(device))
 
 
@@ -121,38 +126,49 @@ def _like(a, dtype, device):
 
 
 def zeros_like(a, dtype=None, device=None):
+    """Zeros of ``a``'s shape, dtype and device (unless given); not on a graph."""
     return zeros(*_like(a, dtype, device))
 
 
 def ones_like(a, dtype=None, device=None):
+    """Ones of ``a``'s shape, dtype and device (unless given); not on a graph."""
     return ones(*_like(a, dtype, device))
 
 
 def empty_like(a, dtype=None, device=None):
+    """An uninitialised array of ``a``'s shape, dtype and device (unless given)."""
     return empty(*_like(a, dtype, device))
 
 
 def full_like(a, fill_value, dtype=None, device=None):
+    """``fill_value`` in ``a``'s shape, dtype and device (unless given)."""
     return full(*_like(a, dtype, device)[:1], fill_value,
                 dtype=_like(a, dtype, device)[1], device=_like(a, dtype, device)[2])
 
 
 def arange(start, stop=None, step=None, dtype=None, device=None):
+    """Evenly spaced values in [start, stop), as ``numpy.arange``; a float
+    range is float32 unless ``dtype`` is given."""
     data = numpy.arange(start, stop, step, dtype=None if dtype is None else
                         default_dtype(dtype))
     return _core._array_of(_inferred(data, dtype), _device(device))
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None, device=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (float32 unless
+    ``dtype`` is given), as ``numpy.linspace``."""
     data = numpy.linspace(start, stop, num, endpoint=endpoint,
                           dtype=default_dtype(dtype))
     return _core._array_of(data, _device(device))
 
 
 def eye(N, M=None, k=0, dtype=None, device=None):
+    """An N x M array with ones on the ``k``-th diagonal (float32 unless
+    ``dtype`` is given)."""
     return _core._array_of(numpy.eye(N, M, k, dtype=default_dtype(dtype)),
                            _device(device))
 
 
 def identity(n, dtype=None, device=None):
+    """The n x n identity matrix (float32 unless ``dtype`` is given)."""
     return eye(n, dtype=dtype, device=device)

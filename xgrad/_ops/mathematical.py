@@ -10,6 +10,7 @@ and kinks). Results follow NumPy's dtype rules: ``sin`` of an int64 array is
 float64, of a float16 array float16.
 """
 
+import inspect
 import math
 
 import numpy
@@ -87,12 +88,23 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc or 'NumPy\'s ``{}``, elementwise.'.format(name)
+    op.__signature__ = _signature(compute)
     if public is not None:
         op = public(op)
     register(OpInfo(name, op, ref=ref or compute, samples=samples, domain=domain,
                     int_dtypes=_accepted(compute, INT_DTYPES + (BOOL,)) if ints else (),
                     differentiable=derivative is not None, tol=tol or {}, **info))
     return op
+
+
+def _signature(compute):
+    """``(x, <compute's keyword parameters>)``: what ``op(x, **kwargs)``
+    takes, for help() and inspect (a NumPy ufunc takes ``x`` alone)."""
+    rest = []
+    if inspect.isfunction(compute):
+        rest = list(inspect.signature(compute).parameters.values())[1:]
+    return inspect.Signature(
+        [inspect.Parameter('x', inspect.Parameter.POSITIONAL_OR_KEYWORD)] + rest)
 
 
 def _accepted(compute, dtypes):

@@ -14,6 +14,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import numpy
+import tqdm
 
 import xgrad
 from xgrad.testing import _driver
@@ -86,38 +87,66 @@ def parse_args(argv):
 # Progress
 
 class Progress:
-    """A one-line progress bar on a terminal; a line per 10% otherwise."""
+    """Progress of the run on ``stream`` (stderr by default).
+
+    On a terminal: a tqdm bar (rate, time left, failures so far). Elsewhere
+    (a pipe, a CI log, a file): a plain line per 10% that a reader or a grep
+    can follow, with no carriage returns. With no stream at all (stderr
+    closed, ``pythonw``) or ``enabled=False``: nothing."""
 
     def __init__(self, total, stream=None, enabled=True):
-        self.total, self.enabled = total, enabled
+        self.total = total
         self.stream = sys.stderr if stream is None else stream
+        self.enabled = enabled and self.stream is not None
         self.done = self.failed = 0
-        self.tty = enabled and stream.isatty()
         self.start = time.perf_counter()
         self.next_mark = 0.1
+        self.bar = None
+        if self.enabled and _is_terminal(self.stream):
+            cols, rows = _terminal_size(self.stream)
+            self.bar = tqdm.tqdm(total=total, file=self.stream, unit='case',
+                                 ncols=cols, nrows=rows, leave=True)
 
     def update(self, result):
         self.done += 1
         self.failed += not result.passed
+        if self.bar is not None:
+            self.bar.set_postfix_str('failed {} {}'.format(self.failed, result.case.op),
+                                     refresh=False)
+            self.bar.update(1)
+            return
         if not self.enabled:
             return
         frac = self.done / max(self.total, 1)
-        if self.tty:
-            bar = '#' * int(30 * frac)
-            self.stream.write('\r[{:<30}] {}/{} failed {} {}'.format(
-                bar, self.done, self.total, self.failed,
-                result.case.op[:30].ljust(30)))
-            self.stream.flush()
-        elif frac >= self.next_mark or self.done == self.total:
+        if frac >= self.next_mark or self.done == self.total:
             self.stream.write('{:3.0f}% ({}/{}) failed {}, {:.0f} s\n'.format(
                 100 * frac, self.done, self.total, self.failed,
                 time.perf_counter() - self.start))
+            self.stream.flush()
             while self.next_mark <= frac:
                 self.next_mark += 0.1
 
     def close(self):
-        if self.tty:
-            self.stream.write('\n')
+        if self.bar is not None:
+            self.bar.set_postfix_str('failed {}'.format(self.failed))
+            self.bar.close()
+
+
+def _terminal_size(stream):
+    """The terminal's columns and rows, 80x24 where it reports none: a fresh
+    pty says 0x0, from which tqdm would draw nothing at all."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return 80, 24
+    return size.columns or 80, size.lines or 24
+
+
+def _is_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed file
+        return False
 
 
 # ---------------------------------------------------------------------------

@@ -149,10 +149,10 @@ def pytest_collection_modifyitems(items):
             num = marker.args[0] if marker.args else marker.kwargs.get('num', 1)
             missing = _unavailable('cuda:{}'.format(num - 1))
             if missing:
-                reason = 'needs {} CUDA device{}: {}'.format(num, 's' * (num > 1), missing)
+                reason = 'needs {} CUDA device{}; {}'.format(num, 's' * (num > 1), missing)
         name = getattr(item, 'callspec', None) and item.callspec.params.get('device')
         if reason is None and isinstance(name, str) and _unavailable(name):
-            reason = 'device {} is not available: {}'.format(name, _unavailable(name))
+            reason = 'needs {}; {}'.format(name, _unavailable(name))
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
 
@@ -163,7 +163,9 @@ def _unavailable(name):
     try:
         xgrad.get_device(name)
     except xgrad.XgradError as e:
-        return str(e)
+        # The error's own prefix ("Device cuda:0 is not available: cuda
+        # devices need ...") would repeat what the skip reason says.
+        return re.sub(r'^Device \S+ is not available: ', '', str(e))
     return ''
 
 

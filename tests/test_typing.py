@@ -1,0 +1,87 @@
+"""Type checkers and IDEs see xgrad's real API: mypy on a user's script that
+calls xgrad.conv, xgrad.grad and xgrad.testing.check_backward reports no
+error (it reported false "module has no attribute" errors with no stubs),
+and the stub xgrad/__init__.pyi is current (tools/make_stubs.py)."""
+
+import importlib.util
+import inspect
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import xgrad
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / 'tests' / 'typing' / 'user_script.py'
+
+
+def _mypy(*args):
+    return subprocess.run(
+        [sys.executable, '-m', 'mypy', '--no-incremental', '--follow-imports=silent',
+         '--python-version', '{}.{}'.format(*sys.version_info[:2])] + list(args),
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.skipif(importlib.util.find_spec('mypy') is None,
+                    reason='mypy is not installed (pip install -e ".[test]")')
+def test_mypy_finds_no_error_in_a_users_script():
+    proc = _mypy(str(SCRIPT.relative_to(ROOT)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'Success: no issues found' in proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec('mypy') is None,
+                    reason='mypy is not installed (pip install -e ".[test]")')
+def test_mypy_catches_a_real_mistake(tmp_path):
+    """The stubs carry signatures, not just names: a wrong keyword is found."""
+    bad = ROOT / 'tests' / 'typing' / '_bad_script.py'
+    bad.write_text('import xgrad\nxgrad.conv(xgrad.ones((1, 1, 3, 3)), '
+                   'xgrad.ones((1, 1, 1, 1)), strides=2)\nxgrad.no_such_op(1)\n')
+    try:
+        proc = _mypy(str(bad.relative_to(ROOT)))
+    finally:
+        bad.unlink()
+    assert proc.returncode == 1
+    assert 'Unexpected keyword argument "strides"' in proc.stdout, proc.stdout
+    assert 'has no attribute "no_such_op"' in proc.stdout, proc.stdout
+
+
+def test_user_script_runs():
+    proc = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ['True', 'True', '()']
+
+
+def test_stub_is_current():
+    spec = importlib.util.spec_from_file_location('make_stubs', ROOT / 'tools' / 'make_stubs.py')
+    make_stubs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_stubs)
+    assert (ROOT / 'xgrad' / '__init__.pyi').read_text() == make_stubs.stub_text(), (
+        'xgrad/__init__.pyi is stale: run python tools/make_stubs.py')
+    assert (ROOT / 'xgrad' / 'py.typed').is_file()
+
+
+def _public_functions():
+    return sorted(n for n, f in vars(xgrad).items()
+                  if not n.startswith('_') and callable(f) and not inspect.isclass(f))
+
+
+def test_every_public_function_has_a_docstring():
+    missing = [n for n in _public_functions() if not (getattr(xgrad, n).__doc__ or '').strip()]
+    assert not missing, 'no docstring: {}'.format(', '.join(missing))
+
+
+def test_every_public_function_has_its_real_signature():
+    """help() and inspect show parameters, not (*args, **kwargs)."""
+    vague = []
+    for n in _public_functions():
+        params = inspect.signature(getattr(xgrad, n)).parameters.values()
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            vague.append(n)
+    assert not vague, vague
+    assert str(inspect.signature(xgrad.backward)) == (
+        '(outputs, /, backprop_id=None, *, enable_double_backprop=False, '
+        'grad_outputs=None, retain_grad=False, loss_scale=None)')
