@@ -37,7 +37,9 @@ def test_install_refuses_a_real_chainerx(tmp_path):
     package = tmp_path / 'chainerx'
     package.mkdir()
     (package / '__init__.py').write_text('')
-    (package / '_core.so').write_text('')  # what a compiled ChainerX has
+    import importlib.machinery
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (package / ('_core' + suffix)).write_text('')  # what a compiled ChainerX has
     code = ('import xgrad.chainerx_compat as c\n'
             'try:\n    c.install()\nexcept c.RealChainerxError as e:\n    print("refused")\n'
             'c.install(force=True)\nimport chainerx\nprint(chainerx.__name__)\n')

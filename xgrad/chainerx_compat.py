@@ -19,7 +19,7 @@ core) unless ``force=True``; the pure-Python ``chainerx`` stub that Chainer's
 own wheel installs when built without ChainerX is not a real one.
 """
 
-import glob
+import importlib.machinery
 import importlib.util
 import os
 import runpy
@@ -48,8 +48,9 @@ def _real_chainerx_location():
     if spec is None:
         return None
     for location in spec.submodule_search_locations or ():
-        if glob.glob(os.path.join(location, '_core*')):
-            return location
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if os.path.exists(os.path.join(location, '_core' + suffix)):
+                return location
     return None
 
 
