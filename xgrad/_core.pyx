@@ -55,6 +55,9 @@ from xgrad._errors import NotImplementedError as XgradNotImplementedError
 from xgrad._errors import IndexError as XgradIndexError
 from xgrad import _device as _device_module
 
+# NumPy < 2 promotes 0-d arrays by value (NEP 50 came with NumPy 2).
+_NUMPY1_SCALAR_PROMOTION = int(numpy.__version__.split('.')[0]) < 2
+
 
 # The op library registers itself here (xgrad/__init__.py), so that ndarray
 # methods and the backward pass can call ops without a circular import.
@@ -621,6 +624,15 @@ def _gradient_mismatch(ndarray g, object shape, object dtype, object device):
     return None
 
 
+cdef inline bint _known_operand(object other):
+    """Whether ndarray's operators take ``other`` (arrays, array-likes and
+    scalars). For any other type they return NotImplemented, so that Python
+    tries the other operand's reflected method (e.g. Chainer's
+    ``Variable.__radd__``)."""
+    return isinstance(other, (ndarray, int, float, complex, numpy.generic, numpy.ndarray,
+                              list, tuple))
+
+
 @cython.no_gc_clear
 cdef class ndarray:
     """An n-dimensional array that records the operations applied to it.
@@ -1054,6 +1066,8 @@ cdef class ndarray:
                                  self._data.shape, self._data.dtype.name))
 
     cdef object _inplace(self, other, op):
+        if not _known_operand(other):
+            return NotImplemented
         self._check_inplace(other)
         self._check_writable()
         raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
@@ -1101,51 +1115,83 @@ cdef class ndarray:
     # -- operators -----------------------------------------------------------
 
     def __add__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.add(self, other)
 
     def __radd__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.add(other, self)
 
     def __sub__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.subtract(self, other)
 
     def __rsub__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.subtract(other, self)
 
     def __mul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.multiply(self, other)
 
     def __rmul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.multiply(other, self)
 
     def __truediv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.divide(self, other)
 
     def __rtruediv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.divide(other, self)
 
     def __pow__(self, other, modulo):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.power(self, other)
 
     def __rpow__(self, other, modulo):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.power(other, self)
 
     def __floordiv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.floor_divide(self, other)
 
     def __rfloordiv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.floor_divide(other, self)
 
     def __mod__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.remainder(self, other)
 
     def __rmod__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.remainder(other, self)
 
     def __matmul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.matmul(self, other)
 
     def __rmatmul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.matmul(other, self)
 
     def __neg__(self):
@@ -1158,21 +1204,33 @@ cdef class ndarray:
         return _OPS.absolute(self)
 
     def __eq__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.equal(self, other)
 
     def __ne__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.not_equal(self, other)
 
     def __lt__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.less(self, other)
 
     def __le__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.less_equal(self, other)
 
     def __gt__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.greater(self, other)
 
     def __ge__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.greater_equal(self, other)
 
     __hash__ = None
@@ -1249,6 +1307,15 @@ cdef class ndarray:
 
     def repeat(self, repeats, axis=None):
         return _OPS.repeat(self, repeats, axis)
+
+
+def _fromrawpointer(ptr, shape, dtype, strides, device, offset, base):
+    """ChainerX's ``_core._fromrawpointer``: an array viewing the memory at
+    ``ptr + offset`` on ``device`` (kept alive by ``base``), no copy. Chainer
+    turns CuPy arrays into ChainerX arrays with it."""
+    device = _resolve_device(device)
+    return _wrap(_device_module.from_raw_pointer(ptr, shape, dtype, strides, device, offset,
+                                                 base), device)
 
 
 def _unpickle_array(data, device_name):
@@ -1733,8 +1800,9 @@ cdef tuple _as_array_tuple(object arrays, str what):
 
 cdef list _check_seeds(object grad_outputs, tuple outs, str what):
     """Validate user-given output gradients; returns a list (or None)."""
-    if grad_outputs is None:
-        return None
+    if grad_outputs is None or (isinstance(grad_outputs, (list, tuple))
+                                and not grad_outputs):
+        return None  # an empty list means no seeds, as in ChainerX
     seeds = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [
         grad_outputs]
     if len(seeds) != len(outs):
@@ -2176,6 +2244,11 @@ cdef class _BackwardPass:
                 continue  # unchained meanwhile (another thread's pass): nothing to feed
             if raw:
                 data = _as_raw_array(g)
+                if (_NUMPY1_SCALAR_PROMOTION and data.dtype != node.dtype
+                        and data.dtype.kind == 'f' and node.dtype.kind == 'f'):
+                    # NumPy 1.x promotes a 0-d float16/32 operand with a Python
+                    # float to float64; NumPy 2 (and ChainerX) keep its dtype.
+                    data = data.astype(node.dtype)
                 # A buffer the kernel just made, held only by the result tuple
                 # and these two locals, can take the other contributions in place.
                 fresh = (data is g and type(data) is _NUMPY_NDARRAY
