@@ -129,7 +129,7 @@ class Solve(PyOp):
         self.retain_inputs((0,))
         self.retain_outputs((0,))
         self.dtypes = (a.dtype, b.dtype)
-        work = numpy.result_type(a, b)
+        work = numpy.result_type(a.dtype, b.dtype)
         x = _lapack('solve', lambda la, m, v: la.solve(m, v),
                     a.astype(work, copy=False), b.astype(work, copy=False))
         return (x.astype(work, copy=False),)
