@@ -150,7 +150,9 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, device=None):
     return _core._array_of(data, _device(device))
 
 
-def eye(N, M=None, k=0, dtype=None, device=None):
+def eye(N, M=None, k=0, dtype='float64', device=None):
+    # ChainerX's eye defaults to float64 (identity and the rest to float32);
+    # an explicit None is the default float dtype.
     return _core._array_of(numpy.eye(N, M, k, dtype=default_dtype(dtype)),
                            _device(device))
 
