@@ -163,9 +163,10 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, device=None):
     return _core._array_of(data, _device(device))
 
 
-def eye(N, M=None, k=0, dtype=None, device=None):
-    """An N x M array with ones on the ``k``-th diagonal (float32 unless
-    ``dtype`` is given)."""
+def eye(N, M=None, k=0, dtype='float64', device=None):
+    """An N x M array with ones on the ``k``-th diagonal. float64 unless
+    ``dtype`` is given, as ChainerX's eye (identity and the rest default to
+    float32); an explicit None is the default float dtype."""
     return _core._array_of(numpy.eye(N, M, k, dtype=default_dtype(dtype)),
                            _device(device))
 

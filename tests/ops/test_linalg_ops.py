@@ -1,0 +1,251 @@
+"""xgrad.linalg's solvers and decompositions beyond the registry's generated
+tests: defining identities (A x = b, L L^T = A, A v = v w ...), the shapes of
+every mode, gradients against closed forms, and ChainerX's errors."""
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad import linalg
+
+F64 = numpy.float64
+
+
+def _rand(shape, seed=0, dtype=F64):
+    return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def _spd(n, seed=0):
+    m = _rand((n, n), seed)
+    return m @ m.T + n * numpy.eye(n)
+
+
+def _grad(f, a):
+    x = xgrad.array(a).require_grad()
+    gx, = xgrad.grad([f(x)], [x])
+    return gx.to_numpy()
+
+
+# ---------------------------------------------------------------------------
+# Values
+
+def test_solve_vector_and_matrix_right_hand_sides():
+    a = _spd(3)
+    for b in (_rand((3,), 1), _rand((3, 2), 1)):
+        x = linalg.solve(xgrad.array(a), xgrad.array(b))
+        assert x.shape == b.shape
+        numpy.testing.assert_allclose(a @ x.to_numpy(), b, atol=1e-12)
+
+
+def test_solve_mixed_dtypes_give_float64_and_gradients_keep_input_dtypes():
+    a = xgrad.array(_spd(3).astype(numpy.float32)).require_grad()
+    b = xgrad.array(_rand((3,), 2)).require_grad()
+    x = linalg.solve(a, b)
+    assert x.dtype == F64
+    ga, gb = xgrad.grad([xgrad.sum(x)], [a, b])
+    assert ga.dtype == numpy.float32 and gb.dtype == F64
+
+
+def test_inv_and_pinv():
+    a = _spd(3)
+    numpy.testing.assert_allclose(linalg.inv(xgrad.array(a)).to_numpy() @ a, numpy.eye(3),
+                                  atol=1e-12)
+    m = _rand((4, 2))
+    p = linalg.pinv(xgrad.array(m)).to_numpy()
+    # the Moore-Penrose conditions
+    numpy.testing.assert_allclose(m @ p @ m, m, atol=1e-12)
+    numpy.testing.assert_allclose(p @ m @ p, p, atol=1e-12)
+    numpy.testing.assert_allclose((m @ p).T, m @ p, atol=1e-12)
+    assert linalg.pinv(xgrad.zeros((0, 3))).shape == (3, 0)
+
+
+def test_pinv_drops_small_singular_values():
+    u, _ = numpy.linalg.qr(_rand((3, 3)))
+    a = u @ numpy.diag([4.0, 1.0, 0.5])
+    p = linalg.pinv(xgrad.array(a), rcond=0.2).to_numpy()
+    numpy.testing.assert_allclose(p, numpy.diag([0.25, 1.0, 0.0]) @ u.T, atol=1e-12)
+
+
+def test_cholesky_reads_the_lower_triangle():
+    a = _spd(3)
+    lower = linalg.cholesky(xgrad.array(a)).to_numpy()
+    numpy.testing.assert_allclose(lower @ lower.T, a, atol=1e-12)
+    assert numpy.all(numpy.triu(lower, 1) == 0)
+    garbage_above = numpy.tril(a) + numpy.triu(numpy.full((3, 3), 7.0), 1)
+    numpy.testing.assert_array_equal(linalg.cholesky(xgrad.array(garbage_above)).to_numpy(),
+                                     lower)
+
+
+@pytest.mark.parametrize('shape', [(3, 2), (2, 3), (3, 3), (0, 3), (3, 0)])
+def test_qr_modes_shapes_and_values(shape):
+    a = _rand(shape)
+    m, n = shape
+    k = min(m, n)
+    q, r = linalg.qr(xgrad.array(a))
+    assert (q.shape, r.shape) == ((m, k), (k, n))
+    numpy.testing.assert_allclose(q.to_numpy() @ r.to_numpy(), a, atol=1e-12)
+    q, r = linalg.qr(xgrad.array(a), mode='complete')
+    assert (q.shape, r.shape) == ((m, m), (m, n))
+    numpy.testing.assert_allclose(q.to_numpy() @ r.to_numpy(), a, atol=1e-12)
+    r = linalg.qr(xgrad.array(a), mode='r')
+    numpy.testing.assert_allclose(r.to_numpy(), numpy.linalg.qr(a, mode='r'), atol=1e-12)
+    h, tau = linalg.qr(xgrad.array(a), mode='raw')
+    e_h, e_tau = numpy.linalg.qr(a, mode='raw')
+    assert (h.shape, tau.shape) == ((n, m), (k,))
+    numpy.testing.assert_allclose(h.to_numpy(), e_h, atol=1e-12)
+    numpy.testing.assert_allclose(tau.to_numpy(), e_tau, atol=1e-12)
+
+
+@pytest.mark.parametrize('shape', [(3, 2), (2, 3), (2, 2)])
+def test_svd_modes(shape):
+    a = _rand(shape)
+    m, n = shape
+    k = min(m, n)
+    u, s, vt = linalg.svd(xgrad.array(a))
+    assert (u.shape, s.shape, vt.shape) == ((m, m), (k,), (n, n))
+    numpy.testing.assert_allclose(u.to_numpy() @ u.to_numpy().T, numpy.eye(m), atol=1e-12)
+    u, s, vt = linalg.svd(xgrad.array(a), full_matrices=False)
+    assert (u.shape, vt.shape) == ((m, k), (k, n))
+    numpy.testing.assert_allclose((u.to_numpy() * s.to_numpy()) @ vt.to_numpy(), a,
+                                  atol=1e-12)
+    s_only = linalg.svd(xgrad.array(a), compute_uv=False)
+    numpy.testing.assert_allclose(s_only.to_numpy(), numpy.linalg.svd(a, compute_uv=False))
+
+
+@pytest.mark.parametrize('uplo', ['L', 'U', 'l', 'u'])
+def test_eigh_reads_the_named_triangle(uplo):
+    sym = _spd(3)
+    tri = numpy.tril(sym) if uplo.upper() == 'L' else numpy.triu(sym)
+    w, v = linalg.eigh(xgrad.array(tri), UPLO=uplo)
+    w, v = w.to_numpy(), v.to_numpy()
+    numpy.testing.assert_allclose(sym @ v, v * w, atol=1e-12)
+    assert numpy.all(numpy.diff(w) > 0)
+    numpy.testing.assert_allclose(linalg.eigvalsh(xgrad.array(tri), UPLO=uplo).to_numpy(), w)
+
+
+# ---------------------------------------------------------------------------
+# Gradients against closed forms
+
+def test_inv_gradient_of_trace():
+    # d tr(A^-1) / dA = -(A^-2)^T
+    a = _spd(3) + _rand((3, 3), 3)
+    ai = numpy.linalg.inv(a)
+    g = _grad(lambda x: xgrad.sum(linalg.inv(x) * xgrad.array(numpy.eye(3))), a)
+    numpy.testing.assert_allclose(g, -(ai @ ai).T, atol=1e-10)
+
+
+def test_cholesky_log_determinant_gradient_is_the_inverse():
+    # log det A = 2 sum log diag(L); its gradient is A^-1 (symmetric)
+    a = _spd(3)
+    g = _grad(lambda x: 2 * xgrad.sum(xgrad.log(linalg.cholesky(x) *
+                                                 xgrad.array(numpy.eye(3)) +
+                                                 xgrad.array(1 - numpy.eye(3)))), a)
+    numpy.testing.assert_allclose(g, numpy.linalg.inv(a), atol=1e-10)
+
+
+def test_eigvalsh_gradients():
+    a = _spd(3)
+    # sum of eigenvalues = trace: gradient I
+    numpy.testing.assert_allclose(_grad(lambda x: xgrad.sum(linalg.eigvalsh(x)), a),
+                                  numpy.eye(3), atol=1e-10)
+    # largest eigenvalue: gradient v v^T
+    _, v = numpy.linalg.eigh(a)
+    g = _grad(lambda x: linalg.eigvalsh(x)[2], a)
+    numpy.testing.assert_allclose(g, numpy.outer(v[:, 2], v[:, 2]), atol=1e-10)
+
+
+@pytest.mark.parametrize('full_matrices', [True, False])
+def test_svd_nuclear_norm_gradient_is_u_vt(full_matrices):
+    # d sum(s) / dA = U_k V_k^T, also with full (non-unique extra) vectors
+    a = _rand((3, 2))
+    u, _, vt = numpy.linalg.svd(a, full_matrices=False)
+    g = _grad(lambda x: xgrad.sum(linalg.svd(x, full_matrices=full_matrices)[1]), a)
+    numpy.testing.assert_allclose(g, u @ vt, atol=1e-10)
+    g = _grad(lambda x: xgrad.sum(linalg.svd(x, compute_uv=False)), a)
+    numpy.testing.assert_allclose(g, u @ vt, atol=1e-10)
+
+
+def test_solve_gradients_closed_form():
+    # x = A^-1 b, L = sum(c * x): gb = A^-T c, gA = -gb x^T
+    a, b, c = _spd(3), _rand((3,), 4), _rand((3,), 5)
+    ax, bx = xgrad.array(a).require_grad(), xgrad.array(b).require_grad()
+    ga, gb = xgrad.grad([xgrad.sum(linalg.solve(ax, bx) * xgrad.array(c))], [ax, bx])
+    e_gb = numpy.linalg.solve(a.T, c)
+    numpy.testing.assert_allclose(gb.to_numpy(), e_gb, atol=1e-12)
+    numpy.testing.assert_allclose(ga.to_numpy(), -numpy.outer(e_gb, numpy.linalg.solve(a, b)),
+                                  atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Errors, as ChainerX's
+
+ROUTINES = {
+    'solve': lambda a: linalg.solve(a, a), 'inv': linalg.inv, 'pinv': linalg.pinv,
+    'cholesky': linalg.cholesky, 'qr': linalg.qr, 'svd': linalg.svd, 'eigh': linalg.eigh,
+    'eigvalsh': linalg.eigvalsh}
+SQUARE_ONLY = ('solve', 'inv', 'cholesky', 'eigh', 'eigvalsh')
+
+
+@pytest.mark.parametrize('name', sorted(ROUTINES))
+@pytest.mark.parametrize('dtype', ['float16', 'int32', 'bool'])
+def test_non_float32_64_raise_dtype_error(name, dtype):
+    with pytest.raises(xgrad.DtypeError, match=name):
+        ROUTINES[name](xgrad.zeros((3, 3), dtype))
+
+
+@pytest.mark.parametrize('name', sorted(ROUTINES))
+@pytest.mark.parametrize('shape', [(), (3,), (2, 3, 3)])
+def test_non_matrices_raise_dimension_error(name, shape):
+    with pytest.raises(xgrad.DimensionError, match=name):
+        ROUTINES[name](xgrad.zeros(shape))
+
+
+@pytest.mark.parametrize('name', SQUARE_ONLY)
+def test_non_square_raises_dimension_error(name):
+    with pytest.raises(xgrad.DimensionError, match='square'):
+        ROUTINES[name](xgrad.zeros((2, 3)))
+
+
+def test_solve_b_of_the_wrong_length():
+    with pytest.raises(xgrad.DimensionError, match='b'):
+        linalg.solve(xgrad.eye(3), xgrad.zeros((2,)))
+
+
+@pytest.mark.parametrize('name, a', [
+    ('inv', numpy.ones((3, 3))), ('solve', numpy.ones((3, 3))),
+    ('cholesky', numpy.array([[1.0, -2.0], [-2.0, 1.0]]))])
+def test_singular_or_indefinite_raise_linalg_error(name, a):
+    with pytest.raises(linalg.LinAlgError, match=name) as info:
+        ROUTINES[name](xgrad.array(a))
+    assert isinstance(info.value, xgrad.XgradError)
+    assert isinstance(info.value, numpy.linalg.LinAlgError)
+
+
+@pytest.mark.parametrize('func', [linalg.eigh, linalg.eigvalsh])
+def test_uplo_errors(func):
+    a = xgrad.eye(3)
+    with pytest.raises(TypeError):
+        func(a, UPLO=None)
+    with pytest.raises(ValueError):
+        func(a, UPLO='bad')
+    with pytest.raises(xgrad.XgradError):
+        func(a, UPLO='A')
+
+
+def test_qr_mode_is_checked_before_the_shape():
+    with pytest.raises(ValueError, match='mode'):
+        linalg.qr(xgrad.zeros(()), mode='bad_mode')
+
+
+def test_qr_no_gradient_for_a_non_square_r_or_raw():
+    x = xgrad.array(_rand((2, 3))).require_grad()
+    q, r = linalg.qr(x)
+    with pytest.raises(xgrad.DimensionError, match='square'):
+        xgrad.grad([xgrad.sum(r)], [x])
+    h, _ = linalg.qr(x, mode='raw')
+    with pytest.raises(xgrad.XgradError, match='raw'):
+        xgrad.grad([xgrad.sum(h)], [x])
+
+
+def test_lapack_is_available():
+    assert linalg._is_lapack_available() is True

@@ -1,0 +1,480 @@
+"""``xgrad.linalg``'s solvers and decompositions, as ChainerX's
+``chainerx.linalg``: ``solve``, ``inv``, ``pinv``, ``cholesky``, ``qr``,
+``svd``, ``eigh`` and ``eigvalsh``.
+
+ChainerX's semantics: one matrix (2-D input, DimensionError otherwise; a
+square one where the routine needs it), float32 or float64 only (DtypeError
+for float16, integers and bool, as ChainerX's LAPACK kernels), NumPy's
+results. A matrix that LAPACK cannot factor (singular, not positive
+definite) raises ``xgrad.linalg.LinAlgError``, an XgradError that is also
+NumPy's ``LinAlgError``.
+
+Gradients are ChainerX's formulas, written with matrix products over the
+namespace ``xp`` so that each is differentiable again:
+
+* ``inv``: ga = -Y^T gY Y^T; ``solve``: gb = A^-T gx, ga = -gb x^T.
+* ``cholesky`` (Murray 2016) and ``eigh`` (Giles 2008) take the symmetric
+  convention: the gradient is symmetrized, as if ``a`` were parametrized by
+  its symmetric part (the routines read one triangle only).
+* ``qr`` (reduced or complete with a square R): ga = (gQ + Q copyltu(M)) R^-T
+  with M = R gR^T - gQ^T Q; no gradient for a non-square R (DimensionError
+  on backward) nor for ``mode='raw'``.
+* ``svd``: Townsend's formula (``xgrad._ops.norms.Svd``); it needs distinct
+  nonzero singular values. With ``full_matrices=True`` and a non-square
+  matrix, the singular vectors beyond min(m, n) are not unique; their output
+  gradients are ignored (PyTorch's choice; ChainerX raises).
+
+Beyond ChainerX, which has no backward there: ``eigvalsh`` (through the
+eigenvectors), ``qr(mode='r')`` and ``svd(compute_uv=False)`` are
+differentiable too.
+"""
+
+import numpy
+
+from xgrad._errors import XgradError
+from xgrad._ops import _args
+from xgrad._ops._op import PyOp
+from xgrad._ops.linalg import matmul
+from xgrad._ops.manipulation import copy, swapaxes, transpose
+from xgrad._ops.logic import where
+from xgrad._ops.norms import Svd
+from xgrad._ops.registry import F32, F64, Arg, OpInfo, Sample, register
+
+__all__ = []
+
+_FLOATS = (F32, F64)
+
+
+class LinAlgError(XgradError, numpy.linalg.LinAlgError):
+    """LAPACK could not factor the matrix (singular, not positive definite,
+    no convergence)."""
+
+
+# ---------------------------------------------------------------------------
+# Arguments and helpers
+
+def _matrix(op, a, name='a', square=False):
+    """``a`` as an xgrad float32/float64 matrix (ChainerX's checks, rank then
+    shape then dtype)."""
+    a = _args.as_array(a, name, op=op)
+    if a.ndim != 2:
+        raise _args.DimensionError('{}: {} must be a matrix (2-D), not of shape {}; xgrad.'
+                                   'linalg routines take one matrix'.format(op, name, a.shape))
+    if square and a.shape[0] != a.shape[1]:
+        raise _args.DimensionError('{}: {} of shape {} is not square'.format(op, name, a.shape))
+    if a.dtype not in _FLOATS:
+        raise _args.DtypeError('{}: {} has dtype {}; only float32 and float64 matrices are '
+                               'supported'.format(op, name, a.dtype))
+    return a
+
+
+def _lapack(op, compute, *raw):
+    """``compute(module.linalg, *raw)`` with NumPy's/CuPy's LinAlgError as
+    xgrad's."""
+    try:
+        return compute(_args.module_of(raw[0]).linalg, *raw)
+    except numpy.linalg.LinAlgError as e:
+        raise LinAlgError('{}: {}'.format(op, e)) from None
+
+
+def _t(xp, a):
+    return xp.swapaxes(a, -1, -2)
+
+
+def _inv(xp, a):
+    return xp.linalg.inv(a) if xp.raw else inv(a)
+
+
+def _solve(xp, a, b):
+    return xp.linalg.solve(a, b) if xp.raw else solve(a, b)
+
+
+def _add(a, b):
+    return b if a is None else a + b
+
+
+def _diag_mask(xp, n, like):
+    return xp.constant(numpy.eye(n, dtype=bool), like)
+
+
+# ---------------------------------------------------------------------------
+# inv, solve, pinv
+
+class Inv(PyOp):
+    """Y = a^-1; ga = -Y^T gY Y^T."""
+    op_name = 'inv'
+
+    def forward(self, inputs):
+        a, = inputs
+        self.retain_outputs((0,))
+        return (_lapack('inv', lambda la, m: la.inv(m), a).astype(a.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        yt = _t(xp, ys[0])
+        return (-xp.matmul(xp.matmul(yt, gys[0]), yt),)
+
+
+def inv(a):
+    """The inverse of the square matrix ``a``."""
+    a = _matrix('inv', a, square=True)
+    return _args.apply(Inv(), a)
+
+
+class Solve(PyOp):
+    """x = a^-1 b for b of shape (n,) or (n, k); gb = a^-T gx, ga = -gb x^T."""
+    op_name = 'solve'
+
+    def forward(self, inputs):
+        a, b = inputs
+        self.retain_inputs((0,))
+        self.retain_outputs((0,))
+        self.dtypes = (a.dtype, b.dtype)
+        work = numpy.result_type(a.dtype, b.dtype)
+        x = _lapack('solve', lambda la, m, v: la.solve(m, v),
+                    a.astype(work, copy=False), b.astype(work, copy=False))
+        return (x.astype(work, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        a, x = xs[0], ys[0]
+        gb = _solve(xp, _t(xp, a), gys[0])
+        out = []
+        for t in targets:
+            if t == 0:
+                if x.ndim == 1:
+                    ga = -(xp.reshape(gb, (-1, 1)) * xp.reshape(x, (1, -1)))
+                else:
+                    ga = -xp.matmul(gb, _t(xp, x))
+                out.append(xp.cast(ga, self.dtypes[0]))
+            else:
+                out.append(xp.cast(gb, self.dtypes[1]))
+        return tuple(out)
+
+
+def solve(a, b):
+    """The solution x of ``a @ x = b``, ``a`` square, ``b`` of shape (n,) or
+    (n, k); the result has the common dtype of ``a`` and ``b``."""
+    op = 'solve'
+    a = _matrix(op, a, square=True)
+    b = _args.as_array(b, 'b', a, op)
+    if b.dtype not in _FLOATS:
+        raise _args.DtypeError('solve: b has dtype {}; only float32 and float64 are '
+                               'supported'.format(b.dtype))
+    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise _args.DimensionError('solve: b must have shape ({0},) or ({0}, k) for a of '
+                                   'shape {1}, not {2}'.format(a.shape[0], a.shape, b.shape))
+    _args.same_device([a, b], op)
+    return _args.apply(Solve(), a, b)
+
+
+def pinv(a, rcond=1e-15):
+    """The Moore-Penrose pseudo-inverse of ``a``: v diag(1/s) u^T over the
+    singular values s above ``rcond * max(s)`` (the others count as 0).
+    Composed of ``svd`` and products, as ChainerX's, so it is differentiable
+    where the kept singular values are distinct and nonzero."""
+    a = _matrix('pinv', a)
+    if a.size == 0:
+        return copy(transpose(a))
+    u, s, vt = _args.apply(Svd(), a)
+    raw_s = _args.raw(s)
+    kept = _args.wrap(raw_s > rcond * raw_s.max(), s)
+    s_inv = where(kept, 1 / where(kept, s, 1), 0)
+    return matmul(swapaxes(vt, 0, 1) * s_inv, swapaxes(u, 0, 1))
+
+
+# ---------------------------------------------------------------------------
+# cholesky
+
+class Cholesky(PyOp):
+    """L with a = L L^T, from the lower triangle of a. The gradient (Murray
+    2016), symmetrized: phi = L^T gL with its upper triangle dropped and
+    its diagonal halved, ga = sym(L^-T phi L^-1)."""
+    op_name = 'cholesky'
+
+    def forward(self, inputs):
+        a, = inputs
+        self.retain_outputs((0,))
+        return (_lapack('cholesky', lambda la, m: la.cholesky(m), a).astype(a.dtype,
+                                                                            copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        lower = ys[0]
+        p = xp.matmul(_t(xp, lower), gys[0])
+        phi = (xp.tril(p, 0) + xp.tril(p, -1)) * 0.5
+        l_inv = _inv(xp, lower)
+        g = xp.matmul(xp.matmul(_t(xp, l_inv), phi), l_inv)
+        return ((g + _t(xp, g)) * 0.5,)
+
+
+def cholesky(a):
+    """The lower-triangular Cholesky factor L of the symmetric positive
+    definite ``a`` (a = L L^T); only the lower triangle of ``a`` is read.
+    LinAlgError if ``a`` is not positive definite."""
+    return _args.apply(Cholesky(), _matrix('cholesky', a, square=True))
+
+
+# ---------------------------------------------------------------------------
+# qr
+
+_QR_MODES = ('reduced', 'complete', 'r', 'raw')
+
+
+class Qr(PyOp):
+    """(Q, R) of mode 'reduced' or 'complete'. The gradient needs R square
+    (m >= n reduced, m == n complete)."""
+    op_name = 'qr'
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def forward(self, inputs):
+        a, = inputs
+        self.retain_outputs((0, 1))
+        q, r = _lapack('qr', lambda la, m: la.qr(m, mode=self.mode), a)
+        return q.astype(a.dtype, copy=False), r.astype(a.dtype, copy=False)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        q, r = ys
+        gq, gr = gys
+        if r.shape[0] != r.shape[1]:
+            raise _args.DimensionError(
+                'qr: no gradient where R is not square (R of shape {}, mode {!r}): Q and '
+                'R do not determine a smoothly there'.format(r.shape, self.mode))
+        m = None
+        if gr is not None:
+            m = xp.matmul(r, _t(xp, gr))
+        if gq is not None:
+            m = _add(m, -xp.matmul(_t(xp, gq), q))
+        m_sym = xp.tril(m, 0) + _t(xp, xp.tril(m, -1))
+        rhs = _add(gq, xp.matmul(q, m_sym))
+        return (_t(xp, _solve(xp, r, _t(xp, rhs))),)
+
+
+class _QrRaw(PyOp):
+    """NumPy's mode 'raw' (Householder reflectors h and scales tau): no
+    gradient."""
+    op_name = 'qr'
+
+    def forward(self, inputs):
+        a, = inputs
+        h, tau = _lapack('qr', lambda la, m: la.qr(m, mode='raw'), a)
+        return h.astype(a.dtype, copy=False), tau.astype(a.dtype, copy=False)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        raise XgradError("qr: mode='raw' has no gradient")
+
+
+def qr(a, mode='reduced'):
+    """The QR decomposition of ``a`` (m x n, k = min(m, n)), NumPy's modes:
+    'reduced' (Q m x k, R k x n), 'complete' (Q m x m, R m x n), 'r' (R
+    only, k x n) and 'raw' (h n x m, tau (k,))."""
+    if mode not in _QR_MODES:
+        raise ValueError("qr: mode must be 'reduced', 'complete', 'r' or 'raw', not "
+                         "{!r}".format(mode))
+    a = _matrix('qr', a)
+    if mode == 'raw':
+        return _args.apply(_QrRaw(), a)
+    q, r = _args.apply(Qr('reduced' if mode == 'r' else mode), a)
+    return r if mode == 'r' else (q, r)
+
+
+# ---------------------------------------------------------------------------
+# svd
+
+class _FullSvd(Svd):
+    """The SVD with full square u (m x m) and vt (n x n). The gradient is
+    the reduced one: the output gradients of the columns of u and rows of vt
+    beyond k = min(m, n), which are not unique, are dropped."""
+
+    def forward(self, inputs):
+        a, = inputs
+        self.retain_outputs((0, 1, 2))
+        u, s, vt = _lapack('svd', lambda la, m: la.svd(m, full_matrices=True), a)
+        return tuple(v.astype(a.dtype, copy=False) for v in (u, s, vt))
+
+    def grads(self, xp, targets, gys, xs, ys):
+        u, s, vt = ys
+        gu, gs, gvt = gys
+        k = s.shape[-1]
+        cols, rows = (slice(None), slice(0, k)), (slice(0, k), slice(None))
+        u, vt = xp.getitem(u, cols), xp.getitem(vt, rows)
+        gu = None if gu is None else xp.getitem(gu, cols)
+        gvt = None if gvt is None else xp.getitem(gvt, rows)
+        return Svd.grads(self, xp, targets, (gu, gs, gvt), xs, (u, s, vt))
+
+
+def svd(a, full_matrices=True, compute_uv=True):
+    """The singular value decomposition a = u diag(s) vt; ``(u, s, vt)``, or
+    ``s`` alone when ``compute_uv`` is False. ``full_matrices``: u is m x m
+    and vt n x n (else m x k and k x n)."""
+    a = _matrix('svd', a)
+    m, n = a.shape
+    if not compute_uv:
+        return _args.apply(Svd(), a)[1]
+    if full_matrices and m != n:
+        return _args.apply(_FullSvd(), a)
+    return _args.apply(Svd(), a)
+
+
+# ---------------------------------------------------------------------------
+# eigh, eigvalsh
+
+def _uplo(op, UPLO):
+    if not isinstance(UPLO, str):
+        raise TypeError("{}: UPLO must be 'L' or 'U', not {}".format(op, type(UPLO).__name__))
+    if len(UPLO) != 1:
+        raise ValueError("{}: UPLO argument must be 'L' or 'U', not {!r}".format(op, UPLO))
+    if UPLO.upper() not in ('L', 'U'):
+        raise XgradError("{}: UPLO argument must be 'L' or 'U', not {!r}".format(op, UPLO))
+    return UPLO.upper()
+
+
+class Eigh(PyOp):
+    """Eigenvalues w (ascending) and eigenvectors v of a symmetric matrix,
+    read from one triangle. The gradient (Giles 2008), symmetrized:
+    ga = sym(v (F * (v^T gv) + diag(gw)) v^T), F_ij = 1 / (w_j - w_i) off
+    the diagonal; it needs distinct eigenvalues when gv is given."""
+    op_name = 'eigh'
+
+    def __init__(self, uplo):
+        self.uplo = uplo
+
+    def forward(self, inputs):
+        a, = inputs
+        self.retain_outputs((0, 1))
+        w, v = _lapack('eigh', lambda la, m: la.eigh(m, UPLO=self.uplo), a)
+        return w.astype(a.dtype, copy=False), v.astype(a.dtype, copy=False)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        w, v = ys
+        gw, gv = gys
+        n = w.shape[0]
+        eye = _diag_mask(xp, n, w)
+        inner = None
+        if gw is not None:
+            inner = xp.where(eye, xp.reshape(gw, (1, n)), 0)
+        if gv is not None:
+            diff = xp.reshape(w, (1, n)) - xp.reshape(w, (n, 1))
+            f = xp.where(eye, 0, 1 / xp.where(eye, 1, diff))
+            inner = _add(inner, f * xp.matmul(_t(xp, v), gv))
+        g = xp.matmul(xp.matmul(v, inner), _t(xp, v))
+        return ((g + _t(xp, g)) * 0.5,)
+
+
+def eigh(a, UPLO='L'):
+    """The eigenvalues (ascending) and eigenvectors ``(w, v)`` of the
+    symmetric matrix ``a``, read from its lower (``UPLO='L'``) or upper
+    (``'U'``) triangle."""
+    uplo = _uplo('eigh', UPLO)
+    return _args.apply(Eigh(uplo), _matrix('eigh', a, square=True))
+
+
+def eigvalsh(a, UPLO='L'):
+    """The eigenvalues (ascending) of the symmetric matrix ``a``;
+    differentiable (through the eigenvectors, which it computes too)."""
+    uplo = _uplo('eigvalsh', UPLO)
+    return _args.apply(Eigh(uplo), _matrix('eigvalsh', a, square=True))[0]
+
+
+def _is_lapack_available():
+    """ChainerX's probe: xgrad always has LAPACK (NumPy's, CuPy's cuSOLVER)."""
+    return True
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+def _well_conditioned(rs, shape):
+    """Square matrices with eigenvalues near n (far from singular)."""
+    n = shape[0]
+    return rs.uniform(-1, 1, shape) + n * numpy.eye(n)
+
+
+def _spaced_spectrum(rs, shape):
+    """U diag(s) V^T with singular values 1, 2, ..., min(m, n) (distinct,
+    away from 0) and random orthogonal U, V."""
+    m, n = shape
+    k = min(m, n)
+    u, _ = numpy.linalg.qr(rs.normal(size=(m, m)))
+    v, _ = numpy.linalg.qr(rs.normal(size=(n, n)))
+    s = numpy.zeros((m, n))
+    s[range(k), range(k)] = numpy.arange(1, k + 1)
+    return u @ s @ v.T
+
+
+def _symmetric_spaced(rs, shape):
+    """Q diag(w) Q^T with eigenvalues spaced 1 apart (PD when positive)."""
+    n = shape[0]
+    q, _ = numpy.linalg.qr(rs.normal(size=(n, n)))
+    return q @ numpy.diag(numpy.arange(1, n + 1, dtype=float)) @ q.T
+
+
+def _symmetrized(func, xs, kwargs):
+    """Calls with the symmetric part of the matrix: cholesky and eigh read
+    one triangle, and their (symmetric) gradients are those of this
+    parametrization."""
+    a = xs[0]
+    return func((a + a.T) * 0.5, **kwargs)
+
+
+def _lapack_ref(name):
+    def ref(a, *args, **kwargs):
+        out = getattr(numpy.linalg, name)(a, *args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(numpy.asarray(o).astype(a.dtype) for o in out)
+        return numpy.asarray(out).astype(a.dtype)
+    return ref
+
+
+def _solve_ref(a, b):
+    return numpy.linalg.solve(a, b).astype(numpy.result_type(a, b))
+
+
+register(OpInfo(
+    'linalg.inv', inv, ref=_lapack_ref('inv'), dtypes=_FLOATS,
+    samples=[Sample((3, 3)), Sample((1, 1)), Sample((0, 0))],
+    domain=_well_conditioned))
+
+register(OpInfo(
+    'linalg.solve', solve, ref=_solve_ref, dtypes=_FLOATS,
+    samples=[Sample((3, 3), (3,)), Sample((3, 3), (3, 2)), Sample((1, 1), (1, 4)),
+             Sample((0, 0), (0,)),
+             Sample((3, 3), Arg((3, 2), dtype=F64), name='f64-b')],
+    domain=(_well_conditioned, lambda rs, shape: rs.uniform(-1, 1, shape))))
+
+register(OpInfo(
+    'linalg.pinv', pinv, ref=lambda a, rcond=1e-15: numpy.linalg.pinv(a, rcond)
+    .astype(a.dtype), dtypes=_FLOATS,
+    samples=[Sample((3, 2)), Sample((2, 3)), Sample((3, 3)), Sample((0, 3)),
+             # singular values 1, 2, 3: the cut at 0.4 * 3 drops 1
+             Sample((3, 4), rcond=0.4)],
+    domain=_spaced_spectrum))
+
+register(OpInfo(
+    'linalg.cholesky', cholesky, ref=_lapack_ref('cholesky'), dtypes=_FLOATS,
+    samples=[Sample((3, 3)), Sample((1, 1)), Sample((0, 0))],
+    domain=_symmetric_spaced, call=_symmetrized))
+
+register(OpInfo(
+    'linalg.qr', qr, ref=_lapack_ref('qr'), dtypes=_FLOATS,
+    # the gradient needs a square R (see Qr); the other shapes and 'raw' are
+    # tested in tests/ops/test_linalg_ops.py
+    samples=[Sample((3, 3)), Sample((4, 2)), Sample((3, 3), mode='complete'),
+             Sample((3, 2), mode='r'), Sample((1, 1))],
+    domain=_spaced_spectrum))
+
+register(OpInfo(
+    'linalg.svd', svd, ref=_lapack_ref('svd'), dtypes=_FLOATS,
+    samples=[Sample((3, 3)), Sample((3, 2), full_matrices=False),
+             Sample((2, 3), full_matrices=False), Sample((1, 1)),
+             Sample((3, 2), compute_uv=False), Sample((2, 4), compute_uv=False)],
+    domain=_spaced_spectrum))
+
+register(OpInfo(
+    'linalg.eigh', eigh, ref=_lapack_ref('eigh'), dtypes=_FLOATS,
+    samples=[Sample((3, 3)), Sample((3, 3), UPLO='U'), Sample((1, 1)), Sample((0, 0))],
+    domain=_symmetric_spaced, call=_symmetrized))
+
+register(OpInfo(
+    'linalg.eigvalsh', eigvalsh, ref=_lapack_ref('eigvalsh'), dtypes=_FLOATS,
+    samples=[Sample((3, 3)), Sample((3, 3), UPLO='u'), Sample((1, 1)), Sample((0, 0))],
+    domain=_symmetric_spaced, call=_symmetrized))
