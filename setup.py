@@ -7,6 +7,7 @@ from setuptools import Extension, setup
 MODULES = [
     'xgrad._backend.native_kernels',
     'xgrad._backend.norm_kernels',
+    'xgrad._dtypes',
     'xgrad._core',
     'xgrad._ops._xp',
     'xgrad._ops._op',

@@ -6,8 +6,9 @@ A unary op here is one declaration (``_unary``): the NumPy ufunc (or
 function) that computes it, its derivative written against an array
 namespace ``xp`` (so it is differentiable again, see ``_op.pyx``), which of
 x and y the derivative reads, and its registry entry (domain away from poles
-and kinks). Results follow NumPy's dtype rules: ``sin`` of an int64 array is
-float64, of a float16 array float16.
+and kinks). Result dtypes follow ChainerX's rule for math functions
+(xgrad/_dtypes.pyx): ``sin`` of an int64 or bool array is float32, of a
+float16 array float16; ``sign`` keeps its input's dtype.
 """
 
 import math
@@ -68,9 +69,11 @@ class _Unary(PyOp):
 
 def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
            doc='', ints=True, samples=UNARY_SAMPLES, tol=None, check_float=False,
-           public=None, **info):
+           public=None, promotion='float', **info):
     """Define and register the unary op ``name``; returns its function.
     ``derivative`` None: not differentiable (the result never joins a graph).
+    ``promotion`` 'float': bool and int inputs are computed in float32 (a
+    math function); 'result_type': the input's dtype is kept.
     ``public``: turns the generic ``f(x, **kwargs)`` into the public
     signature (with argument checks)."""
     cls = type(name.title().replace('_', ''), (_Unary,), {
@@ -81,6 +84,8 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
         x = _args.as_array(x, 'x')
         if check_float:
             _args.require_float(x, name)
+        if promotion == 'float' and x.dtype.kind != 'f':
+            x = x.astype(_args.promoted_float(x.dtype))
         if derivative is None:
             return _args.wrap(_checked(compute, name, _args.raw(x), **kwargs), x)
         return _args.apply(cls(kwargs), x)
@@ -90,8 +95,10 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
     if public is not None:
         op = public(op)
     register(OpInfo(name, op, ref=ref or compute, samples=samples, domain=domain,
-                    int_dtypes=_accepted(compute, INT_DTYPES + (BOOL,)) if ints else (),
-                    differentiable=derivative is not None, tol=tol or {}, **info))
+                    int_dtypes=(() if not ints else INT_DTYPES + (BOOL,) if promotion == 'float'
+                                else _accepted(compute, INT_DTYPES + (BOOL,))),
+                    differentiable=derivative is not None, tol=tol or {},
+                    promotion=promotion, **info))
     return op
 
 
@@ -126,9 +133,8 @@ log10 = _unary('log10', numpy.log10, lambda xp, gy, x, y: gy / (x * LN10),
                domain=positive)
 reciprocal = _unary(
     'reciprocal', numpy.reciprocal, lambda xp, gy, x, y: -(gy * y * y), uses='y',
-    domain=nonzero, ints=False,
-    doc='1 / x. On integer arrays NumPy\'s reciprocal truncates; xgrad takes '
-        'float arrays only.', check_float=True)
+    domain=nonzero,
+    doc='1 / x; bool and int arrays give float32 (ChainerX: 1 / x, a true division).')
 
 # ---------------------------------------------------------------------------
 # Trigonometric and hyperbolic
@@ -155,7 +161,8 @@ arccosh = _unary('arccosh', numpy.arccosh,
 
 fabs = _unary('fabs', numpy.fabs, lambda xp, gy, x, y: gy * xp.sign(x), domain=nonzero,
               doc='|x| as a float (NumPy\'s ``fabs``); gradient sign(x), 0 at 0.')
-sign = _unary('sign', numpy.sign, doc='The sign of x (-1, 0 or 1); no gradient.')
+sign = _unary('sign', numpy.sign, promotion='result_type',
+              doc='The sign of x (-1, 0 or 1) in x\'s dtype; no gradient.')
 ceil = _unary('ceil', numpy.ceil, domain=within(-3, 3),
               doc='The ceiling of x; no gradient.')
 floor = _unary('floor', numpy.floor, domain=within(-3, 3),
@@ -175,9 +182,9 @@ def _softplus_grad(xp, gy, x, y, beta=1.0):
 
 
 softplus = _unary(
-    'softplus', _softplus, _softplus_grad, check_float=True, ints=False,
+    'softplus', _softplus, _softplus_grad,
     samples=UNARY_SAMPLES + (Sample((2, 3), beta=2.0),),
-    doc='log(1 + exp(beta * x)) / beta, without overflow. Float arrays only.')
+    doc='log(1 + exp(beta * x)) / beta, without overflow.')
 
 
 def _leaky_relu(x, slope=0.2):
@@ -189,9 +196,8 @@ def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
 
 
 leaky_relu = _unary(
-    'leaky_relu', _leaky_relu, _leaky_relu_grad, domain=nonzero, check_float=True,
-    ints=False, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
-    doc='x where x >= 0, else slope * x. Float arrays only.')
+    'leaky_relu', _leaky_relu, _leaky_relu_grad, domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
+    doc='x where x >= 0, else slope * x.')
 
 
 def _elu(x, alpha=1.0):
@@ -202,9 +208,8 @@ def _elu_grad(xp, gy, x, y, alpha=1.0):
     return xp.where(x >= 0, gy, gy * (y + alpha))
 
 
-elu = _unary('elu', _elu, _elu_grad, uses='xy', domain=nonzero, check_float=True,
-             ints=False, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
-             doc='x where x >= 0, else alpha * (exp(x) - 1). Float arrays only.')
+elu = _unary('elu', _elu, _elu_grad, uses='xy', domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
+             doc='x where x >= 0, else alpha * (exp(x) - 1).')
 
 
 def _clipped_relu(x, z=20.0):
@@ -216,10 +221,10 @@ def _clipped_relu_grad(xp, gy, x, y, z=20.0):
 
 
 clipped_relu = _unary(
-    'clipped_relu', _clipped_relu, _clipped_relu_grad, check_float=True, ints=False,
+    'clipped_relu', _clipped_relu, _clipped_relu_grad,
     domain=away_from(0.0, 0.5, low=-1.5, high=1.5),
     samples=UNARY_SAMPLES + (Sample((2, 3), z=0.5),),
-    doc='min(max(x, 0), z). Float arrays only.')
+    doc='min(max(x, 0), z).')
 
 
 def _clip(a, a_min, a_max):
@@ -251,6 +256,7 @@ def _clip_signature(op):
 
 clip = _unary(
     'clip', _clip, _clip_grad, domain=away_from(-0.5, 0.5), public=_clip_signature,
+    promotion=None,
     samples=(Sample((2, 3), a_min=-0.5, a_max=0.5), Sample((), a_min=-0.5, a_max=0.5),
              Sample((2, 3), a_min=None, a_max=0.5), Sample((2, 3), a_min=-0.5, a_max=None),
              Sample((0, 3), a_min=-0.5, a_max=0.5)))
