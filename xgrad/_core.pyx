@@ -29,6 +29,7 @@ ctypedef pair[_HeapKey, PyObject*] _HeapItem
 cimport numpy as cnp
 
 from xgrad._backend cimport native_kernels
+from xgrad._dtypes cimport check_inplace
 
 import heapq
 import threading
@@ -974,6 +975,7 @@ cdef class ndarray:
     cdef object _inplace(self, other, op):
         self._check_inplace(other)
         raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
+        raw = check_inplace(op.__name__, self._data.dtype, raw)  # ChainerX's dtype rules
         try:
             op(self._data, raw, out=self._data)
         except ValueError as e:

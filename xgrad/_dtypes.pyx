@@ -179,6 +179,46 @@ cdef object scalar_for(object scalar, object dtype):
     return numpy.asarray(scalar).astype(dtype)
 
 
+_BOOL_REFUSED = frozenset(['add', 'subtract', 'true_divide', 'divide', 'floor_divide',
+                           'remainder', 'power'])
+_BITWISE = frozenset(['bitwise_and', 'bitwise_or', 'bitwise_xor'])
+
+
+cdef object check_inplace(str op, object out_dtype, object other):
+    """ChainerX's in-place rules (``a op= other``) for the ufunc named
+    ``op``; returns ``other`` ready for ``op(a, other, out=a)`` (a scalar cast
+    like ``scalar_for``). DtypeError: a float operand into a non-float array,
+    a bool operand in arithmetic (multiply takes bools), a non-bool operand
+    into a bool array for multiply and bitwise ops, true division into a
+    non-float array."""
+    from xgrad._errors import DtypeError
+    cdef int out = _code(out_dtype)
+    if out < 0:
+        return other
+    scalar = is_scalar(other)
+    cdef int other_code = _scalar_code(other) if scalar else _code(_dtype_of(other))
+    if other_code < 0:
+        return other
+    cdef Kind out_kind = KIND[out], in_kind = KIND[other_code]
+    reason = None
+    if op in _BITWISE:
+        if out_kind == K_BOOL and in_kind != K_BOOL:
+            reason = 'a bool array cannot be updated with integers'
+    elif op in ('true_divide', 'divide') and out_kind != K_FLOAT:
+        reason = 'integer in-place division is not allowed'
+    elif op in _BOOL_REFUSED and (out_kind == K_BOOL or in_kind == K_BOOL):
+        reason = 'bool operands are not allowed in arithmetic'
+    elif out_kind != K_FLOAT and in_kind == K_FLOAT:
+        reason = 'float values cannot be assigned into a non-float array'
+    elif op == 'multiply' and out_kind == K_BOOL and in_kind != K_BOOL:
+        reason = 'numbers cannot be assigned into a bool array'
+    if reason is not None:
+        raise DtypeError('{}: in-place operation on dtypes {} and {}: {} (ChainerX)'.format(
+            op, out_dtype, numpy.asarray(other).dtype if scalar else _dtype_of(other),
+            reason))
+    return scalar_for(other, out_dtype) if scalar else other
+
+
 # ---------------------------------------------------------------------------
 # The Python API
 
