@@ -104,6 +104,13 @@ def compute_dtype(*dtypes):
     return numpy.result_type(numpy.float32, *dtypes)
 
 
+def result_dtype(*values):
+    """The dtype of an op's result on ``values`` (xgrad arrays and Python
+    scalars, as ``operands`` returns them). The one place new ops ask; it
+    follows NumPy's ``result_type`` for now."""
+    return numpy.result_type(*[v.dtype if isinstance(v, ndarray) else v for v in values])
+
+
 def promoted_float(dtype):
     """The float dtype NumPy's math ufuncs give ``dtype`` (int8 -> float16,
     int64 -> float64, floats unchanged)."""
