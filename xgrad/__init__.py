@@ -28,6 +28,9 @@ from xgrad._ops import (  # NOQA
 from xgrad._ops import *  # NOQA: the op library (every module's __all__)
 from xgrad._ops.registry import OpInfo, Sample, Arg, registered_ops, op_info  # NOQA
 from xgrad import linalg  # NOQA
+from xgrad import random  # NOQA
+from xgrad._numpy_fallbacks import (  # NOQA
+    copysign, fix, broadcast_arrays, is_available, _to_cupy)
 from xgrad._gradient_check import check_backward, check_double_backward  # NOQA
 
 __version__ = '0.1.0'
@@ -43,6 +46,18 @@ float32 = _numpy.dtype('float32')
 float64 = _numpy.dtype('float64')
 all_dtypes = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
 float_dtypes = (float16, float32, float64)
+
+
+# NumPy's constants, which ChainerX re-exports (NumPy 2 dropped the aliases).
+newaxis = None
+pi = _numpy.pi
+e = _numpy.e
+euler_gamma = _numpy.euler_gamma
+inf = Inf = Infinity = PINF = infty = float('inf')
+NINF = float('-inf')
+nan = NaN = NAN = float('nan')
+PZERO = 0.0
+NZERO = -0.0
 
 # ChainerX's dtype is NumPy's: ``isinstance(x.dtype, xgrad.dtype)`` holds.
 dtype = _numpy.dtype
