@@ -230,7 +230,9 @@ def set_grad_numpy_array():
     return lambda: x.set_grad(numpy.ones((2, 3), F32)), [x], []
 
 
-@bad(TypeError, r'x2 must be an xgrad\.ndarray.*not str')
+# Operators leave unknown operand types to the other operand's reflected
+# method (Python then names both types); the functions name the argument.
+@bad(TypeError, r"unsupported operand type\(s\) for \+: '.*ndarray' and 'str'")
 def add_a_string():
     x = _leaf()
     return lambda: x + 'abc', [x], []
@@ -422,11 +424,13 @@ def backward_grad_outputs_wrong_length():
             [x, y], [])
 
 
-@bad(xgrad.GradientError, r'Grad_outputs and outputs must have the same size: 0 .* 1')
+# (an empty list means no grad_outputs, as in ChainerX)
+@bad(xgrad.GradientError, r'Grad_outputs and outputs must have the same size: 2 .* 1')
 def grad_grad_outputs_wrong_length():
     x = _leaf()
     y = x * 2
-    return lambda: xgrad.grad([y], [x], grad_outputs=[]), [x, y], []
+    seed = xgrad.ones_like(y)
+    return lambda: xgrad.grad([y], [x], grad_outputs=[seed, seed]), [x, y], []
 
 
 @bad(xgrad.GradientError, r'grad_inputs and inputs must have the same size')

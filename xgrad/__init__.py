@@ -19,6 +19,7 @@ from xgrad._device import Backend, Device, get_device  # NOQA
 from xgrad._ops import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,
+    asanyarray, ascontiguousarray, frombuffer, tri, copyto,
     add, subtract, multiply, divide, true_divide, power, maximum, minimum,
     negative, absolute, abs, exp, log, sqrt, square, tanh, sigmoid, relu,
     equal, not_equal, greater, greater_equal, less, less_equal,
@@ -27,6 +28,9 @@ from xgrad._ops import (  # NOQA
 from xgrad._ops import *  # NOQA: the op library (every module's __all__)
 from xgrad._ops.registry import OpInfo, Sample, Arg, registered_ops, op_info  # NOQA
 from xgrad import linalg  # NOQA
+from xgrad import random  # NOQA
+from xgrad._numpy_fallbacks import (  # NOQA
+    copysign, fix, broadcast_arrays, is_available, _to_cupy)
 from xgrad._gradient_check import check_backward, check_double_backward  # NOQA
 
 __version__ = '0.1.0'
@@ -44,6 +48,16 @@ all_dtypes = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64
 float_dtypes = (float16, float32, float64)
 
 
-def dtype(name):
-    """The dtype named ``name`` (as ``numpy.dtype``)."""
-    return _numpy.dtype(name)
+# NumPy's constants, which ChainerX re-exports (NumPy 2 dropped the aliases).
+newaxis = None
+pi = _numpy.pi
+e = _numpy.e
+euler_gamma = _numpy.euler_gamma
+inf = Inf = Infinity = PINF = infty = float('inf')
+NINF = float('-inf')
+nan = NaN = NAN = float('nan')
+PZERO = 0.0
+NZERO = -0.0
+
+# ChainerX's dtype is NumPy's: ``isinstance(x.dtype, xgrad.dtype)`` holds.
+dtype = _numpy.dtype

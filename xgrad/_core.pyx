@@ -595,6 +595,15 @@ def _gradient_mismatch(ndarray g, object shape, object dtype, object device):
     return None
 
 
+cdef inline bint _known_operand(object other):
+    """Whether ndarray's operators take ``other`` (arrays, array-likes and
+    scalars). For any other type they return NotImplemented, so that Python
+    tries the other operand's reflected method (e.g. Chainer's
+    ``Variable.__radd__``)."""
+    return isinstance(other, (ndarray, int, float, complex, numpy.generic, numpy.ndarray,
+                              list, tuple))
+
+
 @cython.no_gc
 cdef class ndarray:
     """An n-dimensional array that records the operations applied to it.
@@ -749,6 +758,20 @@ cdef class ndarray:
     @property
     def _debug_flat_data(self):
         return self._data.ravel().tolist()
+
+    @property
+    def data_ptr(self):
+        """The address of the first element (``offset`` is always 0)."""
+        return _data_address(self._data)
+
+    @property
+    def data_size(self):
+        """The bytes between the lowest and the highest addressed element."""
+        if self._data.size == 0:
+            return 0
+        span = sum((n - 1) * abs(st) for n, st in zip(self._data.shape,
+                                                         self._data.strides))
+        return span + self._data.itemsize
 
     @property
     def _debug_data_memory_address(self):
@@ -973,6 +996,8 @@ cdef class ndarray:
                                                      (<ndarray>other)._device.name))
 
     cdef object _inplace(self, other, op):
+        if not _known_operand(other):
+            return NotImplemented
         self._check_inplace(other)
         raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
         raw = check_inplace(op.__name__, self._data.dtype, raw)  # ChainerX's dtype rules
@@ -998,6 +1023,98 @@ cdef class ndarray:
     def __itruediv__(self, other):
         return self._inplace(other, numpy.true_divide)
 
+    # -- ChainerX's other operators (issue 16): bitwise and shift operators,
+    # their reflected forms, and the remaining in-place forms. The in-place
+    # forms write into this array (NumPy's ``out=``), never rebind it.
+
+    def __ifloordiv__(self, other):
+        return self._inplace(other, numpy.floor_divide)
+
+    def __imod__(self, other):
+        return self._inplace(other, numpy.remainder)
+
+    def __ipow__(self, other):
+        return self._inplace(other, numpy.power)
+
+    def __iand__(self, other):
+        return self._inplace_integral(other, numpy.bitwise_and, 'biu')
+
+    def __ior__(self, other):
+        return self._inplace_integral(other, numpy.bitwise_or, 'biu')
+
+    def __ixor__(self, other):
+        return self._inplace_integral(other, numpy.bitwise_xor, 'biu')
+
+    def __ilshift__(self, other):
+        return self._inplace_integral(other, numpy.left_shift, 'iu')
+
+    def __irshift__(self, other):
+        return self._inplace_integral(other, numpy.right_shift, 'iu')
+
+    def _inplace_integral(self, other, op, kinds):
+        """An in-place bitwise or shift op: DtypeError unless both operands
+        have one of ``kinds`` (bool and integer, or integer only)."""
+        if not _known_operand(other):
+            return NotImplemented
+        raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
+        for name, dtype in (('x1', self._data.dtype), ('x2', numpy.result_type(raw))):
+            if dtype.kind not in kinds:
+                raise DtypeError('{}: {} has dtype {}, which it does not take'.format(
+                    op.__name__, name, dtype))
+        return self._inplace(other, op)
+
+    def __and__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_and(self, other)
+
+    def __rand__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_and(other, self)
+
+    def __or__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_or(self, other)
+
+    def __ror__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_or(other, self)
+
+    def __xor__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_xor(other, self)
+
+    def __lshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.left_shift(self, other)
+
+    def __rlshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.left_shift(other, self)
+
+    def __rshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.right_shift(self, other)
+
+    def __rrshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.right_shift(other, self)
+
+    # -- end of ChainerX's other operators
+
     def fill(self, value):
         self._check_inplace(value)
         self._data.fill(value)
@@ -1018,51 +1135,83 @@ cdef class ndarray:
     # -- operators -----------------------------------------------------------
 
     def __add__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.add(self, other)
 
     def __radd__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.add(other, self)
 
     def __sub__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.subtract(self, other)
 
     def __rsub__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.subtract(other, self)
 
     def __mul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.multiply(self, other)
 
     def __rmul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.multiply(other, self)
 
     def __truediv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.divide(self, other)
 
     def __rtruediv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.divide(other, self)
 
     def __pow__(self, other, modulo):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.power(self, other)
 
     def __rpow__(self, other, modulo):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.power(other, self)
 
     def __floordiv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.floor_divide(self, other)
 
     def __rfloordiv__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.floor_divide(other, self)
 
     def __mod__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.remainder(self, other)
 
     def __rmod__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.remainder(other, self)
 
     def __matmul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.matmul(self, other)
 
     def __rmatmul__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.matmul(other, self)
 
     def __neg__(self):
@@ -1075,21 +1224,33 @@ cdef class ndarray:
         return _OPS.absolute(self)
 
     def __eq__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.equal(self, other)
 
     def __ne__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.not_equal(self, other)
 
     def __lt__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.less(self, other)
 
     def __le__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.less_equal(self, other)
 
     def __gt__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.greater(self, other)
 
     def __ge__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
         return _OPS.greater_equal(self, other)
 
     __hash__ = None
@@ -1161,11 +1322,31 @@ cdef class ndarray:
     def flatten(self):
         return _OPS.reshape(self, (self._data.size,)).copy()
 
-    def take(self, indices, axis=None):
-        return _OPS.take(self, indices, axis)
+    def take(self, indices, axis=None, mode=None):
+        return _OPS.take(self, indices, axis, mode)
+
+    def swapaxes(self, axis1, axis2):
+        return _OPS.swapaxes(self, axis1, axis2)
 
     def repeat(self, repeats, axis=None):
         return _OPS.repeat(self, repeats, axis)
+
+
+def _data_address(data):
+    """The address of raw ``data``'s first element, on the host or a GPU."""
+    interface = getattr(data, '__array_interface__', None)
+    if interface is None:
+        interface = data.__cuda_array_interface__
+    return interface['data'][0]
+
+
+def _fromrawpointer(ptr, shape, dtype, strides, device, offset, base):
+    """ChainerX's ``_core._fromrawpointer``: an array viewing the memory at
+    ``ptr + offset`` on ``device`` (kept alive by ``base``), no copy. Chainer
+    turns CuPy arrays into ChainerX arrays with it."""
+    device = _resolve_device(device)
+    return _wrap(_device_module.from_raw_pointer(ptr, shape, dtype, strides, device, offset,
+                                                 base), device)
 
 
 def _unpickle_array(data, device_name):
@@ -1589,8 +1770,9 @@ cdef tuple _as_array_tuple(object arrays, str what):
 
 cdef list _check_seeds(object grad_outputs, tuple outs, str what):
     """Validate user-given output gradients; returns a list (or None)."""
-    if grad_outputs is None:
-        return None
+    if grad_outputs is None or (isinstance(grad_outputs, (list, tuple))
+                                and not grad_outputs):
+        return None  # an empty list means no seeds, as in ChainerX
     seeds = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [
         grad_outputs]
     if len(seeds) != len(outs):

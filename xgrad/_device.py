@@ -142,6 +142,8 @@ def parse_device(context, device, index=None):
 def get_device(device, index=None):
     """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
     from xgrad import _core
+    if device is None and index is None:
+        return _core.get_default_device()  # ChainerX reads None as the default
     return parse_device(_core.get_default_context(), device, index)
 
 
@@ -178,3 +180,38 @@ def is_broadcast_view(data):
 def _is_cuda_array(data):
     from xgrad._backend import cuda
     return cuda.is_device_array(data)
+
+
+class _HostMemory:
+    """NumPy's view of host memory at an address, kept alive by ``owner``."""
+
+    def __init__(self, address, shape, dtype, strides, owner):
+        self.__array_interface__ = {'data': (address, False), 'shape': tuple(shape),
+                                    'typestr': dtype.str, 'strides': tuple(strides),
+                                    'version': 3}
+        self.owner = owner
+
+
+def _extent(shape, strides, itemsize):
+    """The bytes spanned by an array of ``shape`` and ``strides`` from its
+    first element on (all strides non-negative)."""
+    if any(n == 0 for n in shape):
+        return 0
+    return itemsize + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def from_raw_pointer(pointer, shape, dtype, strides, device, offset, owner):
+    """Raw data of ``device`` viewing memory at ``pointer + offset`` (no copy),
+    kept alive by ``owner``: NumPy on native devices, CuPy on cuda ones."""
+    dtype = numpy.dtype(dtype)
+    shape = tuple(shape)
+    strides = tuple(strides) if strides is not None else tuple(
+        int(s) for s in numpy.empty(0, dtype).reshape(0).strides) if not shape else \
+        numpy.zeros(shape, dtype=dtype).strides
+    if device.is_native:
+        return numpy.asarray(_HostMemory(pointer + offset, shape, dtype, strides, owner))
+    from xgrad._backend import cuda
+    cp = cuda.cupy()
+    memory = cp.cuda.UnownedMemory(pointer, offset + _extent(shape, strides, dtype.itemsize),
+                                   owner, device.index)
+    return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(memory, offset), strides)

@@ -104,6 +104,13 @@ def compute_dtype(*dtypes):
     return numpy.result_type(numpy.float32, *dtypes)
 
 
+def result_dtype(*values):
+    """The dtype of an op's result on ``values`` (xgrad arrays and Python
+    scalars, as ``operands`` returns them): ChainerX's promotion, decided in
+    xgrad/_dtypes.pyx (docs/dtype_promotion.md)."""
+    return _dtypes.result_type(*values)
+
+
 def promoted_float(dtype):
     """The dtype of a math function of ``dtype`` (ChainerX's rule: floats
     stay, bool and ints give float32; see xgrad/_dtypes.pyx)."""

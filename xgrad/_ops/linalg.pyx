@@ -7,7 +7,6 @@ from xgrad._core cimport ndarray, apply2
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._errors import DimensionError, DtypeError
-from xgrad._errors import NotImplementedError as XgradNotImplementedError
 
 cdef tuple _RETAIN_01 = (0, 1)
 
@@ -81,15 +80,19 @@ def matmul(a, b):
 
 
 def dot(a, b):
-    """``numpy.dot`` for operands of up to two dimensions (0-d: a product)."""
+    """``numpy.dot``: a product for 0-d operands, ``matmul`` up to 2-d, and
+    for N-d operands the sum over the last axis of ``a`` and the
+    second-to-last of ``b`` (its only axis when 1-d)."""
     cdef ndarray x1 = as_array(a, 'a', b if isinstance(b, ndarray) else None)
     cdef ndarray x2 = as_array(b, 'b', x1)
     if x1._data.ndim == 0 or x2._data.ndim == 0:
         return x1 * x2
     if x1._data.ndim > 2 or x2._data.ndim > 2:
-        raise XgradNotImplementedError(
-            'dot supports operands of up to 2 dimensions (got {} and {}); use '
-            'matmul for batched products'.format(x1._data.shape, x2._data.shape))
+        from xgrad._ops.contraction import tensordot
+        if x1._data.shape[-1] != x2._data.shape[max(x2._data.ndim - 2, 0)]:
+            raise DimensionError('dot: shapes {} and {} are not aligned'.format(
+                x1._data.shape, x2._data.shape))
+        return tensordot(x1, x2, ([x1._data.ndim - 1], [max(x2._data.ndim - 2, 0)]))
     return matmul(x1, x2)
 
 
@@ -101,7 +104,9 @@ from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES
 _PRODUCT_SAMPLES = (Sample((3,), (3,)), Sample((2, 3), (3,)), Sample((3,), (3, 2)),
                     Sample((2, 3), (3, 2)), Sample((2, 0), (0, 2)))
 register(OpInfo('dot', dot, ref=numpy.dot,
-                samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)),),
+                samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)), Sample((2, 2, 3), (3,)),
+                                            Sample((2, 3), (4, 3, 2)),
+                                            Sample((2, 1, 3), (2, 3, 2))),
                 int_dtypes=(numpy.int64, numpy.int32)))
 register(OpInfo('matmul', matmul, ref=numpy.matmul,
                 samples=_PRODUCT_SAMPLES + (

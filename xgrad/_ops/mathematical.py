@@ -12,12 +12,14 @@ float16 array float16; ``sign`` keeps its input's dtype.
 """
 
 import math
+import numbers
 
 import numpy
 
 from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
+from xgrad._ops.elementwise import relu
 from xgrad._ops.registry import (
     INT_DTYPES, BOOL, OpInfo, Sample, away_from, nonzero, positive, real, register,
     within)
@@ -25,7 +27,7 @@ from xgrad._ops.registry import (
 __all__ = ['expm1', 'exp2', 'log1p', 'log2', 'log10', 'reciprocal', 'sin', 'cos',
            'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh', 'arccosh',
            'fabs', 'sign', 'ceil', 'floor', 'softplus', 'leaky_relu', 'elu',
-           'clipped_relu', 'clip']
+           'clipped_relu', 'clip', 'erf', 'crelu']
 
 UNARY_SAMPLES = (Sample((2, 3)), Sample(()), Sample((3, 0)))
 BINARY_SAMPLES = (Sample((2, 3), (2, 3)), Sample((2, 3), (3,)),
@@ -170,7 +172,71 @@ floor = _unary('floor', numpy.floor, domain=within(-3, 3),
 
 
 # ---------------------------------------------------------------------------
+# The error function
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _erf(x):
+    """erf elementwise (NumPy has none: ``math.erf`` per element on the
+    host, CuPy's ``erf`` on a GPU); integer input gives a float result."""
+    if cuda.on_gpu(x):
+        from cupyx.scipy import special
+        return special.erf(x)
+    dtype = x.dtype if x.dtype.kind == 'f' else _args.promoted_float(x.dtype)
+    return numpy.asarray(numpy.frompyfunc(math.erf, 1, 1)(x), dtype=dtype)
+
+
+erf = _unary('erf', _erf,
+             lambda xp, gy, x, y: gy * (xp.exp(-(x * x)) * _TWO_OVER_SQRT_PI),
+             doc='The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x.')
+
+
+# ---------------------------------------------------------------------------
 # Activations (ChainerX's names and arguments)
+
+def crelu(x, axis=1):
+    """Concatenated ReLU: relu(x) and relu(-x) joined along ``axis``."""
+    from xgrad._ops.shaping import concatenate
+    x = _args.as_array(x, 'crelu: x')
+    _args.require_float(x, 'crelu')
+    axis = _args.normalize_axis(axis, x.ndim, 'crelu: axis')
+    return concatenate([relu(x), relu(-x)], axis)
+
+
+def _crelu_ref(x, axis=1):
+    return numpy.concatenate([numpy.maximum(x, 0), numpy.maximum(-x, 0)], axis)
+
+
+register(OpInfo('crelu', crelu, ref=_crelu_ref, domain=nonzero, samples=(
+    Sample((2, 3)), Sample((2, 3), axis=0), Sample((2, 3, 2), axis=-1),
+    Sample((0, 3), axis=1))))
+
+def _number(op, name, value):
+    """``value`` of a scalar parameter, checked at the call: a real number
+    (a bad one would otherwise give NaN, or fail later in backward)."""
+    if not isinstance(value, (numbers.Real, numpy.integer, numpy.floating, numpy.bool_)):
+        raise TypeError('{}: {} must be a real number, not {}'.format(
+            op, name, type(value).__name__))
+    return value
+
+
+def _scalar_parameter(param, default):
+    """The public signature ``f(x, param=default)`` (positional as in
+    ChainerX) of a unary op with one scalar parameter."""
+    def public(op):
+        def f(x, *args, **kwargs):
+            if len(args) + len(kwargs) > 1 or (kwargs and param not in kwargs):
+                raise TypeError('{}() takes x and {} (default {}), got {} more '
+                                'arguments {}'.format(op.__name__, param, default,
+                                                      len(args), sorted(kwargs)))
+            value = args[0] if args else kwargs.get(param, default)
+            return op(x, **{param: _number(op.__name__, param, value)})
+        f.__name__ = f.__qualname__ = op.__name__
+        f.__doc__ = '{}({}, {}={})\n\n{}'.format(op.__name__, 'x', param, default,
+                                                  op.__doc__)
+        return f
+    return public
 
 def _softplus(x, beta=1.0):
     bx = x * x.dtype.type(beta) if x.dtype.kind == 'f' else x * beta
@@ -182,7 +248,7 @@ def _softplus_grad(xp, gy, x, y, beta=1.0):
 
 
 softplus = _unary(
-    'softplus', _softplus, _softplus_grad,
+    'softplus', _softplus, _softplus_grad, public=_scalar_parameter('beta', 1.0),
     samples=UNARY_SAMPLES + (Sample((2, 3), beta=2.0),),
     doc='log(1 + exp(beta * x)) / beta, without overflow.')
 
@@ -196,7 +262,8 @@ def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
 
 
 leaky_relu = _unary(
-    'leaky_relu', _leaky_relu, _leaky_relu_grad, domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
+    'leaky_relu', _leaky_relu, _leaky_relu_grad, public=_scalar_parameter('slope', 0.2),
+    domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
     doc='x where x >= 0, else slope * x.')
 
 
@@ -208,7 +275,8 @@ def _elu_grad(xp, gy, x, y, alpha=1.0):
     return xp.where(x >= 0, gy, gy * (y + alpha))
 
 
-elu = _unary('elu', _elu, _elu_grad, uses='xy', domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
+elu = _unary('elu', _elu, _elu_grad, public=_scalar_parameter('alpha', 1.0), uses='xy',
+             domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
              doc='x where x >= 0, else alpha * (exp(x) - 1).')
 
 
@@ -221,7 +289,7 @@ def _clipped_relu_grad(xp, gy, x, y, z=20.0):
 
 
 clipped_relu = _unary(
-    'clipped_relu', _clipped_relu, _clipped_relu_grad,
+    'clipped_relu', _clipped_relu, _clipped_relu_grad, public=_scalar_parameter('z', 20.0),
     domain=away_from(0.0, 0.5, low=-1.5, high=1.5),
     samples=UNARY_SAMPLES + (Sample((2, 3), z=0.5),),
     doc='min(max(x, 0), z).')

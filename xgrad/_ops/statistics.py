@@ -25,7 +25,7 @@ from xgrad._ops.registry import (
     BOOL, INT_DTYPES, OpInfo, Sample, distinct, register, within)
 
 __all__ = ['var', 'std', 'prod', 'amax', 'amin', 'max', 'min', 'argmax', 'argmin',
-           'cumsum', 'nansum', 'count_nonzero', 'logsumexp', 'softmax', 'log_softmax']
+           'nanargmax', 'nanargmin', 'cumsum', 'nansum', 'count_nonzero', 'logsumexp', 'softmax', 'log_softmax']
 
 ALL_INTS = INT_DTYPES + (BOOL,)
 
@@ -327,6 +327,8 @@ def _arg_extremum(op, finder, what):
 
 argmax = _arg_extremum('argmax', numpy.argmax, 'maximum')
 argmin = _arg_extremum('argmin', numpy.argmin, 'minimum')
+nanargmax = _arg_extremum('nanargmax', numpy.nanargmax, 'maximum ignoring NaNs')
+nanargmin = _arg_extremum('nanargmin', numpy.nanargmin, 'minimum ignoring NaNs')
 
 
 def count_nonzero(a, axis=None):
@@ -577,6 +579,13 @@ def _with_nans(rs, shape):
     return numpy.where(rs.uniform(0, 1, shape) < 0.25, numpy.nan, rs.uniform(-1, 1, shape))
 
 
+def _first_nan(rs, shape):
+    """Distinct values with a NaN first (no slice of a sample is all NaN)."""
+    x = distinct(rs, shape)
+    x.reshape(-1)[:1] = numpy.nan
+    return x
+
+
 def _half_zeros(rs, shape):
     return (rs.uniform(0, 1, shape) < 0.5) * 1.0
 
@@ -598,6 +607,10 @@ register(OpInfo('argmax', argmax, ref=_int64(numpy.argmax), domain=distinct,
                 int_dtypes=ALL_INTS, differentiable=False, samples=_ARG_SAMPLES))
 register(OpInfo('argmin', argmin, ref=_int64(numpy.argmin), domain=distinct,
                 int_dtypes=ALL_INTS, differentiable=False, samples=_ARG_SAMPLES))
+for _f, _ref in ((nanargmax, numpy.nanargmax), (nanargmin, numpy.nanargmin)):
+    register(OpInfo(_f.__name__, _f, ref=_int64(_ref), domain=_first_nan,
+                    int_dtypes=ALL_INTS, differentiable=False,
+                    samples=(Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3), axis=-2))))
 register(OpInfo('count_nonzero', count_nonzero, ref=_int64(numpy.count_nonzero),
                 domain=_half_zeros,
                 int_dtypes=ALL_INTS, differentiable=False,

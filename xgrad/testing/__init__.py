@@ -6,6 +6,10 @@
   dtype's default tolerance, optional random-direction mode, detection of
   inputs on non-differentiable points, leak and two-thread checks;
 - ``assert_allclose`` / ``assert_array_equal`` for xgrad arrays;
+- ChainerX's ``chainerx.testing`` helpers, so ChainerX's and Chainer's
+  tests run on xgrad: ``assert_allclose_ex``, ``assert_array_equal_ex``,
+  the ``numpy_chainerx_*`` decorators, ``ignore`` and the dtype-name lists
+  (also as ``xgrad.testing.dtypes``);
 - ``GradSnapshot``: golden float64 gradients recorded once, compared later
   in every dtype and device;
 - ``python -m xgrad check`` runs all of it over the op registry, and the
@@ -19,3 +23,10 @@ from xgrad.testing._numerical import NondifferentiablePointError, numerical_grad
 from xgrad.testing._snapshot import (  # NOQA
     GradSnapshot, Golden, MissingSnapshotError, SnapshotComparison, SnapshotError)
 from xgrad.testing._tolerances import default_eps, default_tolerance, least_precise  # NOQA
+from xgrad.testing import dtypes  # NOQA
+from xgrad.testing.dtypes import (  # NOQA
+    all_dtypes, float_dtypes, integral_dtypes, nonfloat_dtypes, numeric_dtypes,
+    parametrize_dtype_specifier, signed_dtypes, signed_integral_dtypes, unsigned_dtypes)
+from xgrad.testing._numpy_comparison import (  # NOQA
+    _fromnumpy, assert_allclose_ex, assert_array_equal_ex, ignore,
+    numpy_chainerx_allclose, numpy_chainerx_array_equal)
