@@ -5,6 +5,7 @@ import numpy
 
 from xgrad._core cimport ndarray, apply2
 from xgrad._ops._op cimport Op
+from xgrad._dtypes cimport promote_dtypes
 from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._errors import DimensionError, DtypeError
 
@@ -67,8 +68,6 @@ cdef ndarray _check_matrix_operand(object x, str name, object like):
     if a._data.ndim == 0:
         raise DimensionError('matmul: {} must have at least one dimension, got a '
                              '0-d array'.format(name))
-    if a._data.dtype == numpy.bool_:
-        raise DtypeError('matmul: {} has dtype bool'.format(name))
     return a
 
 
@@ -76,6 +75,15 @@ def matmul(a, b):
     """Matrix product with NumPy's ``matmul`` rules (batched, broadcast)."""
     cdef ndarray x1 = _check_matrix_operand(a, 'a', b if isinstance(b, ndarray) else None)
     cdef ndarray x2 = _check_matrix_operand(b, 'b', x1)
+    # ChainerX's result dtype (xgrad/_dtypes.pyx), any two of its dtypes.
+    d1 = x1._data.dtype
+    d2 = x2._data.dtype
+    if d1 is not d2:
+        d = promote_dtypes(d1, d2)
+        if d1 is not d:
+            x1 = x1.astype(d)
+        if d2 is not d:
+            x2 = x2.astype(d)
     return apply2(Matmul.__new__(Matmul), x1, x2)
 
 
@@ -99,7 +107,7 @@ def dot(a, b):
 # ---------------------------------------------------------------------------
 # Registry
 
-from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES
+from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES, BOOL
 
 _PRODUCT_SAMPLES = (Sample((3,), (3,)), Sample((2, 3), (3,)), Sample((3,), (3, 2)),
                     Sample((2, 3), (3, 2)), Sample((2, 0), (0, 2)))
@@ -107,9 +115,9 @@ register(OpInfo('dot', dot, ref=numpy.dot,
                 samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)), Sample((2, 2, 3), (3,)),
                                             Sample((2, 3), (4, 3, 2)),
                                             Sample((2, 1, 3), (2, 3, 2))),
-                int_dtypes=(numpy.int64, numpy.int32)))
+                int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))
 register(OpInfo('matmul', matmul, ref=numpy.matmul,
                 samples=_PRODUCT_SAMPLES + (
                     Sample((2, 2, 3), (3, 2)), Sample((2, 1, 2, 3), (3, 3, 2)),
                     Sample((3,), (2, 3, 2)), Sample((0, 2, 3), (3, 2))),
-                int_dtypes=(numpy.int64, numpy.int32)))
+                int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))
