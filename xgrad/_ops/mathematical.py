@@ -43,6 +43,7 @@ class _Unary(PyOp):
     compute = None
     derivative = None
     uses = ''  # which of 'x', 'y' the derivative reads
+    promotion = 'float'  # see _unary
 
     def __init__(self, kwargs):
         self.kwargs = kwargs
@@ -54,8 +55,12 @@ class _Unary(PyOp):
             self.retain_outputs((0,))
         if self._our_gpu_kernel(inputs[0]):
             return (cuda.unary(self.op_name, inputs[0]),)
-        return (_args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
-                                       **self.kwargs)),)
+        y = _args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
+                                        **self.kwargs))
+        if self.promotion == 'float' and y.dtype != inputs[0].dtype:
+            # NumPy 1.x's value-based casting can widen 0-d results.
+            y = y.astype(inputs[0].dtype)
+        return (y,)
 
     def grads(self, xp, targets, gys, xs, ys):
         x = xs[0] if xs else None
@@ -80,6 +85,7 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
     signature (with argument checks)."""
     cls = type(name.title().replace('_', ''), (_Unary,), {
         'op_name': name, 'compute': staticmethod(compute), 'uses': uses,
+        'promotion': promotion,
         'derivative': staticmethod(derivative) if derivative else None})
 
     def op(x, **kwargs):
