@@ -29,7 +29,7 @@ ctypedef pair[_HeapKey, PyObject*] _HeapItem
 cimport numpy as cnp
 
 from xgrad._backend cimport native_kernels
-from xgrad._dtypes cimport check_inplace
+from xgrad._dtypes cimport check_inplace, inplace_casts
 
 import heapq
 import threading
@@ -1005,7 +1005,10 @@ cdef class ndarray:
         raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
         raw = check_inplace(op.__name__, self._data.dtype, raw)  # ChainerX's dtype rules
         try:
-            op(self._data, raw, out=self._data)
+            if inplace_casts(self._data.dtype):
+                op(self._data, raw, out=self._data, casting='unsafe')
+            else:
+                op(self._data, raw, out=self._data)
         except ValueError as e:
             raise DimensionError('In-place operation on shapes {} and {}: {}'.format(
                 self._data.shape, numpy.shape(raw), e)) from None

@@ -219,6 +219,13 @@ cdef object check_inplace(str op, object out_dtype, object other):
     return scalar_for(other, out_dtype) if scalar else other
 
 
+cdef bint inplace_casts(object out_dtype):
+    """Whether ``a op= b`` casts the result into ``a``'s dtype whatever it
+    is (ChainerX does: uint8 -= int8 wraps), i.e. ``casting='unsafe'`` once
+    check_inplace has passed; False for dtypes outside ChainerX's."""
+    return _code(out_dtype) >= 0
+
+
 # ---------------------------------------------------------------------------
 # The Python API
 

@@ -33,7 +33,10 @@ class _Binary(PyOp):
         self.dtypes = tuple(x.dtype for x in inputs)
         self.retain_inputs(tuple(range(len(inputs))))
         a, b = self._operands(inputs)
-        return (_args.array_result(type(self).compute(a, b)),)
+        # The operands share ChainerX's result dtype (``promoted``); NumPy
+        # 1.x's value-based casting can widen a 0-d result, so keep it.
+        return (_args.array_result(type(self).compute(a, b)).astype(
+            inputs[0].dtype, copy=False),)
 
     def _operands(self, xs):
         it = iter(xs)
@@ -64,7 +67,9 @@ def _binary_op(name, compute, derivative=None, doc='', float_result=False):
         values = _args.promoted(name, values, float_result, takes_bool=False)
         arrays = [v for v in values if isinstance(v, _args.ndarray)]
         if cls is None or all(x.dtype.kind != 'f' for x in arrays):
-            return _args.constant_result(name, compute, values)
+            # (NumPy 1.x's value-based casting can widen 0-d results)
+            return _args.constant_result(name, compute, values).astype(arrays[0].dtype,
+                                                                       copy=False)
         _args.check_broadcast(name, *values)
         scalars = [None if isinstance(v, _args.ndarray) else v for v in values]
         return _args.apply(cls(scalars), *arrays)

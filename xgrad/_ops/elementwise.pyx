@@ -207,7 +207,9 @@ cdef ndarray _math_unary(_Unary op, object x):
     d = math_dtype(da)
     if d is not da:
         a = a.astype(d)
-    return apply1(op, a)
+    cdef ndarray y = apply1(op, a)
+    # NumPy 1.x's value-based casting widens some 0-d float16 results.
+    return y if _dtype(y) is d else y.astype(d)
 
 
 cdef ndarray _no_bool(ndarray x, str op):
