@@ -125,3 +125,69 @@ def test_docs_table_is_generated_from_the_code():
     path = pathlib.Path(__file__).resolve().parents[1] / 'docs' / 'dtype_promotion.md'
     assert path.read_text() == _dtypes.markdown_table(), (
         'docs/dtype_promotion.md is stale: python -m xgrad dtypes > docs/dtype_promotion.md')
+
+
+# ---------------------------------------------------------------------------
+# The ops apply the rules (ChainerX's routines: arithmetic.cc, misc.cc,
+# reduction.cc, statistics.cc)
+
+def _a(values, dtype):
+    return xgrad.array(numpy.array(values, dtype))
+
+
+@pytest.mark.parametrize('f, expected', [
+    (lambda: _a([1, 2], 'uint8') + 2.5, 'float32'),
+    (lambda: _a([1, 2], 'uint8') * 2, 'uint8'),
+    (lambda: _a([1, 2], 'int8') + 1000, 'int8'),
+    (lambda: _a([1, 2], 'float16') + _a([1, 2], 'int64'), 'float16'),
+    (lambda: _a([1, 2], 'int8') + _a([1, 2], 'uint8'), 'int16'),
+    (lambda: _a([1, 2], 'int32') / _a([1, 2], 'int32'), 'float32'),
+    (lambda: 2 / _a([1, 2], 'int64'), 'float32'),
+    (lambda: _a([True, False], 'bool') * 2, 'bool'),
+    (lambda: xgrad.exp(_a([1, 2], 'int8')), 'float32'),
+    (lambda: xgrad.arccos(_a([0, 1], 'int64')), 'float32'),
+    (lambda: xgrad.sqrt(_a([True], 'bool')), 'float32'),
+    (lambda: xgrad.sum(_a([1, 2], 'uint8')), 'int64'),
+    (lambda: xgrad.sum(_a([True, True], 'bool')), 'int64'),
+    (lambda: xgrad.mean(_a([1, 2], 'int64')), 'float32'),
+    (lambda: xgrad.maximum(_a([1, 2], 'uint8'), 2.5), 'float32'),
+    (lambda: xgrad.remainder(_a(3, 'int8'), 2), 'int8'),
+])
+def test_ops_follow_the_rules(f, expected):
+    assert f().dtype == numpy.dtype(expected)
+
+
+def test_values_are_computed_in_the_result_dtype():
+    numpy.testing.assert_array_equal((_a([100, 120], 'int8') + 100).to_numpy(), [-56, -36])
+    numpy.testing.assert_allclose((_a([1, 2], 'uint8') + 2.5).to_numpy(), [3.5, 4.5])
+    numpy.testing.assert_array_equal((_a([True, False], 'bool') * 2).to_numpy(), [True, False])
+
+
+@pytest.mark.parametrize('f', [
+    lambda: _a([True], 'bool') + _a([True], 'bool'),
+    lambda: _a([1], 'int8') - True,
+    lambda: _a([True], 'bool') / 2,
+    lambda: xgrad.maximum(_a([True], 'bool'), _a([1], 'int8')),
+    lambda: xgrad.minimum(_a([1], 'int8'), True),
+    lambda: xgrad.less(_a([True], 'bool'), 1),
+    lambda: -_a([True], 'bool'),
+    lambda: xgrad.absolute(_a([True], 'bool')),
+])
+def test_chainerx_refuses_with_dtype_error(f):
+    with pytest.raises(xgrad.DtypeError):
+        f()
+
+
+def test_in_place_rules():
+    a = _a([10, 20], 'uint8')
+    a -= _a([1, -2], 'int8')   # cast into the array's dtype, as ChainerX
+    numpy.testing.assert_array_equal(a.to_numpy(), [9, 22])
+    a = _a([200, 20], 'uint8')
+    a %= _a([300, 7], 'int16')  # the operand is cast to uint8 first (300 -> 44)
+    numpy.testing.assert_array_equal(a.to_numpy(), [24, 6])
+    for bad in (lambda x: x.__iadd__(1.5), lambda x: x.__itruediv__(2)):
+        with pytest.raises(xgrad.DtypeError, match='int8'):
+            bad(_a([1], 'int8'))
+    with pytest.raises(xgrad.DtypeError, match='bool'):
+        b = _a([True], 'bool')
+        b *= _a([2], 'int8')

@@ -216,7 +216,12 @@ cdef object check_inplace(str op, object out_dtype, object other):
         raise DtypeError('{}: in-place operation on dtypes {} and {}: {} (ChainerX)'.format(
             op, out_dtype, numpy.asarray(other).dtype if scalar else _dtype_of(other),
             reason))
-    return scalar_for(other, out_dtype) if scalar else other
+    if scalar:
+        return scalar_for(other, out_dtype)
+    # ChainerX casts the operand to the array's dtype first (uint8 %= int16
+    # computes in uint8).
+    d = _dtype_of(other)
+    return other if d is out_dtype or not hasattr(other, 'astype') else other.astype(out_dtype)
 
 
 cdef bint inplace_casts(object out_dtype):

@@ -275,6 +275,7 @@ cdef class _Binary(Op):
     cdef bint keep_output
     cdef bint fused_grads     # a GPU kernel computes both gradients in one pass
     cdef bint takes_bool      # bool operands allowed (else DtypeError, as ChainerX)
+    cdef bint compares        # a bool operand only with another (maximum, minimum)
     cdef bint float_result    # int results become float32 (true division)
     cdef object out_dtype     # the promoted dtype, decided before the forward
 
@@ -438,6 +439,7 @@ cdef class Maximum(_Binary):
 
     def __cinit__(self):
         self.takes_bool = True
+        self.compares = True
         self.keep_inputs = True
         self.fused_grads = True
 
@@ -454,6 +456,7 @@ cdef class Minimum(_Binary):
 
     def __cinit__(self):
         self.takes_bool = True
+        self.compares = True
         self.keep_inputs = True
         self.fused_grads = True
 
@@ -469,6 +472,11 @@ cdef object _bool_error(_Binary op):
                       'use logical_or/logical_and/logical_xor'.format(op.op_name))
 
 
+cdef object _mixed_bool_error(_Binary op):
+    return DtypeError('{}: a bool operand with a non-bool one is not supported '
+                      '(ChainerX compares them)'.format(op.op_name))
+
+
 cdef object _binary(_Binary op, object a, object b):
     """Promote (xgrad/_dtypes.pyx: operands of another dtype are cast, a
     recorded and differentiable astype), then apply ``op``."""
@@ -479,6 +487,8 @@ cdef object _binary(_Binary op, object a, object b):
         db = _dtype(<ndarray>b)
         if not op.takes_bool and (da is BOOL_DTYPE or db is BOOL_DTYPE):
             raise _bool_error(op)
+        if op.compares and (da is BOOL_DTYPE) != (db is BOOL_DTYPE):
+            raise _mixed_bool_error(op)
         d = da if da is db else promote_dtypes(da, db)
         if op.float_result:
             d = math_dtype(d)
@@ -504,6 +514,8 @@ cdef object _with_scalar(_Binary op, ndarray x, object s, int pos):
     dx = _dtype(x)
     if not op.takes_bool and (dx is BOOL_DTYPE or type(s) is bool or isinstance(s, numpy.bool_)):
         raise _bool_error(op)
+    if op.compares and (dx is BOOL_DTYPE) != (type(s) is bool or isinstance(s, numpy.bool_)):
+        raise _mixed_bool_error(op)
     d = array_scalar_dtype(dx, s)
     if op.float_result:
         d = math_dtype(d)

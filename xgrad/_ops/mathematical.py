@@ -205,7 +205,8 @@ def crelu(x, axis=1):
     """Concatenated ReLU: relu(x) and relu(-x) joined along ``axis``."""
     from xgrad._ops.shaping import concatenate
     x = _args.as_array(x, 'crelu: x')
-    _args.require_float(x, 'crelu')
+    if x.dtype.kind != 'f':  # a math function: bool and ints in float32 (ChainerX)
+        x = x.astype(_args.promoted_float(x.dtype))
     axis = _args.normalize_axis(axis, x.ndim, 'crelu: axis')
     return concatenate([relu(x), relu(-x)], axis)
 
@@ -216,7 +217,7 @@ def _crelu_ref(x, axis=1):
 
 register(OpInfo('crelu', crelu, ref=_crelu_ref, domain=nonzero, samples=(
     Sample((2, 3)), Sample((2, 3), axis=0), Sample((2, 3, 2), axis=-1),
-    Sample((0, 3), axis=1))))
+    Sample((0, 3), axis=1)), int_dtypes=INT_DTYPES + (BOOL,), promotion='float'))
 
 def _number(op, name, value):
     """``value`` of a scalar parameter, checked at the call: a real number
