@@ -94,7 +94,12 @@ cdef class _Unary(Op):
         y = ys[0] if ys else None
         if xp is not NP and xp.raw and gys[0].dtype.kind == 'f':
             return (xp.unary_grad(self.op_name, gys[0], x, y),)
-        return (self._grad(xp, gys[0], x, y),)
+        g = self._grad(xp, gys[0], x, y)
+        if (type(g) is NPA and type(gys[0]) is NPA and cnp.PyArray_DESCR(<cnp.ndarray>g)
+                is cnp.PyArray_DESCR(<cnp.ndarray>gys[0])):
+            return (g,)
+        # NumPy 1.x's value-based casting can widen a 0-d gradient.
+        return (g if g.dtype == gys[0].dtype else xp.cast(g, gys[0].dtype),)
 
 
 cdef class Negative(_Unary):

@@ -67,7 +67,9 @@ class _Unary(PyOp):
         y = ys[0] if ys else None
         if xp.raw and self._our_gpu_kernel(gys[0]):
             return (xp.unary_grad(self.op_name, gys[0], x, y),)
-        return (type(self).derivative(xp, gys[0], x, y, **self.kwargs),)
+        g = type(self).derivative(xp, gys[0], x, y, **self.kwargs)
+        # NumPy 1.x's value-based casting can widen a 0-d gradient.
+        return (g if g.dtype == gys[0].dtype else xp.cast(g, gys[0].dtype),)
 
     def _our_gpu_kernel(self, a):
         return (cuda.on_gpu(a) and a.dtype.kind == 'f' and not self.kwargs
