@@ -14,6 +14,7 @@ except ImportError:  # setuptools < 69
 MODULES = [
     'xgrad._backend.native_kernels',
     'xgrad._backend.norm_kernels',
+    'xgrad._dtypes',
     'xgrad._core',
     'xgrad._ops._xp',
     'xgrad._ops._op',

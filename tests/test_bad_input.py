@@ -876,9 +876,16 @@ def negative_of_bool():
 
 
 @bad(xgrad.DtypeError, 'bool')
-def matmul_of_bool():
+def add_of_bool():
+    # ChainerX refuses bool arithmetic (matmul and multiply take bools).
     b = xgrad.array(numpy.ones((2, 2), bool))
-    return lambda: xgrad.matmul(b, b), [b], []
+    return lambda: xgrad.add(b, b), [b], []
+
+
+@bad(xgrad.DtypeError, 'bool')
+def compare_bool_with_int():
+    b = xgrad.array(numpy.ones((2, 2), bool))
+    return lambda: xgrad.less(b, 1), [b], []
 
 
 @bad(xgrad.DtypeError, "'foo'")

@@ -19,6 +19,7 @@ from xgrad._device import Backend, Device, get_device  # NOQA
 from xgrad._ops import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,
+    asanyarray, ascontiguousarray, frombuffer, tri, copyto,
     add, subtract, multiply, divide, true_divide, power, maximum, minimum,
     negative, absolute, abs, exp, log, sqrt, square, tanh, sigmoid, relu,
     equal, not_equal, greater, greater_equal, less, less_equal,
@@ -58,7 +59,5 @@ nan = NaN = NAN = float('nan')
 PZERO = 0.0
 NZERO = -0.0
 
-
-def dtype(name):
-    """The dtype named ``name`` (as ``numpy.dtype``)."""
-    return _numpy.dtype(name)
+# ChainerX's dtype is NumPy's: ``isinstance(x.dtype, xgrad.dtype)`` holds.
+dtype = _numpy.dtype

@@ -1,4 +1,5 @@
-"""``python -m xgrad check ...``: see ``xgrad/testing/_cli.py``."""
+"""``python -m xgrad check ...``: see ``xgrad/testing/_cli.py``;
+``python -m xgrad dtypes``: print docs/dtype_promotion.md."""
 
 import sys
 
@@ -8,8 +9,12 @@ def main(argv=None):
     if not argv or argv[0] in ('-h', '--help'):
         print('usage: python -m xgrad check [options]   (python -m xgrad check --help)')
         return 0 if argv else 2
+    if argv[0] == 'dtypes':
+        from xgrad._dtypes import markdown_table
+        sys.stdout.write(markdown_table())
+        return 0
     if argv[0] != 'check':
-        print('python -m xgrad: unknown command {!r}; the command is: check'.format(argv[0]),
+        print('python -m xgrad: unknown command {!r}; the commands are: check, dtypes'.format(argv[0]),
               file=sys.stderr)
         return 2
     from xgrad.testing._cli import main as check

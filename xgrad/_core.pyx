@@ -38,6 +38,7 @@ ctypedef pair[_HeapKey, PyObject*] _HeapItem
 cimport numpy as cnp
 
 from xgrad._backend cimport native_kernels
+from xgrad._dtypes cimport check_inplace, inplace_casts
 
 import heapq
 import math
@@ -809,6 +810,20 @@ cdef class ndarray:
         return self._data.ravel().tolist()
 
     @property
+    def data_ptr(self):
+        """The address of the first element (``offset`` is always 0)."""
+        return _data_address(self._data)
+
+    @property
+    def data_size(self):
+        """The bytes between the lowest and the highest addressed element."""
+        if self._data.size == 0:
+            return 0
+        span = sum((n - 1) * abs(st) for n, st in zip(self._data.shape,
+                                                         self._data.strides))
+        return span + self._data.itemsize
+
+    @property
     def _debug_data_memory_address(self):
         return self._data.__array_interface__['data'][0]
 
@@ -1071,8 +1086,12 @@ cdef class ndarray:
         self._check_inplace(other)
         self._check_writable()
         raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
+        raw = check_inplace(op.__name__, self._data.dtype, raw)  # ChainerX's dtype rules
         try:
-            op(self._data, raw, out=self._data)
+            if inplace_casts(self._data.dtype):
+                op(self._data, raw, out=self._data, casting='unsafe')
+            else:
+                op(self._data, raw, out=self._data)
         except ValueError as e:
             raise DimensionError('In-place operation on shapes {} and {}: {}'.format(
                 self._data.shape, numpy.shape(raw), e)) from None
@@ -1092,6 +1111,98 @@ cdef class ndarray:
 
     def __itruediv__(self, other):
         return self._inplace(other, numpy.true_divide)
+
+    # -- ChainerX's other operators (issue 16): bitwise and shift operators,
+    # their reflected forms, and the remaining in-place forms. The in-place
+    # forms write into this array (NumPy's ``out=``), never rebind it.
+
+    def __ifloordiv__(self, other):
+        return self._inplace(other, numpy.floor_divide)
+
+    def __imod__(self, other):
+        return self._inplace(other, numpy.remainder)
+
+    def __ipow__(self, other):
+        return self._inplace(other, numpy.power)
+
+    def __iand__(self, other):
+        return self._inplace_integral(other, numpy.bitwise_and, 'biu')
+
+    def __ior__(self, other):
+        return self._inplace_integral(other, numpy.bitwise_or, 'biu')
+
+    def __ixor__(self, other):
+        return self._inplace_integral(other, numpy.bitwise_xor, 'biu')
+
+    def __ilshift__(self, other):
+        return self._inplace_integral(other, numpy.left_shift, 'iu')
+
+    def __irshift__(self, other):
+        return self._inplace_integral(other, numpy.right_shift, 'iu')
+
+    def _inplace_integral(self, other, op, kinds):
+        """An in-place bitwise or shift op: DtypeError unless both operands
+        have one of ``kinds`` (bool and integer, or integer only)."""
+        if not _known_operand(other):
+            return NotImplemented
+        raw = (<ndarray>other)._data if isinstance(other, ndarray) else other
+        for name, dtype in (('x1', self._data.dtype), ('x2', numpy.result_type(raw))):
+            if dtype.kind not in kinds:
+                raise DtypeError('{}: {} has dtype {}, which it does not take'.format(
+                    op.__name__, name, dtype))
+        return self._inplace(other, op)
+
+    def __and__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_and(self, other)
+
+    def __rand__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_and(other, self)
+
+    def __or__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_or(self, other)
+
+    def __ror__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_or(other, self)
+
+    def __xor__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.bitwise_xor(other, self)
+
+    def __lshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.left_shift(self, other)
+
+    def __rlshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.left_shift(other, self)
+
+    def __rshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.right_shift(self, other)
+
+    def __rrshift__(self, other):
+        if not _known_operand(other):
+            return NotImplemented
+        return _OPS.right_shift(other, self)
+
+    # -- end of ChainerX's other operators
 
     def fill(self, value):
         self._check_inplace(value)
@@ -1302,11 +1413,22 @@ cdef class ndarray:
     def flatten(self):
         return _OPS.reshape(self, (self._data.size,)).copy()
 
-    def take(self, indices, axis=None):
-        return _OPS.take(self, indices, axis)
+    def take(self, indices, axis=None, mode=None):
+        return _OPS.take(self, indices, axis, mode)
+
+    def swapaxes(self, axis1, axis2):
+        return _OPS.swapaxes(self, axis1, axis2)
 
     def repeat(self, repeats, axis=None):
         return _OPS.repeat(self, repeats, axis)
+
+
+def _data_address(data):
+    """The address of raw ``data``'s first element, on the host or a GPU."""
+    interface = getattr(data, '__array_interface__', None)
+    if interface is None:
+        interface = data.__cuda_array_interface__
+    return interface['data'][0]
 
 
 def _fromrawpointer(ptr, shape, dtype, strides, device, offset, base):

@@ -142,6 +142,8 @@ def parse_device(context, device, index=None):
 def get_device(device, index=None):
     """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
     from xgrad import _core
+    if device is None and index is None:
+        return _core.get_default_device()  # ChainerX reads None as the default
     return parse_device(_core.get_default_context(), device, index)
 
 

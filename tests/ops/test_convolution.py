@@ -320,13 +320,24 @@ def test_bad_parameters(kw, error, match):
         xgrad.conv_transpose(x, _arr((2, 3, 3, 3)), **kw)
 
 
-def test_bad_dtypes_and_bias():
-    with pytest.raises(xgrad.DtypeError, match='conv: x must have a float dtype'):
-        xgrad.conv(xgrad.ones((1, 2, 5), numpy.int64), _arr((3, 2, 3)))
-    with pytest.raises(xgrad.DtypeError, match='conv: w must have a float dtype'):
-        xgrad.conv(_arr((1, 2, 5)), xgrad.ones((3, 2, 3), numpy.int32))
-    with pytest.raises(xgrad.DtypeError, match='b must have a float dtype'):
-        xgrad.conv(_arr((1, 2, 5)), _arr((3, 2, 3)), xgrad.ones((3,), numpy.bool_))
+def test_integer_and_bool_inputs_promote_like_chainerx():
+    """ChainerX takes any dtype in conv's forward; the result has the
+    promoted dtype of x, w and b (docs/dtype_promotion.md)."""
+    xi = xgrad.array(numpy.arange(10, dtype=numpy.int64).reshape(1, 2, 5) % 3)
+    wi = xgrad.array(numpy.array([[[1, 0, -1], [2, 1, 0]]], numpy.int8))
+    y = xgrad.conv(xi, wi)
+    assert y.dtype == numpy.int64
+    expected = [sum(int(xi.to_numpy()[0, c, l + k]) * int(wi.to_numpy()[0, c, k])
+                    for c in range(2) for k in range(3)) for l in range(3)]
+    numpy.testing.assert_array_equal(y.to_numpy()[0, 0], expected)
+    assert xgrad.conv(xi, wi.astype(numpy.float16)).dtype == numpy.float16
+    assert xgrad.conv(_arr((1, 2, 5)), wi, xgrad.ones((1,), numpy.bool_)).dtype == numpy.float64
+    yb = xgrad.conv(xi > 0, wi > 0)
+    assert yb.dtype == numpy.bool_
+    assert xgrad.conv_transpose(xi, xgrad.ones((2, 3, 3), numpy.int32)).dtype == numpy.int64
+
+
+def test_bad_bias():
     with pytest.raises(xgrad.DimensionError, match=r'b \(2,\)'):
         xgrad.conv(_arr((1, 2, 5)), _arr((3, 2, 3)), _arr((2,)))
     with pytest.raises(xgrad.DimensionError, match=r'b \(3,\)'):

@@ -109,8 +109,10 @@ UNDECLARED = [pytest.param(info, d, id='{}-{}'.format(info.name, d))
 @pytest.mark.parametrize('info, dtype', UNDECLARED)
 def test_undeclared_dtype_is_refused_or_matches_numpy(info, dtype):
     """A dtype the op does not declare: the op refuses it with a DtypeError
-    naming the op or the dtype, or (taking it by NumPy's promotion rules)
-    gives exactly NumPy's result; where NumPy refuses it, so does xgrad."""
+    naming the op or the dtype, or takes it and gives NumPy's values with
+    ChainerX's result dtype where the op declares its promotion
+    (docs/dtype_promotion.md; the reference's dtype where it does not);
+    where NumPy refuses it, so does xgrad."""
     sample = _first_sample(info)
     w = _Watched(info, sample, _dtype(info))
     data = info.sample_data(sample, dtype, _rs('dtype', info.name, dtype))
@@ -122,7 +124,7 @@ def test_undeclared_dtype_is_refused_or_matches_numpy(info, dtype):
                     for a, s, x in zip(data, sample.args, w.inputs)]
         try:
             with numpy.errstate(all='ignore'):
-                expected = info.reference(ref_args, sample)
+                expected = info.expected_forward(ref_args, sample, dtype)
         except (TypeError, ValueError) as e:
             numpy_error = e
     try:

@@ -108,22 +108,29 @@ def test_ddof_must_be_a_nonnegative_int(f):
 # ---------------------------------------------------------------------------
 # dtypes
 
-def test_integer_input_follows_numpy():
+def test_integer_input_follows_chainerx():
+    """ChainerX's result dtypes (chainerx_cc statistics.cc, reduction.cc):
+    variances and the softmax family of ints in float32, sums in int64."""
     i8 = xgrad.array(numpy.array([[1, -2, 3], [4, 5, -6]], numpy.int8))
-    assert xgrad.var(i8).dtype == numpy.float64
-    assert xgrad.std(i8, axis=0).dtype == numpy.float64
+    u8 = xgrad.array(numpy.array([[1, 2, 3], [4, 5, 6]], numpy.uint8))
+    assert xgrad.var(i8).dtype == numpy.float32
+    numpy.testing.assert_allclose(xgrad.var(i8).to_numpy(), 14.472222, rtol=1e-6)
+    assert xgrad.std(i8, axis=0).dtype == numpy.float32
     assert xgrad.prod(i8).dtype == numpy.int64
     assert xgrad.cumsum(i8).dtype == numpy.int64
+    assert xgrad.cumsum(u8).dtype == numpy.int64
     assert xgrad.nansum(i8).dtype == numpy.int64
+    assert xgrad.nansum(u8).dtype == numpy.int64
+    assert xgrad.sum(u8).dtype == numpy.int64
+    assert xgrad.mean(i8).dtype == numpy.float32
     assert xgrad.amax(i8).dtype == numpy.int8
     assert xgrad.argmax(i8).dtype == numpy.int64
     assert xgrad.count_nonzero(i8, axis=0).dtype == numpy.int64
-    # The softmax family computes in the float dtype numpy.exp gives.
-    assert xgrad.softmax(i8).dtype == numpy.float16
-    assert xgrad.logsumexp(i8.astype(numpy.int64)).dtype == numpy.float64
+    assert xgrad.softmax(i8).dtype == numpy.float32
+    assert xgrad.logsumexp(i8.astype(numpy.int64)).dtype == numpy.float32
     numpy.testing.assert_allclose(
         xgrad.log_softmax(i8.astype(numpy.int32)).to_numpy(),
-        xgrad.log_softmax(i8.astype(numpy.float64)).to_numpy())
+        xgrad.log_softmax(i8.astype(numpy.float32)).to_numpy())
 
 
 def test_integer_results_have_no_gradient():

@@ -7,7 +7,7 @@ from xgrad._ops import _xp
 from xgrad._ops.creation import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,
-    default_dtype)
+    default_dtype, asanyarray, ascontiguousarray, frombuffer, tri, copyto)
 from xgrad._ops.elementwise import (  # NOQA
     add, subtract, multiply, divide, true_divide, power, maximum, minimum,
     negative, absolute, exp, log, sqrt, square, tanh, sigmoid, relu,
@@ -30,11 +30,13 @@ _core._install_ops(__import__('sys').modules[__name__])
 # The plain-Python op families, each with its own __all__.
 from xgrad._ops import (  # NOQA: E402
     mathematical, logic, arithmetic, statistics, contraction, norms, shaping,
-    indexing, convolution, pooling, normalization, loss, dropout, rnn)
+    indexing, convolution, pooling, normalization, loss, dropout, rnn,
+    bitwise)
 
 PUBLIC = []
 for _module in (mathematical, logic, arithmetic, statistics, contraction, shaping,
-                indexing, convolution, pooling, normalization, loss, dropout, rnn):
+                indexing, convolution, pooling, normalization, loss, dropout, rnn,
+    bitwise):
     for _name in _module.__all__:
         globals()[_name] = getattr(_module, _name)
         PUBLIC.append(_name)

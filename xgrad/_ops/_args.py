@@ -8,7 +8,7 @@ import os
 
 import numpy
 
-from xgrad import _core
+from xgrad import _core, _dtypes
 from xgrad._backend import cuda
 from xgrad._backend.cuda import is_device_array
 from xgrad._errors import DeviceError, DimensionError, DtypeError, IndexError  # NOQA
@@ -137,10 +137,32 @@ def compute_dtype(*dtypes):
     return numpy.result_type(numpy.float32, *dtypes)
 
 
+def result_dtype(*values):
+    """The dtype of an op's result on ``values`` (xgrad arrays and Python
+    scalars, as ``operands`` returns them): ChainerX's promotion, decided in
+    xgrad/_dtypes.pyx (docs/dtype_promotion.md)."""
+    return _dtypes.result_type(*values)
+
+
 def promoted_float(dtype):
-    """The float dtype NumPy's math ufuncs give ``dtype`` (int8 -> float16,
-    int64 -> float64, floats unchanged)."""
-    return numpy.promote_types(dtype, numpy.float16)
+    """The dtype of a math function of ``dtype`` (ChainerX's rule: floats
+    stay, bool and ints give float32; see xgrad/_dtypes.pyx)."""
+    return _dtypes.float_result_type(dtype)
+
+
+def promoted(op, values, float_result=False, takes_bool=True):
+    """``values`` (as ``operands`` returns them) promoted by ChainerX's rule
+    (xgrad/_dtypes.pyx): arrays cast to the result dtype, scalars made to
+    keep it; the result dtype is float for ``float_result`` ops. DtypeError
+    for a bool operand unless the op ``takes_bool``."""
+    if not takes_bool and any(
+            isinstance(v, (bool, numpy.bool_)) or getattr(v, 'dtype', None) == numpy.bool_
+            for v in values):
+        raise DtypeError('{}: bool operands are not allowed in arithmetic (ChainerX)'
+                         .format(op))
+    dtype = (_dtypes.float_result_type if float_result else _dtypes.result_type)(*values)
+    return [(v if v.dtype == dtype else v.astype(dtype)) if isinstance(v, ndarray)
+            else _dtypes.scalar_of(v, dtype) for v in values]
 
 
 def require_float(x, op, name='x'):

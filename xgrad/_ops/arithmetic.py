@@ -1,8 +1,9 @@
 """The binary arithmetic that is not on the hot path: floor_divide,
 remainder (mod), fmod, arctan2 and squared_difference.
 
-Operands broadcast and promote as in NumPy; a Python scalar on either side
-stays a (weak) scalar, so ``float16_array % 2.0`` is float16 as in NumPy.
+Operands broadcast as in NumPy and promote by ChainerX's rule
+(xgrad/_dtypes.pyx): ``float16_array % 2.0`` is float16, ``uint8_array % 2.5``
+float32; arctan2 of ints is float32. Bool operands are refused.
 """
 
 import numpy
@@ -32,7 +33,10 @@ class _Binary(PyOp):
         self.dtypes = tuple(x.dtype for x in inputs)
         self.retain_inputs(tuple(range(len(inputs))))
         a, b = self._operands(inputs)
-        return (_args.array_result(type(self).compute(a, b)),)
+        # The operands share ChainerX's result dtype (``promoted``); NumPy
+        # 1.x's value-based casting can widen a 0-d result, so keep it.
+        return (_args.array_result(type(self).compute(a, b)).astype(
+            inputs[0].dtype, copy=False),)
 
     def _operands(self, xs):
         it = iter(xs)
@@ -50,7 +54,7 @@ class _Binary(PyOp):
         return tuple(out)
 
 
-def _binary_op(name, compute, derivative=None, doc=''):
+def _binary_op(name, compute, derivative=None, doc='', float_result=False):
     """The public function of a binary op (a PyOp when differentiable)."""
     cls = None
     if derivative is not None:
@@ -60,8 +64,12 @@ def _binary_op(name, compute, derivative=None, doc=''):
 
     def op(x1, x2):
         arrays, values = _args.operands(name, x1, x2)
+        values = _args.promoted(name, values, float_result, takes_bool=False)
+        arrays = [v for v in values if isinstance(v, _args.ndarray)]
         if cls is None or all(x.dtype.kind != 'f' for x in arrays):
-            return _args.constant_result(name, compute, values)
+            # (NumPy 1.x's value-based casting can widen 0-d results)
+            return _args.constant_result(name, compute, values).astype(arrays[0].dtype,
+                                                                       copy=False)
         _args.check_broadcast(name, *values)
         scalars = [None if isinstance(v, _args.ndarray) else v for v in values]
         return _args.apply(cls(scalars), *arrays)
@@ -102,7 +110,7 @@ def _arctan2_grad(xp, p, gy, a, b):
     return gy * b / r2 if p == 0 else -(gy * a / r2)
 
 
-arctan2 = _binary_op('arctan2', numpy.arctan2, _arctan2_grad,
+arctan2 = _binary_op('arctan2', numpy.arctan2, _arctan2_grad, float_result=True,
                      doc='The angle of the point (x2, x1), elementwise.')
 
 
@@ -128,13 +136,16 @@ def _good_quotients(rs, shapes):
 
 register(OpInfo('floor_divide', floor_divide, ref=numpy.floor_divide,
                 samples=BINARY_SAMPLES, broadcasting=True, domain=(real, nonzero), differentiable=False,
-                int_dtypes=(numpy.int64, numpy.int32, numpy.int8, numpy.uint8)))
+                int_dtypes=(numpy.int64, numpy.int32, numpy.int8, numpy.uint8),
+                promotion='result_type'))
 for _f, _ref in ((remainder, numpy.remainder), (fmod, numpy.fmod)):
     register(OpInfo(_f.__name__, _f, ref=_ref, samples=BINARY_SAMPLES, broadcasting=True,
                     gen=_good_quotients,
-                    int_dtypes=(numpy.int64, numpy.int32, numpy.int8)))
+                    int_dtypes=(numpy.int64, numpy.int32, numpy.int8), promotion='result_type'))
 register(OpInfo('arctan2', arctan2, ref=numpy.arctan2, samples=BINARY_SAMPLES, broadcasting=True,
-                domain=(nonzero, nonzero), int_dtypes=(numpy.int64, numpy.int32)))
+                domain=(nonzero, nonzero), int_dtypes=(numpy.int64, numpy.int32),
+                promotion='float'))
 register(OpInfo('squared_difference', squared_difference,
                 ref=lambda a, b: numpy.square(numpy.subtract(a, b)),
-                samples=BINARY_SAMPLES, broadcasting=True, int_dtypes=(numpy.int64, numpy.int32)))
+                samples=BINARY_SAMPLES, broadcasting=True, int_dtypes=(numpy.int64, numpy.int32),
+                promotion='result_type'))

@@ -14,7 +14,7 @@ from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.linalg import matmul
 from xgrad._ops.manipulation import reshape, transpose
-from xgrad._ops.registry import INT_DTYPES, OpInfo, Sample, register
+from xgrad._ops.registry import BOOL, INT_DTYPES, OpInfo, Sample, register
 
 __all__ = ['tensordot', 'linear']
 
@@ -30,15 +30,14 @@ def _operands(op, a, b, names=('a', 'b')):
         except TypeError as e:
             raise TypeError('{}: {}'.format(op, e)) from None
     _args.same_device(arrays, op)
-    for name, x in zip(names, arrays):
-        _no_bool(op, x, name)
-    return arrays
+    return _promoted(arrays)
 
 
-def _no_bool(op, x, name):
-    """bool operands are refused, as ``matmul`` refuses them."""
-    if x.dtype.kind == 'b':
-        raise _args.DtypeError('{}: {} has dtype bool'.format(op, name))
+def _promoted(arrays):
+    """``arrays`` cast to their ChainerX result dtype (xgrad/_dtypes.pyx):
+    the product of int8 and float16 is float16, of two bools bool."""
+    dtype = _args.result_dtype(*arrays)
+    return [x if x.dtype == dtype else x.astype(dtype) for x in arrays]
 
 
 def _prod(dims):
@@ -176,8 +175,9 @@ def linear(x, w, b=None, n_batch_axes=1):
             inputs.append(_args.as_array(b, 'b', like))
         except TypeError as e:
             raise TypeError('linear: {}'.format(e)) from None
-        _no_bool('linear', inputs[2], 'b')
         _args.same_device(inputs, 'linear')
+        inputs = _promoted(inputs)
+        x, w = inputs[:2]
     n_batch_axes = _args.int_arg(n_batch_axes, 'n_batch_axes', op='linear')
     if n_batch_axes < 1:
         raise ValueError('linear: n_batch_axes must be at least 1, not {}'.format(
@@ -206,7 +206,8 @@ def _tensordot_ref(a, b, axes=2):
 
 
 register(OpInfo(
-    'tensordot', tensordot, ref=_tensordot_ref, int_dtypes=INT_DTYPES,
+    'tensordot', tensordot, ref=_tensordot_ref, int_dtypes=INT_DTYPES + (BOOL,),
+    promotion='result_type',
     samples=(Sample((2, 3, 4), (3, 4, 2)), Sample((2, 3), (3, 2), axes=1),
              Sample((2, 3), (4,), axes=0), Sample((3, 2, 4), (4, 3), axes=([0, 2], [1, 0])),
              Sample((2, 3), (3, 2), axes=([-1], [0])), Sample((3,), (3,), axes=(0, 0)),
@@ -223,7 +224,8 @@ def _linear_ref(x, w, b=None, n_batch_axes=1):
 
 
 register(OpInfo(
-    'linear', linear, ref=_linear_ref, int_dtypes=INT_DTYPES,
+    'linear', linear, ref=_linear_ref, int_dtypes=INT_DTYPES + (BOOL,),
+    promotion='result_type',
     samples=(Sample((2, 3), (4, 3), (4,)), Sample((2, 3), (4, 3)),
              Sample((2, 3, 2), (4, 6), (4,)), Sample((2, 3, 2), (4, 2), (4,), n_batch_axes=2),
              Sample((0, 3), (4, 3), (4,)), Sample((2, 3), (0, 3), (0,)),

@@ -32,11 +32,12 @@ import itertools
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
+from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
-from xgrad._ops.registry import Sample, OpInfo, register
+from xgrad._ops.registry import BOOL, INT_DTYPES, Sample, OpInfo, register
 
 __all__ = ['conv', 'conv_transpose']
 
@@ -217,7 +218,8 @@ def _add_bias(y, b):
 
 
 def _result_dtype(x, w, b):
-    return numpy.result_type(x, w, *(() if b is None else (b,)))
+    """ChainerX's result dtype of a convolution: x, w and b promoted."""
+    return _dtypes.result_type(x, w, *(() if b is None else (b,)))
 
 
 def conv_kernel(x, w, b, geom, outsize):
@@ -382,8 +384,8 @@ def _inputs(op, x, w, b):
     w = _args.as_array(w, 'w', x)
     b = None if b is None else _args.as_array(b, 'b', x)
     arrays = [x, w] + ([] if b is None else [b])
-    for a, name in zip(arrays, ('x', 'w', 'b')):
-        _args.require_float(a, op, name)
+    # Any of ChainerX's dtypes: the result has their promoted dtype
+    # (xgrad/_dtypes.pyx); the gradient is taken for float inputs only.
     _args.same_device(arrays, op)
     if x.ndim != w.ndim:
         raise _args.DimensionError('{}: x {} and w {} must have the same number of '
@@ -498,7 +500,7 @@ def _reference_conv(x, w, b=None, stride=1, pad=0, cover_all=False, dilate=1, gr
     n = x.ndim - 2
     s, p, d = _expand(stride, n), _expand(pad, n), _expand(dilate, n)
     ksize = w.shape[2:]
-    dtype = numpy.result_type(x, w, *(() if b is None else (b,)))
+    dtype = _result_dtype(x, w, b)
     # s extra zeros after each axis: room for cover_all's last window.
     xp = numpy.pad(x.astype(numpy.float64), [(0, 0)] * 2 + [(q, q + t) for q, t in zip(p, s)])
     outs = tuple((size + 2 * q - (k - 1) * dd - 1 + (t - 1 if cover_all else 0)) // t + 1
@@ -528,7 +530,7 @@ def _reference_conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, dilat
     n = x.ndim - 2
     s, p, d = _expand(stride, n), _expand(pad, n), _expand(dilate, n)
     ksize = w.shape[2:]
-    dtype = numpy.result_type(x, w, *(() if b is None else (b,)))
+    dtype = _result_dtype(x, w, b)
     if outsize is None:
         outsize = tuple(t * (size - 1) + (k - 1) * dd + 1 - 2 * q
                         for size, k, t, q, dd in zip(x.shape[2:], ksize, s, p, d))
@@ -560,7 +562,8 @@ register(OpInfo(
              Sample((1, 2, 3, 4, 3), (2, 2, 2, 2, 2), (2,), stride=(1, 2, 1),
                     pad=(0, 1, 1)),
              Sample((3, 4), (2, 4), (2,)),
-             Sample((0, 2, 4, 4), (3, 2, 3, 3), (3,), pad=1)]))
+             Sample((0, 2, 4, 4), (3, 2, 3, 3), (3,), pad=1)],
+    int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))
 
 register(OpInfo(
     'conv_transpose', conv_transpose, ref=_reference_conv_transpose,
@@ -571,4 +574,5 @@ register(OpInfo(
              Sample((1, 2, 2, 3, 2), (2, 3, 2, 2, 2), (3,), stride=(2, 1, 1),
                     pad=(0, 1, 0)),
              Sample((3, 4), (4, 2), (2,)),
-             Sample((0, 2, 3, 3), (2, 3, 2, 2), (3,))]))
+             Sample((0, 2, 3, 3), (2, 3, 2, 2), (3,))],
+    int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))

@@ -9,6 +9,7 @@ import numpy
 
 from xgrad import _core
 from xgrad._backend import cuda
+from xgrad import _errors
 from xgrad._errors import DtypeError
 
 DEFAULT_FLOAT = numpy.dtype('float32')
@@ -54,8 +55,8 @@ def array(object, dtype=None, copy=True, device=None):
         return _core._array_of(data, _device(device) if device is not None else
                                _core.get_default_context().get_device('cuda', obj.device.id))
     if isinstance(obj, numpy.ndarray):
-        # (copy=None is NumPy 2 only; asarray copies only when it must on both)
-        data = numpy.array(obj, dtype=dtype, copy=True) if copy else numpy.asarray(obj, dtype)
+        # (numpy.asarray, not copy=None: NumPy 1.x has no copy=None)
+        data = numpy.array(obj, dtype=dtype) if copy else numpy.asarray(obj, dtype=dtype)
     else:
         data = _inferred(numpy.array(obj, dtype=dtype), dtype)
     if data.dtype.kind in 'OUSVM':
@@ -67,6 +68,62 @@ def array(object, dtype=None, copy=True, device=None):
 def asarray(a, dtype=None, device=None):
     """Like ``array`` but without copying when ``a`` already fits."""
     return array(a, dtype=dtype, copy=False, device=device)
+
+
+def asanyarray(a, dtype=None, device=None):
+    """``asarray`` (xgrad has no array subclasses to keep)."""
+    return array(a, dtype=dtype, copy=False, device=device)
+
+
+def ascontiguousarray(a, dtype=None):
+    """``a`` as a C-contiguous array of at least one dimension (as NumPy 1.x
+    and ChainerX), itself when it already is one of ``dtype``."""
+    x = a if isinstance(a, _core.ndarray) else array(a, dtype=dtype)
+    if dtype is not None and default_dtype(dtype) != x.dtype:
+        x = x.astype(default_dtype(dtype))
+    if x.ndim == 0:
+        return x.reshape((1,))
+    return x if x.is_contiguous else x.copy()
+
+
+def frombuffer(buffer, dtype='float32', count=-1, offset=0, device=None):
+    """A 1-d array over the bytes of ``buffer`` (NumPy's ``frombuffer``),
+    copied onto ``device``."""
+    data = numpy.frombuffer(buffer, dtype=default_dtype(dtype), count=count,
+                            offset=offset)
+    return _core._array_of(data.copy(), _device(device))
+
+
+def tri(N, M=None, k=0, dtype='float32', device=None):
+    """An N x M array with ones at and below the k-th diagonal."""
+    return _core._array_of(numpy.tri(N, M, k, dtype=default_dtype(dtype)),
+                           _device(device))
+
+
+_CASTINGS = ('no', 'equiv', 'safe', 'same_kind', 'unsafe')
+
+
+def copyto(dst, src, casting='same_kind', where=True):
+    """Copy ``src`` into ``dst`` (broadcast), where ``where`` is true;
+    ``casting`` as in NumPy. ``dst`` must be outside every graph."""
+    if not isinstance(dst, _core.ndarray):
+        raise TypeError('copyto: dst must be an xgrad.ndarray, not {}'.format(
+            type(dst).__name__))
+    if casting not in _CASTINGS:
+        raise ValueError('copyto: casting must be one of {}, not {!r}'.format(
+            _CASTINGS, casting))
+    if dst.is_backprop_required(_core.anygraph):
+        raise _errors.XgradError('copyto: dst requires grad; in-place assignment '
+                                 'to it is not allowed')
+    raws = [_core._raw_data(v) if isinstance(v, _core.ndarray) else v
+            for v in (dst, src, where)]
+    xp = cuda.cupy() if cuda.is_device_array(raws[0]) else numpy
+    try:
+        xp.copyto(raws[0], raws[1], casting=casting, where=raws[2])
+    except TypeError as e:
+        raise DtypeError('copyto: {}'.format(e)) from None
+    except ValueError as e:
+        raise _errors.DimensionError('copyto: {}'.format(e)) from None
 
 
 def from_numpy(a, device=None):
@@ -126,25 +183,28 @@ def _like(a, dtype, device):
             a.device if device is None else device)
 
 
-def zeros_like(a, dtype=None, device=None):
+# ChainerX's ``*_like(a, device)``: the second positional argument is the
+# device; xgrad's ``dtype`` is keyword-only.
+
+def zeros_like(a, device=None, *, dtype=None):
     """Zeros of ``a``'s shape, dtype and device (unless given); not on a graph."""
     return zeros(*_like(a, dtype, device))
 
 
-def ones_like(a, dtype=None, device=None):
+def ones_like(a, device=None, *, dtype=None):
     """Ones of ``a``'s shape, dtype and device (unless given); not on a graph."""
     return ones(*_like(a, dtype, device))
 
 
-def empty_like(a, dtype=None, device=None):
+def empty_like(a, device=None, *, dtype=None):
     """An uninitialised array of ``a``'s shape, dtype and device (unless given)."""
     return empty(*_like(a, dtype, device))
 
 
-def full_like(a, fill_value, dtype=None, device=None):
+def full_like(a, fill_value, device=None, *, dtype=None):
     """``fill_value`` in ``a``'s shape, dtype and device (unless given)."""
-    return full(*_like(a, dtype, device)[:1], fill_value,
-                dtype=_like(a, dtype, device)[1], device=_like(a, dtype, device)[2])
+    shape, dtype, device = _like(a, dtype, device)
+    return full(shape, fill_value, dtype, device)
 
 
 def arange(start, stop=None, step=None, dtype=None, device=None):

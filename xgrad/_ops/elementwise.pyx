@@ -11,7 +11,10 @@ import math
 
 import numpy
 
+cimport numpy as cnp
 from xgrad._core cimport ndarray, ArrayNode, apply1, apply2, _wrap
+from xgrad._dtypes cimport (
+    promote_dtypes, array_scalar_dtype, math_dtype, scalar_for, is_scalar)
 from xgrad._ops._op cimport Op
 from xgrad._backend cimport native_kernels as K
 from xgrad._ops._xp import numpy_ns
@@ -30,6 +33,17 @@ cdef object NP = numpy_ns
 cdef type NPA = numpy.ndarray
 cdef tuple _RETAIN_0 = (0,)
 cdef tuple _RETAIN_01 = (0, 1)
+cdef object BOOL_DTYPE = numpy.dtype(numpy.bool_)
+
+cnp.import_array()
+
+
+cdef inline object _dtype(ndarray a):
+    """``a.dtype`` at C speed for NumPy data (the promotion fast path)."""
+    d = a._data
+    if type(d) is NPA:
+        return <object>cnp.PyArray_DESCR(<cnp.ndarray>d)
+    return d.dtype
 
 
 cdef object as_result(object r):
@@ -45,7 +59,7 @@ cdef bint on_gpu(object v):
 
 
 cdef inline bint _is_python_scalar(object v):
-    return isinstance(v, (int, float, bool)) or isinstance(v, numpy.generic)
+    return is_scalar(v)
 
 
 cdef ndarray as_array(object x, str name, object like=None):
@@ -80,7 +94,12 @@ cdef class _Unary(Op):
         y = ys[0] if ys else None
         if xp is not NP and xp.raw and gys[0].dtype.kind == 'f':
             return (xp.unary_grad(self.op_name, gys[0], x, y),)
-        return (self._grad(xp, gys[0], x, y),)
+        g = self._grad(xp, gys[0], x, y)
+        if (type(g) is NPA and type(gys[0]) is NPA and cnp.PyArray_DESCR(<cnp.ndarray>g)
+                is cnp.PyArray_DESCR(<cnp.ndarray>gys[0])):
+            return (g,)
+        # NumPy 1.x's value-based casting can widen a 0-d gradient.
+        return (g if g.dtype == gys[0].dtype else xp.cast(g, gys[0].dtype),)
 
 
 cdef class Negative(_Unary):
@@ -185,54 +204,63 @@ cdef inline ndarray _unary(_Unary op, object x):
     return apply1(op, as_array(x, 'x'))
 
 
+cdef ndarray _math_unary(_Unary op, object x):
+    """A math function: bool and int inputs are computed in float32
+    (ChainerX's GetMathResultDtype, see xgrad/_dtypes.pyx)."""
+    cdef ndarray a = as_array(x, 'x')
+    da = _dtype(a)
+    d = math_dtype(da)
+    if d is not da:
+        a = a.astype(d)
+    cdef ndarray y = apply1(op, a)
+    # NumPy 1.x's value-based casting widens some 0-d float16 results.
+    return y if _dtype(y) is d else y.astype(d)
+
+
+cdef ndarray _no_bool(ndarray x, str op):
+    if _dtype(x) is BOOL_DTYPE:
+        raise DtypeError('{} is not defined for bool arrays'.format(op))
+    return x
+
+
 def negative(x):
-    """-x"""
-    x = as_array(x, 'x')
-    if (<ndarray>x).dtype == numpy.bool_:
-        raise DtypeError('negative is not defined for bool arrays; use logical_not')
-    return apply1(Negative.__new__(Negative), x)
+    """-x (DtypeError for bool arrays: use logical_not)"""
+    return apply1(Negative.__new__(Negative), _no_bool(as_array(x, 'x'), 'negative'))
 
 
 def absolute(x):
     """|x| (gradient sign(x), 0 at 0)"""
-    return _unary(Absolute.__new__(Absolute), x)
+    return apply1(Absolute.__new__(Absolute), _no_bool(as_array(x, 'x'), 'absolute'))
 
 
 def exp(x):
-    return _unary(Exp.__new__(Exp), x)
+    return _math_unary(Exp.__new__(Exp), x)
 
 
 def log(x):
-    return _unary(Log.__new__(Log), x)
+    return _math_unary(Log.__new__(Log), x)
 
 
 def sqrt(x):
-    return _unary(Sqrt.__new__(Sqrt), x)
+    return _math_unary(Sqrt.__new__(Sqrt), x)
 
 
 def square(x):
-    x = as_array(x, 'x')
-    if (<ndarray>x).dtype == numpy.bool_:
-        raise DtypeError('square is not defined for bool arrays (as in NumPy)')
-    return apply1(Square.__new__(Square), x)
+    return apply1(Square.__new__(Square), _no_bool(as_array(x, 'x'), 'square'))
 
 
 def tanh(x):
-    return _unary(Tanh.__new__(Tanh), x)
+    return _math_unary(Tanh.__new__(Tanh), x)
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)), computed as 0.5 * tanh(x / 2) + 0.5 (no overflow).
-    Integer and bool arrays give the float dtype NumPy's exp would."""
-    x = as_array(x, 'x')
-    if (<ndarray>x).dtype.kind != 'f':
-        x = x.astype(numpy.promote_types((<ndarray>x).dtype, numpy.float16))
-    return apply1(Sigmoid.__new__(Sigmoid), x)
+    """1 / (1 + exp(-x)), computed as 0.5 * tanh(x / 2) + 0.5 (no overflow)."""
+    return _math_unary(Sigmoid.__new__(Sigmoid), x)
 
 
 def relu(x):
     """max(x, 0) (gradient 0 at 0)"""
-    return _unary(Relu.__new__(Relu), x)
+    return _math_unary(Relu.__new__(Relu), x)
 
 
 # ---------------------------------------------------------------------------
@@ -251,6 +279,10 @@ cdef class _Binary(Op):
     cdef bint keep_inputs
     cdef bint keep_output
     cdef bint fused_grads     # a GPU kernel computes both gradients in one pass
+    cdef bint takes_bool      # bool operands allowed (else DtypeError, as ChainerX)
+    cdef bint compares        # a bool operand only with another (maximum, minimum)
+    cdef bint float_result    # int results become float32 (true division)
+    cdef object out_dtype     # the promoted dtype, decided before the forward
 
     cdef object _fwd(self, a, b):
         raise NotImplementedError
@@ -275,8 +307,14 @@ cdef class _Binary(Op):
         if self.keep_inputs:
             self._retain_in_idx = _RETAIN_0
         if self.scalar_pos == 1:
-            return self._checked_fwd(x, self.scalar)
-        return self._checked_fwd(self.scalar, x)
+            y = self._checked_fwd(x, self.scalar)
+        else:
+            y = self._checked_fwd(self.scalar, x)
+        # NumPy 1.x's value-based casting can widen (float16 + 1e5): keep
+        # ChainerX's dtype.
+        if type(y) is NPA and <object>cnp.PyArray_DESCR(<cnp.ndarray>y) is self.out_dtype:
+            return y
+        return y if y.dtype == self.out_dtype else y.astype(self.out_dtype)
 
     cdef object _checked_fwd(self, a, b):
         if self.keep_output:
@@ -359,6 +397,7 @@ cdef class Multiply(_Binary):
     op_name = 'multiply'
 
     def __cinit__(self):
+        self.takes_bool = True
         self.keep_inputs = True
         self.fused_grads = True
 
@@ -375,6 +414,7 @@ cdef class Divide(_Binary):
     op_name = 'divide'
 
     def __cinit__(self):
+        self.float_result = True
         self.keep_inputs = True
         self.fused_grads = True
 
@@ -409,6 +449,8 @@ cdef class Maximum(_Binary):
     op_name = 'maximum'
 
     def __cinit__(self):
+        self.takes_bool = True
+        self.compares = True
         self.keep_inputs = True
         self.fused_grads = True
 
@@ -424,6 +466,8 @@ cdef class Minimum(_Binary):
     op_name = 'minimum'
 
     def __cinit__(self):
+        self.takes_bool = True
+        self.compares = True
         self.keep_inputs = True
         self.fused_grads = True
 
@@ -434,25 +478,64 @@ cdef class Minimum(_Binary):
         return gy * (a <= b) if p == 0 else gy * (a > b)
 
 
+cdef object _bool_error(_Binary op):
+    return DtypeError('{}: bool operands are not allowed in arithmetic (ChainerX); '
+                      'use logical_or/logical_and/logical_xor'.format(op.op_name))
+
+
+cdef object _mixed_bool_error(_Binary op):
+    return DtypeError('{}: a bool operand with a non-bool one is not supported '
+                      '(ChainerX compares them)'.format(op.op_name))
+
+
 cdef object _binary(_Binary op, object a, object b):
+    """Promote (xgrad/_dtypes.pyx: operands of another dtype are cast, a
+    recorded and differentiable astype), then apply ``op``."""
     cdef bint a_is = isinstance(a, ndarray)
     cdef bint b_is = isinstance(b, ndarray)
     if a_is and b_is:
+        da = _dtype(<ndarray>a)
+        db = _dtype(<ndarray>b)
+        if not op.takes_bool and (da is BOOL_DTYPE or db is BOOL_DTYPE):
+            raise _bool_error(op)
+        if op.compares and (da is BOOL_DTYPE) != (db is BOOL_DTYPE):
+            raise _mixed_bool_error(op)
+        d = da if da is db else promote_dtypes(da, db)
+        if op.float_result:
+            d = math_dtype(d)
+        if da is not d:
+            a = (<ndarray>a).astype(d)
+        if db is not d:
+            b = (<ndarray>b).astype(d)
         op.scalar_pos = -1
         return apply2(op, <ndarray>a, <ndarray>b)
-    if a_is and _is_python_scalar(b):
-        op.scalar_pos = 1
-        op.scalar = b.item() if isinstance(b, numpy.generic) else b
-        return apply1(op, <ndarray>a)
-    if b_is and _is_python_scalar(a):
-        op.scalar_pos = 0
-        op.scalar = a.item() if isinstance(a, numpy.generic) else a
-        return apply1(op, <ndarray>b)
+    if a_is and is_scalar(b):
+        return _with_scalar(op, <ndarray>a, b, 1)
+    if b_is and is_scalar(a):
+        return _with_scalar(op, <ndarray>b, a, 0)
     if a_is:
         return _binary(op, a, as_array(b, 'x2', a))
     if b_is:
         return _binary(op, as_array(a, 'x1', b), b)
     return _binary(op, as_array(a, 'x1'), as_array(b, 'x2'))
+
+
+cdef object _with_scalar(_Binary op, ndarray x, object s, int pos):
+    """``op`` on array ``x`` and scalar ``s`` (on side ``pos``)."""
+    dx = _dtype(x)
+    if not op.takes_bool and (dx is BOOL_DTYPE or type(s) is bool or isinstance(s, numpy.bool_)):
+        raise _bool_error(op)
+    if op.compares and (dx is BOOL_DTYPE) != (type(s) is bool or isinstance(s, numpy.bool_)):
+        raise _mixed_bool_error(op)
+    d = array_scalar_dtype(dx, s)
+    if op.float_result:
+        d = math_dtype(d)
+    if dx is not d:
+        x = x.astype(d)
+    op.scalar_pos = pos
+    op.scalar = scalar_for(s, d)
+    op.out_dtype = d
+    return apply1(op, x)
 
 
 def add(x1, x2):
@@ -492,11 +575,21 @@ def minimum(x1, x2):
 # Comparisons (no gradient: the result is bool)
 # ---------------------------------------------------------------------------
 
+cdef bint _is_bool(object v):
+    """Whether an operand (xgrad array or scalar) is of the bool kind."""
+    if isinstance(v, ndarray):
+        return _dtype(<ndarray>v) is BOOL_DTYPE
+    return isinstance(v, (bool, numpy.bool_))
+
+
 cdef object _compare(object ufunc, object a, object b):
     if not isinstance(a, ndarray) and not _is_python_scalar(a):
         a = as_array(a, 'x1', b if isinstance(b, ndarray) else None)
     if not isinstance(b, ndarray) and not _is_python_scalar(b):
         b = as_array(b, 'x2', a if isinstance(a, ndarray) else None)
+    if _is_bool(a) != _is_bool(b):
+        raise DtypeError('{}: comparison of bool and non-bool operands is not supported '
+                         '(ChainerX)'.format(ufunc.__name__))
     cdef ndarray ref = <ndarray>a if isinstance(a, ndarray) else (
         <ndarray>b if isinstance(b, ndarray) else None)
     raw_a = (<ndarray>a)._data if isinstance(a, ndarray) else a
@@ -555,38 +648,38 @@ _SIGNED = tuple(d for d in INT_DTYPES if d.kind == 'i')
 
 def _np_sigmoid(x):
     x = numpy.asarray(x)
-    dtype = numpy.promote_types(x.dtype, numpy.float16)
-    return (1 / (1 + numpy.exp(-x.astype(numpy.float64)))).astype(dtype)
+    return (1 / (1 + numpy.exp(-x.astype(numpy.float64)))).astype(x.dtype)
 
 
-for _f, _ref, _domain, _ints in (
-        (negative, numpy.negative, real, _SIGNED),
-        (absolute, numpy.absolute, nonzero, INT_DTYPES + (BOOL,)),
-        (exp, numpy.exp, real, INT_DTYPES + (BOOL,)),
-        (log, numpy.log, positive, INT_DTYPES + (BOOL,)),
-        (sqrt, numpy.sqrt, positive, INT_DTYPES + (BOOL,)),
-        (square, numpy.square, real, INT_DTYPES),
-        (tanh, numpy.tanh, real, INT_DTYPES + (BOOL,)),
-        (sigmoid, _np_sigmoid, real, INT_DTYPES + (BOOL,)),
-        (relu, lambda x: numpy.maximum(x, 0), nonzero, INT_DTYPES + (BOOL,))):
+# promotion: how the result dtype follows from the inputs' (docs/dtype_promotion.md).
+for _f, _ref, _domain, _ints, _promotion in (
+        (negative, numpy.negative, real, _SIGNED, 'result_type'),
+        (absolute, numpy.absolute, nonzero, INT_DTYPES, 'result_type'),
+        (exp, numpy.exp, real, INT_DTYPES + (BOOL,), 'float'),
+        (log, numpy.log, positive, INT_DTYPES + (BOOL,), 'float'),
+        (sqrt, numpy.sqrt, positive, INT_DTYPES + (BOOL,), 'float'),
+        (square, numpy.square, real, INT_DTYPES, 'result_type'),
+        (tanh, numpy.tanh, real, INT_DTYPES + (BOOL,), 'float'),
+        (sigmoid, _np_sigmoid, real, INT_DTYPES + (BOOL,), 'float'),
+        (relu, lambda x: numpy.maximum(x, 0), nonzero, INT_DTYPES + (BOOL,), 'float')):
     register(OpInfo(_f.__name__, _f, ref=_ref, samples=_UNARY_SAMPLES, domain=_domain,
-                    int_dtypes=_ints))
+                    int_dtypes=_ints, promotion=_promotion))
 
-for _name, _f, _ref, _domain, _ints in (
-        ('add', add, numpy.add, real, INT_DTYPES),
-        ('subtract', subtract, numpy.subtract, real, INT_DTYPES),
-        ('multiply', multiply, numpy.multiply, real, INT_DTYPES + (BOOL,)),
-        ('divide', divide, numpy.divide, (real, nonzero), ()),
-        ('true_divide', true_divide, numpy.true_divide, (real, nonzero), ()),
-        ('power', power, numpy.power, (positive, real), ())):
+for _name, _f, _ref, _domain, _ints, _promotion in (
+        ('add', add, numpy.add, real, INT_DTYPES, 'result_type'),
+        ('subtract', subtract, numpy.subtract, real, INT_DTYPES, 'result_type'),
+        ('multiply', multiply, numpy.multiply, real, INT_DTYPES + (BOOL,), 'result_type'),
+        ('divide', divide, numpy.divide, (real, nonzero), INT_DTYPES, 'float'),
+        ('true_divide', true_divide, numpy.true_divide, (real, nonzero), INT_DTYPES, 'float'),
+        ('power', power, numpy.power, (positive, real), (), 'result_type')):
     register(OpInfo(_name, _f, ref=_ref, samples=_BINARY_SAMPLES, broadcasting=True, domain=_domain,
-                    int_dtypes=_ints))
+                    int_dtypes=_ints, promotion=_promotion))
 
 for _f, _ref in ((maximum, numpy.maximum), (minimum, numpy.minimum)):
     register(OpInfo(_f.__name__, _f, ref=_ref, samples=_BINARY_SAMPLES, broadcasting=True, gen=untied,
-                    int_dtypes=INT_DTYPES + (BOOL,)))
+                    int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))
 
 for _f in (equal, not_equal, greater, greater_equal, less, less_equal):
     register(OpInfo(_f.__name__, _f, ref=getattr(numpy, _f.__name__),
                     samples=_BINARY_SAMPLES, broadcasting=True, gen=untied, differentiable=False,
-                    int_dtypes=INT_DTYPES + (BOOL,)))
+                    int_dtypes=INT_DTYPES + (BOOL,), promotion='bool'))

@@ -5,9 +5,9 @@ import numpy
 
 from xgrad._core cimport ndarray, apply2
 from xgrad._ops._op cimport Op
+from xgrad._dtypes cimport promote_dtypes
 from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._errors import DimensionError, DtypeError
-from xgrad._errors import NotImplementedError as XgradNotImplementedError
 
 cdef tuple _RETAIN_01 = (0, 1)
 
@@ -68,8 +68,6 @@ cdef ndarray _check_matrix_operand(object x, str name, object like):
     if a._data.ndim == 0:
         raise DimensionError('matmul: {} must have at least one dimension, got a '
                              '0-d array'.format(name))
-    if a._data.dtype == numpy.bool_:
-        raise DtypeError('matmul: {} has dtype bool'.format(name))
     return a
 
 
@@ -77,34 +75,49 @@ def matmul(a, b):
     """Matrix product with NumPy's ``matmul`` rules (batched, broadcast)."""
     cdef ndarray x1 = _check_matrix_operand(a, 'a', b if isinstance(b, ndarray) else None)
     cdef ndarray x2 = _check_matrix_operand(b, 'b', x1)
+    # ChainerX's result dtype (xgrad/_dtypes.pyx), any two of its dtypes.
+    d1 = x1._data.dtype
+    d2 = x2._data.dtype
+    if d1 is not d2:
+        d = promote_dtypes(d1, d2)
+        if d1 is not d:
+            x1 = x1.astype(d)
+        if d2 is not d:
+            x2 = x2.astype(d)
     return apply2(Matmul.__new__(Matmul), x1, x2)
 
 
 def dot(a, b):
-    """``numpy.dot`` for operands of up to two dimensions (0-d: a product)."""
+    """``numpy.dot``: a product for 0-d operands, ``matmul`` up to 2-d, and
+    for N-d operands the sum over the last axis of ``a`` and the
+    second-to-last of ``b`` (its only axis when 1-d)."""
     cdef ndarray x1 = as_array(a, 'a', b if isinstance(b, ndarray) else None)
     cdef ndarray x2 = as_array(b, 'b', x1)
     if x1._data.ndim == 0 or x2._data.ndim == 0:
         return x1 * x2
     if x1._data.ndim > 2 or x2._data.ndim > 2:
-        raise XgradNotImplementedError(
-            'dot supports operands of up to 2 dimensions (got {} and {}); use '
-            'matmul for batched products'.format(x1._data.shape, x2._data.shape))
+        from xgrad._ops.contraction import tensordot
+        if x1._data.shape[-1] != x2._data.shape[max(x2._data.ndim - 2, 0)]:
+            raise DimensionError('dot: shapes {} and {} are not aligned'.format(
+                x1._data.shape, x2._data.shape))
+        return tensordot(x1, x2, ([x1._data.ndim - 1], [max(x2._data.ndim - 2, 0)]))
     return matmul(x1, x2)
 
 
 # ---------------------------------------------------------------------------
 # Registry
 
-from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES
+from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES, BOOL
 
 _PRODUCT_SAMPLES = (Sample((3,), (3,)), Sample((2, 3), (3,)), Sample((3,), (3, 2)),
                     Sample((2, 3), (3, 2)), Sample((2, 0), (0, 2)))
 register(OpInfo('dot', dot, ref=numpy.dot,
-                samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)),),
-                int_dtypes=(numpy.int64, numpy.int32)))
+                samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)), Sample((2, 2, 3), (3,)),
+                                            Sample((2, 3), (4, 3, 2)),
+                                            Sample((2, 1, 3), (2, 3, 2))),
+                int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))
 register(OpInfo('matmul', matmul, ref=numpy.matmul,
                 samples=_PRODUCT_SAMPLES + (
                     Sample((2, 2, 3), (3, 2)), Sample((2, 1, 2, 3), (3, 3, 2)),
                     Sample((3,), (2, 3, 2)), Sample((0, 2, 3), (3, 2))),
-                int_dtypes=(numpy.int64, numpy.int32)))
+                int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))

@@ -402,17 +402,18 @@ def _labels_arg(shape, low, high):
 
 
 register(OpInfo('squared_error', squared_error, ref=lambda a, b: numpy.square(a - b),
-                samples=BINARY_SAMPLES, int_dtypes=(I64, numpy.int32)))
+                samples=BINARY_SAMPLES, int_dtypes=(I64, numpy.int32), promotion='result_type'))
 register(OpInfo('absolute_error', absolute_error, ref=lambda a, b: numpy.abs(a - b),
-                samples=BINARY_SAMPLES, gen=untied, int_dtypes=(I64, numpy.int32)))
+                samples=BINARY_SAMPLES, gen=untied, int_dtypes=(I64, numpy.int32),
+                promotion='result_type'))
 register(OpInfo('huber_loss', huber_loss, ref=_huber_ref,
                 samples=[Sample((2, 3), (2, 3), delta=1.0), Sample((2, 3), (3,), delta=0.5),
                          Sample((), (), delta=1.0), Sample((0, 3), (3,), delta=1.0)],
-                gen=_kink_free_differences(0.5, 1.0)))
+                gen=_kink_free_differences(0.5, 1.0), promotion='result_type'))
 register(OpInfo('gaussian_kl_divergence', gaussian_kl_divergence, ref=_gaussian_kl_ref,
                 samples=[Sample((2, 3), (2, 3)), Sample((2, 3), (2, 3), reduce='sum'),
                          Sample((2, 3), (3,), reduce='mean'), Sample((), ()),
-                         Sample((0, 3), (0, 3), reduce='sum')]))
+                         Sample((0, 3), (0, 3), reduce='sum')], promotion='result_type'))
 register(OpInfo('sigmoid_cross_entropy', sigmoid_cross_entropy,
                 ref=_sigmoid_cross_entropy_ref,
                 samples=[Sample((3, 4), _labels_arg((3, 4), -1, 2)),

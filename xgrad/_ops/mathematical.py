@@ -6,18 +6,21 @@ A unary op here is one declaration (``_unary``): the NumPy ufunc (or
 function) that computes it, its derivative written against an array
 namespace ``xp`` (so it is differentiable again, see ``_op.pyx``), which of
 x and y the derivative reads, and its registry entry (domain away from poles
-and kinks). Results follow NumPy's dtype rules: ``sin`` of an int64 array is
-float64, of a float16 array float16.
+and kinks). Result dtypes follow ChainerX's rule for math functions
+(xgrad/_dtypes.pyx): ``sin`` of an int64 or bool array is float32, of a
+float16 array float16; ``sign`` keeps its input's dtype.
 """
 
 import inspect
 import math
+import numbers
 
 import numpy
 
 from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
+from xgrad._ops.elementwise import relu
 from xgrad._ops.registry import (
     INT_DTYPES, BOOL, OpInfo, Sample, away_from, nonzero, positive, real, register,
     within)
@@ -25,7 +28,7 @@ from xgrad._ops.registry import (
 __all__ = ['expm1', 'exp2', 'log1p', 'log2', 'log10', 'reciprocal', 'sin', 'cos',
            'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh', 'arccosh',
            'fabs', 'sign', 'ceil', 'floor', 'softplus', 'leaky_relu', 'elu',
-           'clipped_relu', 'clip']
+           'clipped_relu', 'clip', 'erf', 'crelu']
 
 UNARY_SAMPLES = (Sample((2, 3)), Sample(()), Sample((3, 0)))
 BINARY_SAMPLES = (Sample((2, 3), (2, 3)), Sample((2, 3), (3,)),
@@ -41,6 +44,7 @@ class _Unary(PyOp):
     compute = None
     derivative = None
     uses = ''  # which of 'x', 'y' the derivative reads
+    promotion = 'float'  # see _unary
 
     def __init__(self, kwargs):
         self.kwargs = kwargs
@@ -52,15 +56,21 @@ class _Unary(PyOp):
             self.retain_outputs((0,))
         if self._our_gpu_kernel(inputs[0]):
             return (cuda.unary(self.op_name, inputs[0]),)
-        return (_args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
-                                       **self.kwargs)),)
+        y = _args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
+                                        **self.kwargs))
+        if self.promotion == 'float' and y.dtype != inputs[0].dtype:
+            # NumPy 1.x's value-based casting can widen 0-d results.
+            y = y.astype(inputs[0].dtype)
+        return (y,)
 
     def grads(self, xp, targets, gys, xs, ys):
         x = xs[0] if xs else None
         y = ys[0] if ys else None
         if xp.raw and self._our_gpu_kernel(gys[0]):
             return (xp.unary_grad(self.op_name, gys[0], x, y),)
-        return (type(self).derivative(xp, gys[0], x, y, **self.kwargs),)
+        g = type(self).derivative(xp, gys[0], x, y, **self.kwargs)
+        # NumPy 1.x's value-based casting can widen a 0-d gradient.
+        return (g if g.dtype == gys[0].dtype else xp.cast(g, gys[0].dtype),)
 
     def _our_gpu_kernel(self, a):
         return (cuda.on_gpu(a) and a.dtype.kind == 'f' and not self.kwargs
@@ -69,19 +79,24 @@ class _Unary(PyOp):
 
 def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
            doc='', ints=True, samples=UNARY_SAMPLES, tol=None, check_float=False,
-           public=None, **info):
+           public=None, promotion='float', **info):
     """Define and register the unary op ``name``; returns its function.
     ``derivative`` None: not differentiable (the result never joins a graph).
+    ``promotion`` 'float': bool and int inputs are computed in float32 (a
+    math function); 'result_type': the input's dtype is kept.
     ``public``: turns the generic ``f(x, **kwargs)`` into the public
     signature (with argument checks)."""
     cls = type(name.title().replace('_', ''), (_Unary,), {
         'op_name': name, 'compute': staticmethod(compute), 'uses': uses,
+        'promotion': promotion,
         'derivative': staticmethod(derivative) if derivative else None})
 
     def op(x, **kwargs):
         x = _args.as_array(x, 'x')
         if check_float:
             _args.require_float(x, name)
+        if promotion == 'float' and x.dtype.kind != 'f':
+            x = x.astype(_args.promoted_float(x.dtype))
         if derivative is None:
             return _args.wrap(_checked(compute, name, _args.raw(x), **kwargs), x)
         return _args.apply(cls(kwargs), x)
@@ -92,8 +107,10 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
     if public is not None:
         op = public(op)
     register(OpInfo(name, op, ref=ref or compute, samples=samples, domain=domain,
-                    int_dtypes=_accepted(compute, INT_DTYPES + (BOOL,)) if ints else (),
-                    differentiable=derivative is not None, tol=tol or {}, **info))
+                    int_dtypes=(() if not ints else INT_DTYPES + (BOOL,) if promotion == 'float'
+                                else _accepted(compute, INT_DTYPES + (BOOL,))),
+                    differentiable=derivative is not None, tol=tol or {},
+                    promotion=promotion, **info))
     return op
 
 
@@ -138,9 +155,8 @@ log10 = _unary('log10', numpy.log10, lambda xp, gy, x, y: gy / (x * LN10),
                domain=positive)
 reciprocal = _unary(
     'reciprocal', numpy.reciprocal, lambda xp, gy, x, y: -(gy * y * y), uses='y',
-    domain=nonzero, ints=False,
-    doc='1 / x. On integer arrays NumPy\'s reciprocal truncates; xgrad takes '
-        'float arrays only.', check_float=True)
+    domain=nonzero,
+    doc='1 / x; bool and int arrays give float32 (ChainerX: 1 / x, a true division).')
 
 # ---------------------------------------------------------------------------
 # Trigonometric and hyperbolic
@@ -167,7 +183,8 @@ arccosh = _unary('arccosh', numpy.arccosh,
 
 fabs = _unary('fabs', numpy.fabs, lambda xp, gy, x, y: gy * xp.sign(x), domain=nonzero,
               doc='|x| as a float (NumPy\'s ``fabs``); gradient sign(x), 0 at 0.')
-sign = _unary('sign', numpy.sign, doc='The sign of x (-1, 0 or 1); no gradient.')
+sign = _unary('sign', numpy.sign, promotion='result_type',
+              doc='The sign of x (-1, 0 or 1) in x\'s dtype; no gradient.')
 ceil = _unary('ceil', numpy.ceil, domain=within(-3, 3),
               doc='The ceiling of x; no gradient.')
 floor = _unary('floor', numpy.floor, domain=within(-3, 3),
@@ -175,7 +192,72 @@ floor = _unary('floor', numpy.floor, domain=within(-3, 3),
 
 
 # ---------------------------------------------------------------------------
+# The error function
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _erf(x):
+    """erf elementwise (NumPy has none: ``math.erf`` per element on the
+    host, CuPy's ``erf`` on a GPU); integer input gives a float result."""
+    if cuda.on_gpu(x):
+        from cupyx.scipy import special
+        return special.erf(x)
+    dtype = x.dtype if x.dtype.kind == 'f' else _args.promoted_float(x.dtype)
+    return numpy.asarray(numpy.frompyfunc(math.erf, 1, 1)(x), dtype=dtype)
+
+
+erf = _unary('erf', _erf,
+             lambda xp, gy, x, y: gy * (xp.exp(-(x * x)) * _TWO_OVER_SQRT_PI),
+             doc='The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x.')
+
+
+# ---------------------------------------------------------------------------
 # Activations (ChainerX's names and arguments)
+
+def crelu(x, axis=1):
+    """Concatenated ReLU: relu(x) and relu(-x) joined along ``axis``."""
+    from xgrad._ops.shaping import concatenate
+    x = _args.as_array(x, 'crelu: x')
+    if x.dtype.kind != 'f':  # a math function: bool and ints in float32 (ChainerX)
+        x = x.astype(_args.promoted_float(x.dtype))
+    axis = _args.normalize_axis(axis, x.ndim, 'crelu: axis')
+    return concatenate([relu(x), relu(-x)], axis)
+
+
+def _crelu_ref(x, axis=1):
+    return numpy.concatenate([numpy.maximum(x, 0), numpy.maximum(-x, 0)], axis)
+
+
+register(OpInfo('crelu', crelu, ref=_crelu_ref, domain=nonzero, samples=(
+    Sample((2, 3)), Sample((2, 3), axis=0), Sample((2, 3, 2), axis=-1),
+    Sample((0, 3), axis=1)), int_dtypes=INT_DTYPES + (BOOL,), promotion='float'))
+
+def _number(op, name, value):
+    """``value`` of a scalar parameter, checked at the call: a real number
+    (a bad one would otherwise give NaN, or fail later in backward)."""
+    if not isinstance(value, (numbers.Real, numpy.integer, numpy.floating, numpy.bool_)):
+        raise TypeError('{}: {} must be a real number, not {}'.format(
+            op, name, type(value).__name__))
+    return value
+
+
+def _scalar_parameter(param, default):
+    """The public signature ``f(x, param=default)`` (positional as in
+    ChainerX) of a unary op with one scalar parameter."""
+    def public(op):
+        def f(x, *args, **kwargs):
+            if len(args) + len(kwargs) > 1 or (kwargs and param not in kwargs):
+                raise TypeError('{}() takes x and {} (default {}), got {} more '
+                                'arguments {}'.format(op.__name__, param, default,
+                                                      len(args), sorted(kwargs)))
+            value = args[0] if args else kwargs.get(param, default)
+            return op(x, **{param: _number(op.__name__, param, value)})
+        f.__name__ = f.__qualname__ = op.__name__
+        f.__doc__ = '{}({}, {}={})\n\n{}'.format(op.__name__, 'x', param, default,
+                                                  op.__doc__)
+        return f
+    return public
 
 def _softplus(x, beta=1.0):
     bx = x * x.dtype.type(beta) if x.dtype.kind == 'f' else x * beta
@@ -187,9 +269,9 @@ def _softplus_grad(xp, gy, x, y, beta=1.0):
 
 
 softplus = _unary(
-    'softplus', _softplus, _softplus_grad, check_float=True, ints=False,
+    'softplus', _softplus, _softplus_grad, public=_scalar_parameter('beta', 1.0),
     samples=UNARY_SAMPLES + (Sample((2, 3), beta=2.0),),
-    doc='log(1 + exp(beta * x)) / beta, without overflow. Float arrays only.')
+    doc='log(1 + exp(beta * x)) / beta, without overflow.')
 
 
 def _leaky_relu(x, slope=0.2):
@@ -201,9 +283,9 @@ def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
 
 
 leaky_relu = _unary(
-    'leaky_relu', _leaky_relu, _leaky_relu_grad, domain=nonzero, check_float=True,
-    ints=False, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
-    doc='x where x >= 0, else slope * x. Float arrays only.')
+    'leaky_relu', _leaky_relu, _leaky_relu_grad, public=_scalar_parameter('slope', 0.2),
+    domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), slope=0.5),),
+    doc='x where x >= 0, else slope * x.')
 
 
 def _elu(x, alpha=1.0):
@@ -214,9 +296,9 @@ def _elu_grad(xp, gy, x, y, alpha=1.0):
     return xp.where(x >= 0, gy, gy * (y + alpha))
 
 
-elu = _unary('elu', _elu, _elu_grad, uses='xy', domain=nonzero, check_float=True,
-             ints=False, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
-             doc='x where x >= 0, else alpha * (exp(x) - 1). Float arrays only.')
+elu = _unary('elu', _elu, _elu_grad, public=_scalar_parameter('alpha', 1.0), uses='xy',
+             domain=nonzero, samples=UNARY_SAMPLES + (Sample((2, 3), alpha=0.5),),
+             doc='x where x >= 0, else alpha * (exp(x) - 1).')
 
 
 def _clipped_relu(x, z=20.0):
@@ -228,10 +310,10 @@ def _clipped_relu_grad(xp, gy, x, y, z=20.0):
 
 
 clipped_relu = _unary(
-    'clipped_relu', _clipped_relu, _clipped_relu_grad, check_float=True, ints=False,
+    'clipped_relu', _clipped_relu, _clipped_relu_grad, public=_scalar_parameter('z', 20.0),
     domain=away_from(0.0, 0.5, low=-1.5, high=1.5),
     samples=UNARY_SAMPLES + (Sample((2, 3), z=0.5),),
-    doc='min(max(x, 0), z). Float arrays only.')
+    doc='min(max(x, 0), z).')
 
 
 def _clip(a, a_min, a_max):
@@ -263,6 +345,7 @@ def _clip_signature(op):
 
 clip = _unary(
     'clip', _clip, _clip_grad, domain=away_from(-0.5, 0.5), public=_clip_signature,
+    promotion=None,
     samples=(Sample((2, 3), a_min=-0.5, a_max=0.5), Sample((), a_min=-0.5, a_max=0.5),
              Sample((2, 3), a_min=None, a_max=0.5), Sample((2, 3), a_min=-0.5, a_max=None),
              Sample((0, 3), a_min=-0.5, a_max=0.5)))

@@ -10,6 +10,7 @@ import numpy
 
 from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
+from xgrad._dtypes cimport math_dtype
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
 from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view
 from xgrad._errors import DimensionError, DtypeError
@@ -66,7 +67,9 @@ cdef class Sum(Op):
             # None takes its contiguous fast path when every axis goes.
             axes = None if len(self.axes) == x.ndim else self.axes
             return (as_result(np_add_reduce(x, axis=axes, keepdims=self.keepdims)),)
-        return (as_result(x.sum(axis=self.axes, keepdims=self.keepdims)),)
+        # ChainerX sums bool and ints (uint8 too) into int64.
+        return (as_result(x.sum(axis=self.axes, keepdims=self.keepdims,
+                                dtype=numpy.int64 if x.dtype.kind in 'biu' else None)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         gy = gys[0]
@@ -174,8 +177,12 @@ def sum(a, axis=None, keepdims=False):
 
 
 def mean(a, axis=None, keepdims=False):
-    """Arithmetic mean over ``axis`` (None: all axes)."""
+    """Arithmetic mean over ``axis`` (None: all axes); bool and int arrays
+    give float32 (ChainerX's rule for math functions)."""
     cdef ndarray x = as_array(a, 'a')
+    d = math_dtype(x.dtype)
+    if d is not x.dtype:
+        x = x.astype(d)
     cdef Mean op = Mean.__new__(Mean)
     op.axes = normalize_axes(axis, x._data.ndim)
     op.keepdims = keepdims
@@ -225,9 +232,9 @@ _REDUCTION_SAMPLES = (
     Sample(()), Sample((0, 3), axis=1))
 
 register(OpInfo('sum', sum, ref=numpy.sum, samples=_REDUCTION_SAMPLES + (
-    Sample((0, 3), axis=0),), int_dtypes=INT_DTYPES + (BOOL,)))
+    Sample((0, 3), axis=0),), int_dtypes=INT_DTYPES + (BOOL,), promotion='int64_sum'))
 register(OpInfo('mean', mean, ref=numpy.mean, samples=_REDUCTION_SAMPLES,
-                int_dtypes=(numpy.int64, numpy.int32)))
+                int_dtypes=INT_DTYPES + (BOOL,), promotion='float'))
 register(OpInfo('broadcast_to', broadcast_to, ref=numpy.broadcast_to, samples=(
     Sample((3,), shape=(2, 3)), Sample((2, 1), shape=(2, 3)), Sample((), shape=(2, 3)),
     Sample((1, 3), shape=(2, 2, 3)), Sample((3,), shape=(0, 3))),

@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 
 import numpy
 
+from xgrad import _dtypes
+
 
 F16 = numpy.dtype('float16')
 F32 = numpy.dtype('float32')
@@ -172,8 +174,14 @@ class OpInfo:
     domain: where the inputs are sampled from, one for all inputs or a tuple
         with one per input; ``gen`` (rs, shapes) -> arrays samples them jointly.
     dtypes: the float dtypes the op and its gradient are tested on.
-    int_dtypes: integer/bool dtypes the forward is also checked on (NumPy's
-        promotion rules decide the result dtype).
+    int_dtypes: integer/bool dtypes the forward is also checked on.
+    promotion: how the result dtype follows from the input dtypes, by
+        ChainerX's rules (xgrad/_dtypes.pyx, docs/dtype_promotion.md):
+        ``'result_type'`` (the promoted dtype), ``'float'`` (the promoted
+        dtype, float32 for bool/int: math functions), ``'bool'``,
+        ``'int64_sum'`` (sums: int64 for bool/int), or None: the result
+        dtype is the NumPy reference's (ops that do not promote: indexing,
+        shaping, index results).
     differentiable / twice_differentiable: what the gradient tests check; an
         op not twice differentiable must raise when double backprop goes
         through it.
@@ -199,6 +207,7 @@ class OpInfo:
     forward_tol: dict = dataclasses.field(default_factory=dict)
     call: Callable = _call
     broadcasting: bool = False
+    promotion: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, 'samples', tuple(self.samples))
@@ -263,6 +272,39 @@ class OpInfo:
 
     def reference(self, xs, sample):
         return self.call(self.ref, list(xs), sample.kwargs)
+
+    def result_dtype(self, sample, dtype):
+        """The dtype ChainerX gives the op's (first) result for inputs of
+        ``dtype`` (None: the NumPy reference's, no promotion declared)."""
+        dtypes = [d for d, a in zip(self.input_dtypes(sample, dtype), sample.args)
+                  if a.dtype is None]
+        if self.promotion is None or not dtypes:
+            return None
+        if self.promotion == 'result_type':
+            return _dtypes.result_type(*dtypes)
+        if self.promotion == 'float':
+            return _dtypes.float_result_type(*dtypes)
+        if self.promotion == 'bool':
+            return numpy.dtype(bool)
+        if self.promotion == 'int64_sum':
+            d = _dtypes.result_type(*dtypes)
+            return numpy.dtype(numpy.int64) if d.kind in 'biu' else d
+        raise ValueError('{}: unknown promotion {!r}'.format(self.name, self.promotion))
+
+    def expected_forward(self, data, sample, dtype):
+        """The NumPy reference on ``data`` with ChainerX's result dtype:
+        the inputs under test are cast to it first where the op computes in
+        it ('result_type', 'float'), and the results are cast to it."""
+        rdtype = self.result_dtype(sample, dtype)
+        if rdtype is None:
+            return self.reference(data, sample)
+        if self.promotion in ('result_type', 'float'):
+            data = [numpy.asarray(x).astype(rdtype) if a.dtype is None else x
+                    for x, a in zip(data, sample.args)]
+        out = self.reference(data, sample)
+        if isinstance(out, (tuple, list)):
+            return type(out)(numpy.asarray(y).astype(rdtype) for y in out)
+        return numpy.asarray(out).astype(rdtype)
 
 
 _REGISTRY = {}

@@ -28,11 +28,13 @@ from xgrad._ops._op import PyOp
 from xgrad._ops.indexing import take_checked
 from xgrad._ops.logic import where
 from xgrad._ops.manipulation import getitem, reshape, scatter, transpose, view, to_device
+from xgrad._ops.reduction import broadcast_to
 from xgrad._ops.registry import BOOL, OpInfo, Sample, register
 
 __all__ = ['ravel', 'moveaxis', 'concatenate', 'stack', 'hstack', 'vstack', 'dstack',
            'split', 'hsplit', 'vsplit', 'dsplit', 'repeat', 'flip', 'fliplr', 'flipud',
-           'tril', 'triu', 'diag', 'atleast_2d', 'atleast_3d']
+           'tril', 'triu', 'diag', 'atleast_2d', 'atleast_3d', 'rollaxis', 'diagflat',
+           'meshgrid']
 
 _INTS = (numpy.int64, numpy.int32, BOOL)
 
@@ -322,6 +324,42 @@ def moveaxis(a, source, destination):
     return transpose(x, order)
 
 
+def rollaxis(a, axis, start=0):
+    """Move ``axis`` to just before position ``start`` (NumPy's rollaxis)."""
+    x = _args.as_array(a, 'rollaxis: a')
+    axis = _args.normalize_axis(axis, x.ndim, 'rollaxis: axis')
+    start = _args.int_arg(start, 'start', op='rollaxis')
+    if not -x.ndim <= start <= x.ndim:
+        raise _args.DimensionError('rollaxis: start {} is out of range for an array '
+                                   'with {} dimensions'.format(start, x.ndim))
+    if start < 0:
+        start += x.ndim
+    order = [i for i in range(x.ndim) if i != axis]
+    order.insert(start - 1 if start > axis else start, axis)
+    return transpose(x, order)
+
+
+def meshgrid(*xi, indexing='xy'):
+    """Coordinate arrays from 1-d coordinate vectors (NumPy's meshgrid,
+    copied); ``indexing`` 'xy' (Cartesian) or 'ij' (matrix)."""
+    if indexing not in ('xy', 'ij'):
+        raise ValueError("meshgrid: indexing must be 'xy' or 'ij', not {!r}".format(
+            indexing))
+    xs = [ravel(_args.as_array(x, 'meshgrid: xi[{}]'.format(i))) for i, x in enumerate(xi)]
+    shape = [x.size for x in xs]
+    if indexing == 'xy' and len(xs) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, x in enumerate(xs):
+        axis = i
+        if indexing == 'xy' and len(xs) > 1 and i < 2:
+            axis = 1 - i
+        lifted = [1] * len(xs)
+        lifted[axis] = x.size
+        out.append(broadcast_to(reshape(x, tuple(lifted)), tuple(shape)).copy())
+    return out
+
+
 class Repeat(PyOp):
     """NumPy's repeat along ``axis``, each element ``repeats`` (an int) times;
     the gradient sums each element's copies (a reshape and a sum)."""
@@ -463,6 +501,11 @@ def diag(v, k=0, device=None):
         v.ndim, v.shape))
 
 
+def diagflat(v, k=0):
+    """A square matrix with the flattened ``v`` on its k-th diagonal."""
+    return diag(ravel(_args.as_array(v, 'diagflat: v')), k)
+
+
 # ---------------------------------------------------------------------------
 # Registry
 
@@ -532,3 +575,15 @@ register(OpInfo('diag', diag, ref=numpy.diag, int_dtypes=_INTS, samples=[
     Sample((3,)), Sample((3,), k=1), Sample((2,), k=-2), Sample((3, 3)),
     Sample((3, 4), k=1), Sample((4, 3), k=-2), Sample((2, 3), k=5), Sample((0,)),
     Sample((0, 3))]))
+register(OpInfo('rollaxis', rollaxis, ref=numpy.rollaxis, int_dtypes=_INTS, samples=[
+    Sample((2, 3, 4), axis=2), Sample((2, 3, 4), axis=0, start=2),
+    Sample((2, 3, 4), axis=1, start=3), Sample((2, 3, 4), axis=-1, start=-2),
+    Sample((0, 3), axis=1)]))
+register(OpInfo('diagflat', diagflat, ref=numpy.diagflat, int_dtypes=_INTS, samples=[
+    Sample((3,)), Sample((2, 2), k=1), Sample((2,), k=-2), Sample(()), Sample((0,))]))
+for _indexing in ('xy', 'ij'):
+    register(OpInfo('meshgrid[{}]'.format(_indexing), meshgrid, int_dtypes=_INTS,
+                    ref=numpy.meshgrid, call=lambda f, xs, kw: f(*xs, **kw), samples=[
+                        Sample((2,), (3,), indexing=_indexing),
+                        Sample((2,), (3,), (4,), indexing=_indexing),
+                        Sample((3,), indexing=_indexing), Sample((0,), (2,), indexing=_indexing)]))

@@ -3,10 +3,10 @@ argmax/argmin, cumsum, nansum, count_nonzero, and the softmax family
 (logsumexp, softmax, log_softmax).
 
 Names, arguments and defaults are ChainerX's (chainerx_cc/chainerx/python/
-routines.cc); ``std`` and ``prod``, which ChainerX lacks, take NumPy's. Results
-match NumPy's values and dtypes: reducing an integer array gives NumPy's dtype
-(int64 sums, float64 variances), and the softmax family computes integer input
-in the float dtype ``numpy.exp`` would give (ChainerX promotes too).
+routines.cc); ``std`` and ``prod``, which ChainerX lacks, take NumPy's. Result
+dtypes are ChainerX's (xgrad/_dtypes.pyx, docs/dtype_promotion.md): bool and
+integer arrays sum (cumsum, nansum) into int64, and their variances and the
+softmax family are computed in float32.
 
 Every gradient is written once against an array namespace ``xp`` (see
 ``_op.pyx``), so each op here is differentiable twice and more.
@@ -25,7 +25,7 @@ from xgrad._ops.registry import (
     BOOL, INT_DTYPES, OpInfo, Sample, distinct, register, within)
 
 __all__ = ['var', 'std', 'prod', 'amax', 'amin', 'max', 'min', 'argmax', 'argmin',
-           'cumsum', 'nansum', 'count_nonzero', 'logsumexp', 'softmax', 'log_softmax']
+           'nanargmax', 'nanargmin', 'cumsum', 'nansum', 'count_nonzero', 'logsumexp', 'softmax', 'log_softmax']
 
 ALL_INTS = INT_DTYPES + (BOOL,)
 
@@ -68,9 +68,10 @@ def _count(shape, axes):
 # var, std
 
 def _variance(x, axes, keepdims, ddof):
-    """NumPy's ``var`` without its Python overhead: float64 for integer
-    input, float16 computed in float32; nan (0/0) or inf where n <= ddof."""
-    dtype = x.dtype if x.dtype.kind == 'f' else numpy.dtype(numpy.float64)
+    """NumPy's ``var`` without its Python overhead: float32 for bool and
+    integer input (ChainerX's rule), float16 computed in float32; nan (0/0)
+    or inf where n <= ddof."""
+    dtype = _args.promoted_float(x.dtype)
     work = numpy.float32 if dtype == numpy.float16 else dtype
     x = x.astype(work, copy=False)
     n = _count(x.shape, axes)
@@ -326,6 +327,8 @@ def _arg_extremum(op, finder, what):
 
 argmax = _arg_extremum('argmax', numpy.argmax, 'maximum')
 argmin = _arg_extremum('argmin', numpy.argmin, 'minimum')
+nanargmax = _arg_extremum('nanargmax', numpy.nanargmax, 'maximum ignoring NaNs')
+nanargmin = _arg_extremum('nanargmin', numpy.nanargmin, 'minimum ignoring NaNs')
 
 
 def count_nonzero(a, axis=None):
@@ -340,6 +343,11 @@ def count_nonzero(a, axis=None):
 # ---------------------------------------------------------------------------
 # cumsum, nansum
 
+def _sum_dtype(dtype):
+    """ChainerX sums bool and integers (uint8 too) into int64."""
+    return numpy.int64 if dtype.kind in 'biu' else None
+
+
 class Cumsum(PyOp):
     """y = running sum along ``axis``; gx = the running sum of gy taken from
     the end (flip, cumsum, flip)."""
@@ -349,7 +357,8 @@ class Cumsum(PyOp):
         self.axis = axis
 
     def forward(self, inputs):
-        return (numpy.cumsum(inputs[0], axis=self.axis),)
+        x = inputs[0]
+        return (numpy.cumsum(x, axis=self.axis, dtype=_sum_dtype(x.dtype)),)
 
     def grads(self, xp, targets, gys, xs, ys):
         gy = gys[0]
@@ -359,7 +368,7 @@ class Cumsum(PyOp):
 
 def cumsum(a, axis=None):
     """The running sum of ``a`` along ``axis``; None: of the flattened array
-    (the result is 1-D). Integer input sums in NumPy's int64/uint64."""
+    (the result is 1-D). Bool and integer input sums in int64 (ChainerX)."""
     a = _input('cumsum', a)
     axis = _one_axis('cumsum', axis, a.ndim)
     if axis is None:
@@ -374,7 +383,8 @@ class Nansum(_Reduction):
     op_name = 'nansum'
 
     def reduce(self, x):
-        return numpy.nansum(x, axis=self.axes, keepdims=self.keepdims)
+        return numpy.nansum(x, axis=self.axes, keepdims=self.keepdims,
+                            dtype=_sum_dtype(x.dtype))
 
     def grad(self, xp, x, gy, y):
         return xp.where(xp.isnan(x), 0, gy)
@@ -488,7 +498,7 @@ def _float_input(op, x):
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) over ``axis`` (None: all axes), without overflow:
     ``logsumexp([1000, 1000])`` is 1000 + log 2. Over an empty axis it is
-    -inf. Integer input is computed in the float dtype ``numpy.exp`` gives."""
+    -inf. Bool and integer input is computed in float32 (ChainerX)."""
     x, dtype = _float_input('logsumexp', x)
     return _args.apply(LogSumExp(_axes('logsumexp', axis, x.ndim), bool(keepdims),
                                  dtype=dtype), x)
@@ -549,11 +559,12 @@ def _std_ref(a, axis=None, keepdims=False, ddof=0):
         return numpy.std(a, axis=axis, keepdims=keepdims, ddof=ddof)
 
 
-register(OpInfo('var', var, ref=_var_ref, int_dtypes=ALL_INTS,
+register(OpInfo('var', var, ref=_var_ref, int_dtypes=ALL_INTS, promotion='float',
                 samples=REDUCTION_SAMPLES + (Sample((3, 2), axis=0, ddof=1),)))
 # distinct: no two reduced elements close together, so no standard deviation
 # near its pole at 0 (ill-conditioned second derivatives)
 register(OpInfo('std', std, ref=_std_ref, int_dtypes=ALL_INTS, domain=distinct,
+                promotion='float',
                 samples=_std_samples() + (Sample((3, 2), axis=0, ddof=1),)))
 register(OpInfo('prod', prod, ref=numpy.prod, int_dtypes=ALL_INTS,
                 domain=within(-1.5, 1.5), samples=REDUCTION_SAMPLES))
@@ -568,11 +579,19 @@ def _with_nans(rs, shape):
     return numpy.where(rs.uniform(0, 1, shape) < 0.25, numpy.nan, rs.uniform(-1, 1, shape))
 
 
+def _first_nan(rs, shape):
+    """Distinct values with a NaN first (no slice of a sample is all NaN)."""
+    x = distinct(rs, shape)
+    x.reshape(-1)[:1] = numpy.nan
+    return x
+
+
 def _half_zeros(rs, shape):
     return (rs.uniform(0, 1, shape) < 0.5) * 1.0
 
 
 register(OpInfo('nansum', nansum, ref=numpy.nansum, int_dtypes=ALL_INTS, domain=_with_nans,
+                promotion='int64_sum',
                 samples=REDUCTION_SAMPLES))
 
 
@@ -588,12 +607,16 @@ register(OpInfo('argmax', argmax, ref=_int64(numpy.argmax), domain=distinct,
                 int_dtypes=ALL_INTS, differentiable=False, samples=_ARG_SAMPLES))
 register(OpInfo('argmin', argmin, ref=_int64(numpy.argmin), domain=distinct,
                 int_dtypes=ALL_INTS, differentiable=False, samples=_ARG_SAMPLES))
+for _f, _ref in ((nanargmax, numpy.nanargmax), (nanargmin, numpy.nanargmin)):
+    register(OpInfo(_f.__name__, _f, ref=_int64(_ref), domain=_first_nan,
+                    int_dtypes=ALL_INTS, differentiable=False,
+                    samples=(Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3), axis=-2))))
 register(OpInfo('count_nonzero', count_nonzero, ref=_int64(numpy.count_nonzero),
                 domain=_half_zeros,
                 int_dtypes=ALL_INTS, differentiable=False,
                 samples=(Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3, 2), axis=(0, 2)),
                          Sample((2, 3), axis=-1), Sample(()), Sample((0, 3), axis=0))))
-register(OpInfo('cumsum', cumsum, ref=numpy.cumsum, int_dtypes=ALL_INTS,
+register(OpInfo('cumsum', cumsum, ref=numpy.cumsum, int_dtypes=ALL_INTS, promotion='int64_sum',
                 samples=(Sample((2, 3)), Sample((2, 3), axis=1), Sample((2, 3), axis=-2),
                          Sample(()), Sample((4,), axis=0), Sample((0, 3), axis=1))))
 
@@ -631,14 +654,15 @@ def _log_softmax_ref(a, axis=None):
     return (z - numpy.log(numpy.exp(z).sum(axis, keepdims=True))).astype(_exp_dtype(a))
 
 
-register(OpInfo('logsumexp', logsumexp, ref=_logsumexp_ref, int_dtypes=ALL_INTS,
+register(OpInfo('logsumexp', logsumexp, ref=_logsumexp_ref, int_dtypes=ALL_INTS, promotion='float',
                 samples=REDUCTION_SAMPLES))
 _SOFTMAX_SAMPLES = (Sample((2, 3)), Sample((2, 3, 2)), Sample((2, 3), axis=0),
                     Sample((2, 3), axis=-1), Sample((2, 3, 2), axis=(0, 2)),
                     Sample((0, 3)), Sample((2, 3, 0), axis=2))
-register(OpInfo('softmax', softmax, ref=_softmax_ref, int_dtypes=ALL_INTS,
+register(OpInfo('softmax', softmax, ref=_softmax_ref, int_dtypes=ALL_INTS, promotion='float',
                 samples=_SOFTMAX_SAMPLES))
 register(OpInfo('log_softmax', log_softmax, ref=_log_softmax_ref, int_dtypes=ALL_INTS,
+                promotion='float',
                 samples=_SOFTMAX_SAMPLES))
 
 max = amax

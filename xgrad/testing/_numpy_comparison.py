@@ -172,9 +172,10 @@ def numpy_chainerx_allclose(*, rtol=1e-7, atol=0, equal_nan=True, err_msg='', ve
 
 
 def numpy_chainerx_array_equal(*, err_msg='', verbose=True, name='xp', dtype_check=None,
-                               strides_check=None, accept_error=()):
+                               strides_check=None, accept_error=(), **ignored):
     """Decorator: the test returns equal results with ``xp=xgrad`` and
-    ``xp=numpy`` (or both raise one of ``accept_error``)."""
+    ``xp=numpy`` (or both raise one of ``accept_error``). Other keywords
+    are ignored, as ChainerX does (its tests pass ``float16_rtol`` here)."""
     def check(x, y):
         assert_array_equal_ex(x, y, err_msg, verbose, dtype_check=dtype_check,
                               strides_check=strides_check)

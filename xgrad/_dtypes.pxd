@@ -1,0 +1,7 @@
+cdef object promote_dtypes(object d1, object d2)
+cdef object array_scalar_dtype(object array_dtype, object scalar)
+cdef object math_dtype(object dtype)
+cdef object scalar_for(object scalar, object dtype)
+cdef bint is_scalar(object v)
+cdef object check_inplace(str op, object out_dtype, object other)
+cdef bint inplace_casts(object out_dtype)
