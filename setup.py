@@ -10,6 +10,7 @@ from setuptools import Extension, setup
 MODULES = [
     'xgrad._backend.native_kernels',
     'xgrad._backend.norm_kernels',
+    'xgrad._backend.im2col',
     'xgrad._core',
     'xgrad._ops._xp',
     'xgrad._ops._op',
