@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 MODULES = [
     'xgrad._backend.native_kernels',
     'xgrad._backend.norm_kernels',
-    'xgrad._backend.im2col',
+    'xgrad._backend.window_kernels',
     'xgrad._core',
     'xgrad._ops._xp',
     'xgrad._ops._op',

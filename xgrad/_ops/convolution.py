@@ -33,7 +33,7 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from xgrad._backend import cuda
-from xgrad._backend.im2col import im2col_2d
+from xgrad._backend.window_kernels import im2col_2d
 from xgrad._ops import _args
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
