@@ -43,10 +43,11 @@ def _has_libmvec():
 # The vector kernels of xgrad/_backend/vector_math.h: `#pragma omp simd` loops
 # (-fopenmp-simd: the pragmas only, no OpenMP runtime) calling libmvec's
 # vector exp/log/tanh; -fno-math-errno lets those calls vectorise (errno is
-# never read). No -march: target_clones in the header picks AVX-512/AVX2/SSE2
+# never read), -fno-trapping-math lets both sides of a select be computed
+# (FP exception flags are never read; NaN and inf are unchanged). No -march: target_clones in the header picks AVX-512/AVX2/SSE2
 # at load time.
 VECTOR_MODULES = {'xgrad._backend.native_kernels'}
-VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno']
+VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math']
 VECTOR_MACROS = [('XGRAD_OPENMP_SIMD', '1')] + ([('XGRAD_LIBMVEC', '1')] if _has_libmvec() else [])
 VECTOR_LIBS = ['mvec', 'm'] if _has_libmvec() else ['m']
 

@@ -93,17 +93,18 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
 /* sigmoid: exp of -|x| never overflows, and each side keeps full relative
  * accuracy (e / (1 + e) for x < 0 is exact in the far tail, where
  * 1 - 1/(1 + e) would round to 0). */
-#define XGRAD_FAMILY(T, sfx, EXP, LOG, TANH, LOG1P, EXPM1)                       \
+#define XGRAD_FAMILY(T, sfx, EXP, LOG, TANH, LOG1P, EXPM1, FABS)                       \
     XGRAD_UNARY(exp, T, sfx, EXP(x))                                             \
     XGRAD_UNARY(log, T, sfx, LOG(x))                                             \
     XGRAD_UNARY(tanh, T, sfx, TANH(x))                                           \
     XGRAD_UNARY(sigmoid, T, sfx, ({                                              \
-        const T e = EXP(x >= 0 ? -x : x);                                        \
-        x >= 0 ? (T)1 / ((T)1 + e) : e / ((T)1 + e); }))                         \
+        const T e = EXP(-FABS(x));                                               \
+        const T r = (T)1 / ((T)1 + e);                                           \
+        x >= 0 ? r : e * r; }))                                                  \
     /* log(1 + exp(p x)) / p = (max(p x, 0) + log1p(exp(-|p x|))) / p */         \
     XGRAD_UNARY(softplus, T, sfx,                                                \
         ((p * x > 0 ? p * x : (T)0)                                              \
-         + LOG1P(EXP(p * x > 0 ? -(p * x) : p * x))) / p)                        \
+         + LOG1P(EXP(-FABS(p * x)))) / p)                        \
     XGRAD_UNARY(leaky_relu, T, sfx, x >= 0 ? x : x * p)                          \
     /* expm1 of min(x, 0), taken unconditionally so the loop vectorises;   \
      * NaN stays NaN */                                                        \
@@ -113,8 +114,9 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     /* gy * sigmoid(p x) */                                                      \
     XGRAD_GRAD(softplus_grad, T, sfx, ({                                         \
         const T z = p * xs[i];                                                   \
-        const T e = EXP(z >= 0 ? -z : z);                                        \
-        gy * (z >= 0 ? (T)1 / ((T)1 + e) : e / ((T)1 + e)); }))                  \
+        const T e = EXP(-FABS(z));                                               \
+        const T r = (T)1 / ((T)1 + e);                                           \
+        gy * (z >= 0 ? r : e * r); }))                                           \
     XGRAD_GRAD(leaky_relu_grad, T, sfx, xs[i] >= 0 ? gy : gy * p)                \
     XGRAD_GRAD(elu_grad, T, sfx, xs[i] >= 0 ? gy : gy * (ys[i] + p))             \
     XGRAD_GRAD(tanh_grad, T, sfx, gy * ((T)1 - ys[i] * ys[i]))                   \
@@ -176,8 +178,8 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
         }                                                                        \
     }
 
-XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f)
-XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1)
+XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf)
+XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs)
 
 /* float16: each chunk is widened to float, computed by the float kernel and
  * rounded back (one rounding of a result within the float kernel's bound). */
