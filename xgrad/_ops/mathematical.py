@@ -203,6 +203,15 @@ def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
     gx = native_kernels.leaky_relu_grad(gy, x, slope)
     if gx is not None:
         return gx
+    if not xp.raw and not cuda.on_gpu(_args.raw(x)):
+        # Recorded (double backprop): gy times a constant 1-or-slope mask,
+        # one multiply instead of a comparison, a multiply and a where. The
+        # mask is constant because leaky_relu's second derivative is 0.
+        rx = _args.raw(x)
+        one = numpy.ones((), rx.dtype)
+        mask = native_kernels.leaky_relu_grad(numpy.broadcast_to(one, rx.shape), rx, slope)
+        if mask is not None:
+            return gy * xp.constant(mask, gy)
     return xp.where(x >= 0, gy, gy * slope)
 
 
