@@ -572,12 +572,13 @@ cdef extern from "vector_math.h" nogil:
                                     Py_ssize_t, double)
     ctypedef void (*xgrad_grad_f64)(const double*, const double*, const double*, double*,
                                     Py_ssize_t, double)
-    ctypedef struct _Float16:
+    ctypedef struct xgrad_f16:
         pass
-    void xgrad_unary_f16(xgrad_unary_f32 f, const _Float16* x, _Float16* y, Py_ssize_t n,
+    enum: XGRAD_HAS_FLOAT16
+    void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y, Py_ssize_t n,
                          double p)
-    void xgrad_grad_f16(xgrad_grad_f32 f, const _Float16* gy, const _Float16* x,
-                        const _Float16* y, _Float16* out, Py_ssize_t n, double p)
+    void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                        const xgrad_f16* y, xgrad_f16* out, Py_ssize_t n, double p)
     void xgrad_exp_f32(const float*, float*, Py_ssize_t, double)
     void xgrad_exp_f64(const double*, double*, Py_ssize_t, double)
     void xgrad_log_f32(const float*, float*, Py_ssize_t, double)
@@ -655,7 +656,7 @@ cdef inline int _vector_dtype(object a):
         return -1
     cdef cnp.ndarray arr = <cnp.ndarray>a
     cdef int t = cnp.PyArray_TYPE(arr)
-    if t != NPY_HALF and t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE and not (t == NPY_HALF and XGRAD_HAS_FLOAT16):
         return -1
     if not cnp.PyArray_ISNOTSWAPPED(arr):
         return -1
@@ -675,7 +676,7 @@ cdef inline void _run_unary(UnaryKernel k, int t, void* x, void* y, Py_ssize_t n
     elif t == cnp.NPY_DOUBLE:
         k.f64(<double*>x, <double*>y, n, p)
     else:
-        xgrad_unary_f16(k.f32, <_Float16*>x, <_Float16*>y, n, p)
+        xgrad_unary_f16(k.f32, <xgrad_f16*>x, <xgrad_f16*>y, n, p)
 
 
 cdef object _vector_unary(UnaryKernel k, object x, double p):
@@ -703,7 +704,7 @@ cdef inline void _run_grad(GradKernel k, int t, void* gy, void* x, void* y, void
     elif t == cnp.NPY_DOUBLE:
         k.f64(<double*>gy, <double*>x, <double*>y, <double*>out, n, p)
     else:
-        xgrad_grad_f16(k.f32, <_Float16*>gy, <_Float16*>x, <_Float16*>y, <_Float16*>out, n, p)
+        xgrad_grad_f16(k.f32, <xgrad_f16*>gy, <xgrad_f16*>x, <xgrad_f16*>y, <xgrad_f16*>out, n, p)
 
 
 cdef object _vector_grad(GradKernel k, object gy, object x, object y, double p):

@@ -182,22 +182,33 @@ XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf)
 XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs)
 
 /* float16: each chunk is widened to float, computed by the float kernel and
- * rounded back (one rounding of a result within the float kernel's bound). */
+ * rounded back (one rounding of a result within the float kernel's bound).
+ * Needs the compiler's _Float16 (GCC >= 12, Clang >= 15 on x86-64); without
+ * it XGRAD_HAS_FLOAT16 is 0, these are never called, and float16 takes
+ * NumPy's path. */
+#if defined(__FLT16_MAX__) && !defined(XGRAD_NO_FLOAT16)
+#define XGRAD_HAS_FLOAT16 1
+typedef _Float16 xgrad_f16;
+#else
+#define XGRAD_HAS_FLOAT16 0
+typedef unsigned short xgrad_f16;  /* storage only: never converted */
+#endif
 #define XGRAD_F16_CHUNK 512
 
-static void xgrad_unary_f16(xgrad_unary_f32 f, const _Float16* x, _Float16* y,
+#if XGRAD_HAS_FLOAT16
+static void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y,
                             ptrdiff_t n, double p) {
     float a[XGRAD_F16_CHUNK], b[XGRAD_F16_CHUNK];
     for (ptrdiff_t s = 0; s < n; s += XGRAD_F16_CHUNK) {
         ptrdiff_t k = n - s < XGRAD_F16_CHUNK ? n - s : XGRAD_F16_CHUNK;
         for (ptrdiff_t i = 0; i < k; i++) a[i] = (float)x[s + i];
         f(a, b, k, p);
-        for (ptrdiff_t i = 0; i < k; i++) y[s + i] = (_Float16)b[i];
+        for (ptrdiff_t i = 0; i < k; i++) y[s + i] = (xgrad_f16)b[i];
     }
 }
 
-static void xgrad_grad_f16(xgrad_grad_f32 f, const _Float16* gy, const _Float16* x,
-                           const _Float16* y, _Float16* out, ptrdiff_t n, double p) {
+static void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                           const xgrad_f16* y, xgrad_f16* out, ptrdiff_t n, double p) {
     float g[XGRAD_F16_CHUNK], a[XGRAD_F16_CHUNK], b[XGRAD_F16_CHUNK], o[XGRAD_F16_CHUNK];
     for (ptrdiff_t s = 0; s < n; s += XGRAD_F16_CHUNK) {
         ptrdiff_t k = n - s < XGRAD_F16_CHUNK ? n - s : XGRAD_F16_CHUNK;
@@ -207,8 +218,18 @@ static void xgrad_grad_f16(xgrad_grad_f32 f, const _Float16* gy, const _Float16*
             b[i] = y ? (float)y[s + i] : 0.0f;
         }
         f(g, x ? a : NULL, y ? b : NULL, o, k, p);
-        for (ptrdiff_t i = 0; i < k; i++) out[s + i] = (_Float16)o[i];
+        for (ptrdiff_t i = 0; i < k; i++) out[s + i] = (xgrad_f16)o[i];
     }
 }
+#else
+static void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y,
+                            ptrdiff_t n, double p) {
+    (void)f; (void)x; (void)y; (void)n; (void)p;
+}
+static void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                           const xgrad_f16* y, xgrad_f16* out, ptrdiff_t n, double p) {
+    (void)f; (void)gy; (void)x; (void)y; (void)out; (void)n; (void)p;
+}
+#endif
 
 #endif
