@@ -1,6 +1,8 @@
 """Build the Cython extensions (the engine in xgrad/_core.pyx and the ops)."""
 
+import ctypes
 import os
+import platform
 
 import numpy
 from Cython.Build import cythonize
@@ -15,6 +17,7 @@ MODULES = [
     'xgrad._backend.native_kernels',
     'xgrad._backend.norm_kernels',
     'xgrad._dtypes',
+    'xgrad._backend.window_kernels',
     'xgrad._core',
     'xgrad._ops._xp',
     'xgrad._ops._op',
@@ -31,13 +34,40 @@ CPP_MODULES = {'xgrad._core'}
 REASSOCIATING_MODULES = {'xgrad._backend.norm_kernels'}
 REASSOCIATE_FLAGS = ['-fassociative-math', '-fno-signed-zeros', '-fno-trapping-math']
 
+
+
+def _has_libmvec():
+    """Whether glibc's vector math library (>= 2.35: tanh, log1p, expm1 too) is
+    here to link against; without it the vector kernels run scalar."""
+    if platform.system() != 'Linux' or platform.machine() != 'x86_64':
+        return False
+    try:
+        return hasattr(ctypes.CDLL('libmvec.so.1'), '_ZGVbN4v_tanhf')
+    except OSError:
+        return False
+
+
+# The vector kernels of xgrad/_backend/vector_math.h: `#pragma omp simd` loops
+# (-fopenmp-simd: the pragmas only, no OpenMP runtime) calling libmvec's
+# vector exp/log/tanh; -fno-math-errno lets those calls vectorise (errno is
+# never read), -fno-trapping-math lets both sides of a select be computed
+# (FP exception flags are never read; NaN and inf are unchanged). No -march: target_clones in the header picks AVX-512/AVX2/SSE2
+# at load time.
+VECTOR_MODULES = {'xgrad._backend.native_kernels'}
+VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math']
+VECTOR_MACROS = [('XGRAD_OPENMP_SIMD', '1')] + ([('XGRAD_LIBMVEC', '1')] if _has_libmvec() else [])
+VECTOR_LIBS = ['mvec', 'm'] if _has_libmvec() else ['m']
+
 extensions = [
     Extension(name, [name.replace('.', '/') + '.pyx'],
               language='c++' if name in CPP_MODULES else 'c',
               include_dirs=[numpy.get_include(), 'xgrad/_backend'],
-              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
+              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')] + (
+                  VECTOR_MACROS if name in VECTOR_MODULES else []),
+              libraries=VECTOR_LIBS if name in VECTOR_MODULES else [],
               extra_compile_args=['-O3'] + (
-                  REASSOCIATE_FLAGS if name in REASSOCIATING_MODULES else []))
+                  REASSOCIATE_FLAGS if name in REASSOCIATING_MODULES else []) + (
+                  VECTOR_FLAGS if name in VECTOR_MODULES else []))
     for name in MODULES
 ]
 

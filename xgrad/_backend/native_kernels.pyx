@@ -13,7 +13,6 @@ large arrays.
 cimport numpy as cnp
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF
-from libc.math cimport tanh, tanhf, exp, expf
 
 cdef extern from "select_loops.h" nogil:
     void xgrad_relu_f32(const float* x, float* out, Py_ssize_t n)
@@ -35,8 +34,8 @@ ctypedef fused real:
     float
     double
 
-# Transcendental forward loops beat NumPy only on small arrays (NumPy's own
-# SIMD loops win on large ones); arithmetic loops win at every size.
+# Arithmetic loops here beat NumPy's at every size; on large operands they
+# also release the GIL. (Transcendental functions: the vector kernels below.)
 cdef Py_ssize_t SMALL = 4096
 cdef Py_ssize_t NOGIL_SIZE = 32768
 
@@ -47,7 +46,7 @@ cdef enum Formula:
     RELU_GRAD,                       # b > 0 ? a : 0        (gy, y)
     SQRT_GRAD,                       # a / (2b)             (gy, y)
     SQUARE_GRAD,                     # 2 * a * b            (gy, x)
-    TANH, EXP, SIGMOID, RELU, NEG    # f(a)
+    RELU, NEG                        # f(a)
 
 
 cdef inline int _kind(object a, Py_ssize_t* size, bint* scalar):
@@ -285,28 +284,7 @@ cdef object _binary_rows(Formula f, cnp.ndarray a, Py_ssize_t na,
 
 cdef void _loop1(Formula f, real* a, real* out, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
-    if f == TANH:
-        if real is float:
-            for i in range(n):
-                out[i] = tanhf(a[i])
-        else:
-            for i in range(n):
-                out[i] = tanh(a[i])
-    elif f == EXP:
-        if real is float:
-            for i in range(n):
-                out[i] = expf(a[i])
-        else:
-            for i in range(n):
-                out[i] = exp(a[i])
-    elif f == SIGMOID:
-        if real is float:
-            for i in range(n):
-                out[i] = 0.5 * tanhf(0.5 * a[i]) + 0.5
-        else:
-            for i in range(n):
-                out[i] = 0.5 * tanh(0.5 * a[i]) + 0.5
-    elif f == RELU:
+    if f == RELU:
         if real is float:
             xgrad_relu_f32(a, out, n)
         else:
@@ -365,17 +343,17 @@ cdef Py_ssize_t UNLIMITED = <Py_ssize_t>1 << 62
 
 
 cpdef object tanh_forward(object x):
-    r = _unary(TANH, x, SMALL)
+    r = _vector_unary(K_TANH, x, 0)
     return np_tanh(x) if r is None else r
 
 
 cpdef object exp_forward(object x):
-    r = _unary(EXP, x, SMALL)
+    r = _vector_unary(K_EXP, x, 0)
     return np_exp(x) if r is None else r
 
 
 cpdef object sigmoid_forward(object x):
-    r = _unary(SIGMOID, x, UNLIMITED)
+    r = _vector_unary(K_SIGMOID, x, 0)
     if r is not None:
         return r
     y = numpy.asarray(np_multiply(x, 0.5))
@@ -577,3 +555,265 @@ cdef void _sum_rows(int t, void* src, void* dst, Py_ssize_t rows, Py_ssize_t m) 
         for r in range(rows):
             for i in range(m):
                 dd[i] += ds[r * m + i]
+
+
+# -- vector kernels (vector_math.h) --------------------------------------------
+#
+# One fused, vectorised pass per op for float16/32/64 at every size. The
+# dispatch looks only at the operands' dtype (float16/32/64 in native byte
+# order); which dtype an op computes in is decided before, by the op. An
+# operand that is not contiguous is copied to a contiguous one first; a result
+# is always a new C-contiguous array.
+
+cdef extern from "vector_math.h" nogil:
+    ctypedef void (*xgrad_unary_f32)(const float*, float*, Py_ssize_t, double)
+    ctypedef void (*xgrad_unary_f64)(const double*, double*, Py_ssize_t, double)
+    ctypedef void (*xgrad_grad_f32)(const float*, const float*, const float*, float*,
+                                    Py_ssize_t, double)
+    ctypedef void (*xgrad_grad_f64)(const double*, const double*, const double*, double*,
+                                    Py_ssize_t, double)
+    ctypedef struct xgrad_f16:
+        pass
+    enum: XGRAD_HAS_FLOAT16
+    void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y, Py_ssize_t n,
+                         double p)
+    void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                        const xgrad_f16* y, xgrad_f16* out, Py_ssize_t n, double p)
+    void xgrad_exp_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_exp_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_log_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_log_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_tanh_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_tanh_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_sigmoid_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_sigmoid_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_softplus_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_softplus_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_leaky_relu_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_leaky_relu_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_elu_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_elu_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_softplus_grad_f32(const float*, const float*, const float*, float*,
+                                 Py_ssize_t, double)
+    void xgrad_softplus_grad_f64(const double*, const double*, const double*, double*,
+                                 Py_ssize_t, double)
+    void xgrad_leaky_relu_grad_f32(const float*, const float*, const float*, float*,
+                                   Py_ssize_t, double)
+    void xgrad_leaky_relu_grad_f64(const double*, const double*, const double*, double*,
+                                   Py_ssize_t, double)
+    void xgrad_elu_grad_f32(const float*, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void xgrad_elu_grad_f64(const double*, const double*, const double*, double*,
+                            Py_ssize_t, double)
+    void xgrad_tanh_grad_f32(const float*, const float*, const float*, float*,
+                             Py_ssize_t, double)
+    void xgrad_tanh_grad_f64(const double*, const double*, const double*, double*,
+                             Py_ssize_t, double)
+    void xgrad_sigmoid_grad_f32(const float*, const float*, const float*, float*,
+                                Py_ssize_t, double)
+    void xgrad_sigmoid_grad_f64(const double*, const double*, const double*, double*,
+                                Py_ssize_t, double)
+    void xgrad_softmax_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
+    void xgrad_softmax_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
+    void xgrad_softmax_grad_rows_f32(const float*, const float*, float*, Py_ssize_t,
+                                     Py_ssize_t, int)
+    void xgrad_softmax_grad_rows_f64(const double*, const double*, double*, Py_ssize_t,
+                                     Py_ssize_t, int)
+
+
+cdef extern from "numpy/arrayobject.h":
+    enum: NPY_HALF
+
+
+cdef struct UnaryKernel:
+    xgrad_unary_f32 f32
+    xgrad_unary_f64 f64
+
+
+cdef struct GradKernel:
+    xgrad_grad_f32 f32
+    xgrad_grad_f64 f64
+
+
+cdef UnaryKernel K_EXP = UnaryKernel(xgrad_exp_f32, xgrad_exp_f64)
+cdef UnaryKernel K_LOG = UnaryKernel(xgrad_log_f32, xgrad_log_f64)
+cdef UnaryKernel K_TANH = UnaryKernel(xgrad_tanh_f32, xgrad_tanh_f64)
+cdef UnaryKernel K_SIGMOID = UnaryKernel(xgrad_sigmoid_f32, xgrad_sigmoid_f64)
+cdef UnaryKernel K_SOFTPLUS = UnaryKernel(xgrad_softplus_f32, xgrad_softplus_f64)
+cdef UnaryKernel K_LEAKY_RELU = UnaryKernel(xgrad_leaky_relu_f32, xgrad_leaky_relu_f64)
+cdef UnaryKernel K_ELU = UnaryKernel(xgrad_elu_f32, xgrad_elu_f64)
+cdef GradKernel G_SOFTPLUS = GradKernel(xgrad_softplus_grad_f32, xgrad_softplus_grad_f64)
+cdef GradKernel G_LEAKY_RELU = GradKernel(xgrad_leaky_relu_grad_f32,
+                                          xgrad_leaky_relu_grad_f64)
+cdef GradKernel G_ELU = GradKernel(xgrad_elu_grad_f32, xgrad_elu_grad_f64)
+cdef GradKernel G_TANH = GradKernel(xgrad_tanh_grad_f32, xgrad_tanh_grad_f64)
+cdef GradKernel G_SIGMOID = GradKernel(xgrad_sigmoid_grad_f32, xgrad_sigmoid_grad_f64)
+
+
+cdef inline int _vector_dtype(object a):
+    """NPY_HALF/FLOAT/DOUBLE for a NumPy array the vector kernels take, else -1."""
+    if type(a) is not cnp.ndarray:
+        return -1
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    cdef int t = cnp.PyArray_TYPE(arr)
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE and not (t == NPY_HALF and XGRAD_HAS_FLOAT16):
+        return -1
+    if not cnp.PyArray_ISNOTSWAPPED(arr):
+        return -1
+    return t
+
+
+cdef inline cnp.ndarray _contiguous(object a):
+    if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a) and cnp.PyArray_ISALIGNED(<cnp.ndarray>a):
+        return <cnp.ndarray>a
+    return numpy.ascontiguousarray(a)
+
+
+cdef inline void _run_unary(UnaryKernel k, int t, void* x, void* y, Py_ssize_t n,
+                            double p) noexcept nogil:
+    if t == cnp.NPY_FLOAT:
+        k.f32(<float*>x, <float*>y, n, p)
+    elif t == cnp.NPY_DOUBLE:
+        k.f64(<double*>x, <double*>y, n, p)
+    else:
+        xgrad_unary_f16(k.f32, <xgrad_f16*>x, <xgrad_f16*>y, n, p)
+
+
+cdef object _vector_unary(UnaryKernel k, object x, double p):
+    """k(x) as a new array, or None when x is not a float16/32/64 NumPy array."""
+    cdef int t = _vector_dtype(x)
+    if t < 0:
+        return None
+    cdef cnp.ndarray a = _contiguous(x)
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), t, 0)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    cdef void* px = cnp.PyArray_DATA(a)
+    cdef void* po = cnp.PyArray_DATA(out)
+    if n >= NOGIL_SIZE:
+        with nogil:
+            _run_unary(k, t, px, po, n, p)
+    else:
+        _run_unary(k, t, px, po, n, p)
+    return out
+
+
+cdef inline void _run_grad(GradKernel k, int t, void* gy, void* x, void* y, void* out,
+                           Py_ssize_t n, double p) noexcept nogil:
+    if t == cnp.NPY_FLOAT:
+        k.f32(<float*>gy, <float*>x, <float*>y, <float*>out, n, p)
+    elif t == cnp.NPY_DOUBLE:
+        k.f64(<double*>gy, <double*>x, <double*>y, <double*>out, n, p)
+    else:
+        xgrad_grad_f16(k.f32, <xgrad_f16*>gy, <xgrad_f16*>x, <xgrad_f16*>y, <xgrad_f16*>out, n, p)
+
+
+cdef object _vector_grad(GradKernel k, object gy, object x, object y, double p):
+    """k(gy, x, y) as a new array; x or y may be None when the formula does
+    not read it. None when the operands are not NumPy float arrays of one
+    dtype and shape (broadcasting is left to the caller's fallback)."""
+    cdef int t = _vector_dtype(gy)
+    if t < 0:
+        return None
+    for a in (x, y):
+        if a is not None and (_vector_dtype(a) != t or not _same_shape(<cnp.ndarray>a, <cnp.ndarray>gy)):
+            return None
+    cdef cnp.ndarray g = _contiguous(gy)
+    cdef cnp.ndarray xa = _contiguous(x) if x is not None else None
+    cdef cnp.ndarray ya = _contiguous(y) if y is not None else None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(g), cnp.PyArray_DIMS(g), t, 0)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(g)
+    cdef void* pg = cnp.PyArray_DATA(g)
+    cdef void* px = cnp.PyArray_DATA(xa) if xa is not None else NULL
+    cdef void* py = cnp.PyArray_DATA(ya) if ya is not None else NULL
+    cdef void* po = cnp.PyArray_DATA(out)
+    if n >= NOGIL_SIZE:
+        with nogil:
+            _run_grad(k, t, pg, px, py, po, n, p)
+    else:
+        _run_grad(k, t, pg, px, py, po, n, p)
+    return out
+
+
+cdef object np_log = numpy.log
+
+
+cpdef object log_forward(object x):
+    r = _vector_unary(K_LOG, x, 0)
+    return np_log(x) if r is None else r
+
+
+cpdef object softplus_forward(object x, double beta):
+    """log(1 + exp(beta x)) / beta, or None for operands the kernel does not take."""
+    return _vector_unary(K_SOFTPLUS, x, beta)
+
+
+cpdef object leaky_relu_forward(object x, double slope):
+    """x if x >= 0 else slope x, or None."""
+    return _vector_unary(K_LEAKY_RELU, x, slope)
+
+
+cpdef object elu_forward(object x, double alpha):
+    """x if x >= 0 else alpha (exp(x) - 1), or None."""
+    return _vector_unary(K_ELU, x, alpha)
+
+
+cpdef object softplus_grad(object gy, object x, double beta):
+    """gy sigmoid(beta x), or None."""
+    return _vector_grad(G_SOFTPLUS, gy, x, None, beta)
+
+
+cpdef object leaky_relu_grad(object gy, object x, double slope):
+    """gy if x >= 0 else slope gy, or None."""
+    return _vector_grad(G_LEAKY_RELU, gy, x, None, slope)
+
+
+cpdef object elu_grad(object gy, object x, object y, double alpha):
+    """gy if x >= 0 else gy (y + alpha), or None."""
+    return _vector_grad(G_ELU, gy, x, y, alpha)
+
+
+cpdef object softmax_last_axis(object x, bint log):
+    """softmax (log_softmax if ``log``) over the last axis of a float32/64
+    array, or None (other dtypes, 0-d, empty)."""
+    cdef int t = _vector_dtype(x)
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(<cnp.ndarray>x) == 0:
+        return None
+    cdef cnp.ndarray a = _contiguous(x)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    cdef Py_ssize_t m = cnp.PyArray_DIM(a, cnp.PyArray_NDIM(a) - 1)
+    if n == 0:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), t, 0)
+    cdef void* px = cnp.PyArray_DATA(a)
+    cdef void* po = cnp.PyArray_DATA(out)
+    with nogil:
+        if t == cnp.NPY_FLOAT:
+            xgrad_softmax_rows_f32(<float*>px, <float*>po, n // m, m, log)
+        else:
+            xgrad_softmax_rows_f64(<double*>px, <double*>po, n // m, m, log)
+    return out
+
+
+cpdef object softmax_last_axis_grad(object gy, object y, bint log):
+    """The gradient of softmax_last_axis from gy and its output y, or None."""
+    cdef int t = _vector_dtype(y)
+    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE or _vector_dtype(gy) != t
+            or cnp.PyArray_NDIM(<cnp.ndarray>y) == 0
+            or not _same_shape(<cnp.ndarray>gy, <cnp.ndarray>y)):
+        return None
+    cdef cnp.ndarray g = _contiguous(gy)
+    cdef cnp.ndarray ya = _contiguous(y)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(ya)
+    cdef Py_ssize_t m = cnp.PyArray_DIM(ya, cnp.PyArray_NDIM(ya) - 1)
+    if n == 0:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(ya), cnp.PyArray_DIMS(ya), t, 0)
+    cdef void* pg = cnp.PyArray_DATA(g)
+    cdef void* py = cnp.PyArray_DATA(ya)
+    cdef void* po = cnp.PyArray_DATA(out)
+    with nogil:
+        if t == cnp.NPY_FLOAT:
+            xgrad_softmax_grad_rows_f32(<float*>pg, <float*>py, <float*>po, n // m, m, log)
+        else:
+            xgrad_softmax_grad_rows_f64(<double*>pg, <double*>py, <double*>po, n // m, m, log)
+    return out

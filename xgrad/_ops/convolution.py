@@ -34,6 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
 from xgrad._backend import cuda
+from xgrad._backend.window_kernels import im2col_2d
 from xgrad._ops import _args
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
@@ -164,6 +165,9 @@ def _column_chunks(x, geom, outsize):
     (groups, C/groups * prod(k), (hi - lo) * prod(l)) holds the windows of
     samples lo..hi of ``x``, one column per window. ``cols`` is one reused
     buffer: use it before asking for the next chunk."""
+    if _native_im2col(x, geom):
+        yield from _native_column_chunks(x, geom, outsize)
+        return
     win = windows(pad_input(x, geom, outsize), geom, outsize)  # (N, C, k.., l..)
     n, c = x.shape[:2]
     g, nk = geom.groups, len(geom.ksize)
@@ -180,6 +184,30 @@ def _column_chunks(x, geom, outsize):
         part = buf[(slice(None),) * (1 + nk) + (slice(0, m),)]
         numpy.copyto(part, win[lo:hi].transpose(order))
         yield lo, hi, part.reshape(g, rows, m * _prod(outsize))
+
+
+def _native_im2col(x, geom):
+    """Whether im2col_2d takes ``x``: a 2-D convolution of a contiguous NumPy
+    float32/64 batch (the padding is written as zeros, not copied)."""
+    return (type(x) is numpy.ndarray and x.ndim == 4 and x.flags.c_contiguous
+            and x.dtype in (numpy.float32, numpy.float64))
+
+
+def _native_column_chunks(x, geom, outsize):
+    """_column_chunks by the native im2col: no padded copy, no strided view."""
+    n, c = x.shape[:2]
+    g, kk, ll = geom.groups, _prod(geom.ksize), _prod(outsize)
+    ranges = _chunks(n, c * kk * ll)
+    if not ranges:
+        return
+    flat = numpy.empty(c * kk * ranges[0][1] * ll, x.dtype)
+    for lo, hi in ranges:
+        m = hi - lo
+        part = flat[:c * kk * m * ll].reshape((c,) + tuple(geom.ksize) + (m,) + tuple(outsize))
+        if not im2col_2d(x[lo:hi], part, tuple(geom.ksize), tuple(geom.stride),
+                         tuple(geom.pad), tuple(geom.dilate), tuple(outsize)):
+            raise RuntimeError('im2col_2d refused {} {}'.format(x.shape, geom))
+        yield lo, hi, part.reshape(g, c // g * kk, m * ll)
 
 
 def _col2im_add(out, cols, geom, outsize):

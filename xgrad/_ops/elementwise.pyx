@@ -139,7 +139,7 @@ cdef class Log(_Unary):
 
     cdef object _forward1(self, x):
         self._retain_in_idx = _RETAIN_0
-        return np_log(x) if not on_gpu(x) else _gpu_unary('log', x)
+        return K.log_forward(x) if not on_gpu(x) else _gpu_unary('log', x)
 
     cdef object _grad(self, xp, gy, x, y):
         return K.divide(gy, x) if xp is NP else gy / x

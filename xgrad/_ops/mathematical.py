@@ -18,6 +18,7 @@ import numbers
 import numpy
 
 from xgrad._backend import cuda
+from xgrad._backend import native_kernels
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.elementwise import relu
@@ -259,12 +260,24 @@ def _scalar_parameter(param, default):
         return f
     return public
 
+
+# Activations: the native vector kernels take float16/32/64 NumPy arrays
+# (forward, and the gradient on raw arrays); anything else (CuPy arrays,
+# xgrad arrays while double backprop records the gradient) takes the
+# NumPy/array-namespace formula.
+
 def _softplus(x, beta=1.0):
+    y = native_kernels.softplus_forward(x, beta)
+    if y is not None:
+        return y
     bx = x * x.dtype.type(beta) if x.dtype.kind == 'f' else x * beta
     return numpy.logaddexp(0, bx) / (x.dtype.type(beta) if x.dtype.kind == 'f' else beta)
 
 
 def _softplus_grad(xp, gy, x, y, beta=1.0):
+    gx = native_kernels.softplus_grad(gy, x, beta)
+    if gx is not None:
+        return gx
     return gy * xp.sigmoid(x * beta)
 
 
@@ -275,10 +288,25 @@ softplus = _unary(
 
 
 def _leaky_relu(x, slope=0.2):
+    y = native_kernels.leaky_relu_forward(x, slope)
+    if y is not None:
+        return y
     return numpy.where(x >= 0, x, x * x.dtype.type(slope))
 
 
 def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
+    gx = native_kernels.leaky_relu_grad(gy, x, slope)
+    if gx is not None:
+        return gx
+    if not xp.raw and not cuda.on_gpu(_args.raw(x)):
+        # Recorded (double backprop): gy times a constant 1-or-slope mask,
+        # one multiply instead of a comparison, a multiply and a where. The
+        # mask is constant because leaky_relu's second derivative is 0.
+        rx = _args.raw(x)
+        one = numpy.ones((), rx.dtype)
+        mask = native_kernels.leaky_relu_grad(numpy.broadcast_to(one, rx.shape), rx, slope)
+        if mask is not None:
+            return gy * xp.constant(mask, gy)
     return xp.where(x >= 0, gy, gy * slope)
 
 
@@ -289,10 +317,16 @@ leaky_relu = _unary(
 
 
 def _elu(x, alpha=1.0):
+    y = native_kernels.elu_forward(x, alpha)
+    if y is not None:
+        return y
     return numpy.where(x >= 0, x, numpy.expm1(numpy.minimum(x, 0)) * x.dtype.type(alpha))
 
 
 def _elu_grad(xp, gy, x, y, alpha=1.0):
+    gx = native_kernels.elu_grad(gy, x, y, alpha)
+    if gx is not None:
+        return gx
     return xp.where(x >= 0, gy, gy * (y + alpha))
 
 

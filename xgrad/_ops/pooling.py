@@ -21,6 +21,7 @@ derivative order stays in the pair:
 
 import numpy
 
+from xgrad._backend import window_kernels
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair, run
 from xgrad._ops._op import PyOp
@@ -72,6 +73,13 @@ class _Argmax:
             yield self.tap == t, index
 
 
+def _native(a):
+    """Whether the 2-D max pooling kernels take ``a``: a NumPy float32/64
+    batch (N, C, h, w)."""
+    return (type(a) is numpy.ndarray and a.ndim == 4
+            and a.dtype in (numpy.float32, numpy.float64))
+
+
 class _MaxPool(PyOp):
     op_name = 'max_pool'
 
@@ -82,6 +90,13 @@ class _MaxPool(PyOp):
     def forward(self, inputs):
         x = inputs[0]
         geom, outsize = self.geom, self.outsize
+        if _native(x):  # one pass in C (window_kernels.pyx)
+            x = numpy.ascontiguousarray(x)
+            y = numpy.empty(x.shape[:2] + outsize, x.dtype)
+            tap = numpy.empty(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
+            if window_kernels.max_pool_2d(x, y, tap, geom.ksize, geom.stride, geom.pad):
+                self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
+                return (y,)
         xpad = pad_input(x, geom, outsize, fill=-numpy.inf)
         y = tap = None
         for t, (_, index) in enumerate(window_offsets(geom, outsize)):
@@ -105,6 +120,12 @@ class _MaxPoolGrad(LinearPair):
 
     def compute(self, gy):
         a = self.plan
+        if _native(gy):
+            gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
+            if window_kernels.max_pool_2d_scatter(numpy.ascontiguousarray(gy), a.tap, gx,
+                                                  a.geom.ksize, a.geom.stride, a.geom.pad,
+                                                  False):
+                return gx
         gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype, gy)
         for mask, index in a.taps():
             gxpad[index] += numpy.where(mask, gy, gy.dtype.type(0))
@@ -118,6 +139,12 @@ class _MaxPoolGather(LinearPair):
 
     def compute(self, gx):
         a = self.plan
+        if _native(gx):
+            out = numpy.empty(gx.shape[:2] + a.outsize, gx.dtype)
+            if window_kernels.max_pool_2d_scatter(out, a.tap, numpy.ascontiguousarray(gx),
+                                                  a.geom.ksize, a.geom.stride, a.geom.pad,
+                                                  True):
+                return out
         gxpad = pad_input(gx, a.geom, a.outsize)
         out = numpy.zeros(gx.shape[:2] + a.outsize, gx.dtype, like=gx)
         for mask, index in a.taps():

@@ -16,7 +16,7 @@ import warnings
 
 import numpy
 
-from xgrad._backend import cuda
+from xgrad._backend import cuda, native_kernels
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
@@ -446,6 +446,9 @@ class Softmax(PyOp):
         self.retain_outputs((0,))
         if _our_gpu_kernel(inputs[0], self):
             return (cuda.kernels().softmax(cuda.cupy(), inputs[0], self.axes[0]),)
+        y = _native_last_axis(inputs[0], self, log=False)
+        if y is not None:
+            return (y,)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
         e = numpy.exp(z, out=z)
         e /= numpy.add.reduce(e, axis=self.axes, keepdims=True)
@@ -456,6 +459,10 @@ class Softmax(PyOp):
         gy = gys[0]
         if xp is not numpy_ns and xp.raw and _our_gpu_kernel(gy, self):
             return (cuda.kernels().softmax_backward(cuda.cupy(), gy, y, self.axes[0]),)
+        if xp is numpy_ns and self.axes == (y.ndim - 1,):
+            gx = native_kernels.softmax_last_axis_grad(gy, y, False)
+            if gx is not None:
+                return (gx,)
         return (y * (gy - xp.sum(gy * y, axis=self.axes, keepdims=True)),)
 
 
@@ -470,6 +477,9 @@ class LogSoftmax(PyOp):
         self.retain_outputs((0,))
         if _our_gpu_kernel(inputs[0], self):
             return (cuda.kernels().softmax(cuda.cupy(), inputs[0], self.axes[0], log=True),)
+        y = _native_last_axis(inputs[0], self, log=True)
+        if y is not None:
+            return (y,)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
         with numpy.errstate(divide='ignore'):  # log(0) over empty axes
             z -= numpy.log(numpy.add.reduce(numpy.exp(z), axis=self.axes, keepdims=True))
@@ -481,7 +491,19 @@ class LogSoftmax(PyOp):
         if xp is not numpy_ns and xp.raw and _our_gpu_kernel(gy, self):
             return (cuda.kernels().softmax_backward(cuda.cupy(), gy, y, self.axes[0],
                                                     log=True),)
+        if xp is numpy_ns and self.axes == (y.ndim - 1,):
+            gx = native_kernels.softmax_last_axis_grad(gy, y, True)
+            if gx is not None:
+                return (gx,)
         return (gy - xp.exp(y) * xp.sum(gy, axis=self.axes, keepdims=True),)
+
+
+def _native_last_axis(x, op, log):
+    """The native row kernel's (log-)softmax when it is over the last axis of
+    a NumPy float32/64 array in the op's dtype, else None."""
+    if op.axes != (x.ndim - 1,) or x.dtype != op.dtype:
+        return None
+    return native_kernels.softmax_last_axis(x, log)
 
 
 def _our_gpu_kernel(a, op):

@@ -1,0 +1,90 @@
+"""The native im2col (xgrad._backend.window_kernels.pyx) against NumPy's padded
+strided windows, over geometries with padding, strides, dilation, windows
+past the padding (cover_all) and padding wider than the image."""
+
+import itertools
+
+import numpy
+import pytest
+
+from xgrad._backend.window_kernels import im2col_2d
+from xgrad._ops import convolution as C
+
+
+def _numpy_columns(x, geom, outsize):
+    win = C.windows(C.pad_input(x, geom, outsize), geom, outsize)  # (N, C, kh, kw, oh, ow)
+    return numpy.ascontiguousarray(win.transpose(1, 2, 3, 0, 4, 5))
+
+
+GEOMETRIES = [  # ksize, stride, pad, dilate, cover_all
+    ((3, 3), (1, 1), (1, 1), (1, 1), False),
+    ((3, 3), (2, 2), (1, 1), (1, 1), False),
+    ((2, 3), (1, 2), (0, 2), (1, 1), False),
+    ((3, 2), (2, 1), (3, 1), (2, 1), False),
+    ((3, 3), (3, 3), (1, 0), (1, 2), True),
+    ((1, 1), (1, 1), (0, 0), (1, 1), False),
+    ((5, 5), (1, 1), (6, 6), (1, 1), False),
+]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('ksize, stride, pad, dilate, cover_all', GEOMETRIES)
+def test_native_im2col_matches_numpy_windows(dtype, ksize, stride, pad, dilate, cover_all):
+    x = numpy.random.default_rng(0).standard_normal((3, 2, 7, 6)).astype(dtype)
+    geom = C.Geometry(ksize, stride, pad, dilate, 1)
+    outsize = tuple(C.out_size(n, k, s, p, d, cover_all)
+                    for n, k, s, p, d in zip(x.shape[2:], ksize, stride, pad, dilate))
+    want = _numpy_columns(x, geom, outsize)
+    got = numpy.full(want.shape, numpy.nan, dtype)
+    assert im2col_2d(x, got, ksize, stride, pad, dilate, outsize)
+    numpy.testing.assert_array_equal(got, want)
+
+
+def test_native_im2col_refuses_what_it_does_not_take():
+    x = numpy.ones((1, 1, 4, 4), numpy.float32)
+    out = numpy.empty((1, 3, 3, 1, 2, 2), numpy.float32)
+    args = ((3, 3), (1, 1), (0, 0), (1, 1), (2, 2))
+    assert im2col_2d(x, out, *args)
+    assert not im2col_2d(x.astype(numpy.float64), out, *args)  # dtypes differ
+    assert not im2col_2d(numpy.ones((1, 1, 4, 8), numpy.float32)[..., ::2], out, *args)
+    assert not im2col_2d(x, numpy.empty((1, 3, 3, 1, 2, 3), numpy.float32), *args)
+
+
+POOLS = [  # ksize, stride, pad, cover_all
+    ((2, 2), None, 0, False), ((3, 3), (2, 2), 1, False), ((3, 2), (1, 2), (1, 0), True),
+    ((2, 2), (3, 3), 0, True), ((4, 4), (1, 1), 3, False)]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('ksize, stride, pad, cover_all', POOLS)
+def test_native_max_pool_matches_the_numpy_path(monkeypatch, dtype, ksize, stride, pad,
+                                                cover_all):
+    """Values, tie-breaking (first tap), NaN, -inf padding, the gradient and
+    its gradient, native against pooling.py's NumPy path."""
+    import xgrad
+    from xgrad._ops import pooling
+    rng = numpy.random.default_rng(1)
+    x = rng.integers(-3, 3, (2, 3, 7, 6)).astype(dtype)  # many ties
+    x[0, 0, 1, 1] = numpy.nan
+    x[1, 2] = -numpy.inf
+    gy_shape = None
+    results = []
+    for native in (True, False):
+        if not native:
+            monkeypatch.setattr(pooling, '_native', lambda a: False)
+        xv = xgrad.array(x).require_grad()
+        y = xgrad.max_pool(xv, ksize, stride=stride, pad=pad, cover_all=cover_all)
+        gy_shape = y.shape
+        gy = xgrad.array(rng.standard_normal(gy_shape).astype(dtype)
+                         if native else results[0][3]).require_grad()
+        gx, = xgrad.grad([y], [xv], grad_outputs=[gy], enable_double_backprop=True)
+        ggx = xgrad.array(numpy.arange(x.size, dtype=dtype).reshape(x.shape))
+        ggy, = xgrad.grad([gx], [gy], grad_outputs=[ggx])
+        results.append([a.to_numpy() if hasattr(a, 'to_numpy') else xgrad.to_numpy(a)
+                        for a in (y, gx, ggy, gy)])
+    (y, gx, ggy), (y0, gx0, ggy0) = results[0][:3], results[1][:3]
+    numpy.testing.assert_array_equal(y, y0)
+    numpy.testing.assert_array_equal(ggy, ggy0)
+    # overlapping windows add into gx in another order
+    numpy.testing.assert_allclose(
+        gx, gx0, rtol=0, atol=16 * numpy.finfo(dtype).eps * numpy.abs(results[0][3]).max())

@@ -1,0 +1,235 @@
+/* Vectorised elementwise kernels: transcendental functions, activations and
+ * their gradients, and softmax rows, for float and double.
+ *
+ * Why C and not Cython loops: the loops must be vectorised, and a loop that
+ * calls expf/tanhf/log1pf only vectorises when the compiler knows a vector
+ * variant of the function exists. glibc's libmvec has them (_ZGVdN8v_expf
+ * and so on, glibc >= 2.35 for tanh/log1p/expm1); glibc's math.h only
+ * declares them under -ffast-math, which we do not want (it would drop NaN
+ * and inf handling), so they are declared here with the same attribute
+ * glibc uses, when setup.py found libmvec (XGRAD_LIBMVEC). Without it the
+ * same loops run scalar and give the same results within the ULP bounds of
+ * tests/test_vector_math.py.
+ *
+ * target_clones compiles each kernel for AVX-512, AVX2 and the baseline
+ * x86-64 (SSE2) and picks one at load time, so the wheel runs on any x86-64
+ * CPU and still uses the wide vectors where they exist.
+ *
+ * Every kernel reads and writes contiguous arrays of n elements; out may
+ * alias an input. The `p` argument is the op's parameter (beta, slope,
+ * alpha), ignored by kernels that have none.
+ */
+#ifndef XGRAD_VECTOR_MATH_H
+#define XGRAD_VECTOR_MATH_H
+
+#include <math.h>
+#include <stddef.h>
+
+#if defined(XGRAD_LIBMVEC) && defined(__GNUC__)
+#define XGRAD_VEC_DECL __attribute__((__simd__("notinbranch"))) extern
+XGRAD_VEC_DECL float expf(float);
+XGRAD_VEC_DECL double exp(double);
+XGRAD_VEC_DECL float logf(float);
+XGRAD_VEC_DECL double log(double);
+XGRAD_VEC_DECL float tanhf(float);
+XGRAD_VEC_DECL double tanh(double);
+XGRAD_VEC_DECL float log1pf(float);
+XGRAD_VEC_DECL double log1p(double);
+XGRAD_VEC_DECL float expm1f(float);
+XGRAD_VEC_DECL double expm1(double);
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(XGRAD_NO_CLONES)
+#define XGRAD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define XGRAD_CLONES
+#endif
+
+#if defined(_OPENMP) || defined(XGRAD_OPENMP_SIMD)
+#define XGRAD_PRAGMA(text) _Pragma(#text)
+#define XGRAD_SIMD _Pragma("omp simd")
+#define XGRAD_SIMD_SUM(v) XGRAD_PRAGMA(omp simd reduction(+:v))
+#define XGRAD_SIMD_MAX(v) XGRAD_PRAGMA(omp simd reduction(max:v))
+#else
+#define XGRAD_SIMD
+#define XGRAD_SIMD_SUM(v)
+#define XGRAD_SIMD_MAX(v)
+#endif
+
+typedef void (*xgrad_unary_f32)(const float*, float*, ptrdiff_t, double);
+typedef void (*xgrad_unary_f64)(const double*, double*, ptrdiff_t, double);
+/* out = f(gy, x, y): backward formulas (x or y may be NULL when unused) */
+typedef void (*xgrad_grad_f32)(const float*, const float*, const float*, float*,
+                               ptrdiff_t, double);
+typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, double*,
+                               ptrdiff_t, double);
+
+/* One loop per kernel and type. T: the type, S: the libm suffix (f or none). */
+#define XGRAD_UNARY(name, T, sfx, EXPR)                                          \
+    XGRAD_CLONES static void xgrad_##name##_##sfx(                               \
+            const T* restrict xs, T* restrict ys, ptrdiff_t n, double param) {   \
+        const T p = (T)param;                                                    \
+        (void)p;                                                                 \
+        XGRAD_SIMD                                                               \
+        for (ptrdiff_t i = 0; i < n; i++) {                                      \
+            const T x = xs[i];                                                   \
+            ys[i] = (EXPR);                                                      \
+        }                                                                        \
+    }
+
+#define XGRAD_GRAD(name, T, sfx, EXPR)                                           \
+    XGRAD_CLONES static void xgrad_##name##_##sfx(                               \
+            const T* restrict gys, const T* restrict xs, const T* restrict ys,   \
+            T* restrict out, ptrdiff_t n, double param) {                        \
+        const T p = (T)param;                                                    \
+        (void)p; (void)xs; (void)ys;                                             \
+        XGRAD_SIMD                                                               \
+        for (ptrdiff_t i = 0; i < n; i++) {                                      \
+            const T gy = gys[i];                                                 \
+            out[i] = (EXPR);                                                     \
+        }                                                                        \
+    }
+
+/* sigmoid: exp of -|x| never overflows, and each side keeps full relative
+ * accuracy (e / (1 + e) for x < 0 is exact in the far tail, where
+ * 1 - 1/(1 + e) would round to 0). */
+#define XGRAD_FAMILY(T, sfx, EXP, LOG, TANH, LOG1P, EXPM1, FABS)                       \
+    XGRAD_UNARY(exp, T, sfx, EXP(x))                                             \
+    XGRAD_UNARY(log, T, sfx, LOG(x))                                             \
+    XGRAD_UNARY(tanh, T, sfx, TANH(x))                                           \
+    XGRAD_UNARY(sigmoid, T, sfx, ({                                              \
+        const T e = EXP(-FABS(x));                                               \
+        const T r = (T)1 / ((T)1 + e);                                           \
+        x >= 0 ? r : e * r; }))                                                  \
+    /* log(1 + exp(p x)) / p = (max(p x, 0) + log1p(exp(-|p x|))) / p */         \
+    XGRAD_UNARY(softplus, T, sfx,                                                \
+        ((p * x > 0 ? p * x : (T)0)                                              \
+         + LOG1P(EXP(-FABS(p * x)))) / p)                        \
+    XGRAD_UNARY(leaky_relu, T, sfx, x >= 0 ? x : x * p)                          \
+    /* expm1 of min(x, 0), taken unconditionally so the loop vectorises;   \
+     * NaN stays NaN */                                                        \
+    XGRAD_UNARY(elu, T, sfx, ({                                                  \
+        const T e = p * EXPM1(x > 0 ? (T)0 : x);                                 \
+        x >= 0 ? x : e; }))                                                      \
+    /* gy * sigmoid(p x) */                                                      \
+    XGRAD_GRAD(softplus_grad, T, sfx, ({                                         \
+        const T z = p * xs[i];                                                   \
+        const T e = EXP(-FABS(z));                                               \
+        const T r = (T)1 / ((T)1 + e);                                           \
+        gy * (z >= 0 ? r : e * r); }))                                           \
+    XGRAD_GRAD(leaky_relu_grad, T, sfx, xs[i] >= 0 ? gy : gy * p)                \
+    XGRAD_GRAD(elu_grad, T, sfx, xs[i] >= 0 ? gy : gy * (ys[i] + p))             \
+    XGRAD_GRAD(tanh_grad, T, sfx, gy * ((T)1 - ys[i] * ys[i]))                   \
+    XGRAD_GRAD(sigmoid_grad, T, sfx, gy * ys[i] * ((T)1 - ys[i]))                \
+                                                                                 \
+    /* Softmax over the last axis: `rows` rows of m contiguous elements.       \
+     * The shift is the row's max, or 0 when that is not finite (as NumPy's   \
+     * path does), so rows of -inf give NaN/0 the same way. */                   \
+    XGRAD_CLONES static void xgrad_softmax_rows_##sfx(                           \
+            const T* restrict x, T* restrict y, ptrdiff_t rows, ptrdiff_t m,     \
+            int log_space) {                                                     \
+        for (ptrdiff_t r = 0; r < rows; r++) {                                   \
+            const T* xr = x + r * m;                                             \
+            T* yr = y + r * m;                                                   \
+            T mx = -INFINITY;                                                    \
+            XGRAD_SIMD_MAX(mx)                                                   \
+            for (ptrdiff_t j = 0; j < m; j++) mx = xr[j] > mx ? xr[j] : mx;      \
+            if (!isfinite(mx)) mx = 0;                                           \
+            T s = 0;                                                             \
+            if (log_space) {                                                     \
+                XGRAD_SIMD_SUM(s)                                                \
+                for (ptrdiff_t j = 0; j < m; j++) s += EXP(xr[j] - mx);          \
+                const T ls = LOG(s);                                             \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < m; j++) yr[j] = (xr[j] - mx) - ls;     \
+            } else {                                                             \
+                XGRAD_SIMD_SUM(s)                                                \
+                for (ptrdiff_t j = 0; j < m; j++) {                              \
+                    const T e = EXP(xr[j] - mx);                                 \
+                    yr[j] = e;                                                   \
+                    s += e;                                                      \
+                }                                                                \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < m; j++) yr[j] = yr[j] / s;             \
+            }                                                                    \
+        }                                                                        \
+    }                                                                            \
+                                                                                 \
+    /* log: gx = gy - exp(y) sum(gy); else gx = y (gy - sum(gy y)) */            \
+    XGRAD_CLONES static void xgrad_softmax_grad_rows_##sfx(                      \
+            const T* restrict gy, const T* restrict y, T* restrict gx,           \
+            ptrdiff_t rows, ptrdiff_t m, int log_space) {                        \
+        for (ptrdiff_t r = 0; r < rows; r++) {                                   \
+            const T* g = gy + r * m;                                             \
+            const T* yr = y + r * m;                                             \
+            T* o = gx + r * m;                                                   \
+            T s = 0;                                                             \
+            if (log_space) {                                                     \
+                XGRAD_SIMD_SUM(s)                                                \
+                for (ptrdiff_t j = 0; j < m; j++) s += g[j];                     \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < m; j++) o[j] = g[j] - EXP(yr[j]) * s;  \
+            } else {                                                             \
+                XGRAD_SIMD_SUM(s)                                                \
+                for (ptrdiff_t j = 0; j < m; j++) s += g[j] * yr[j];             \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < m; j++) o[j] = yr[j] * (g[j] - s);     \
+            }                                                                    \
+        }                                                                        \
+    }
+
+XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf)
+XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs)
+
+/* float16: each chunk is widened to float, computed by the float kernel and
+ * rounded back (one rounding of a result within the float kernel's bound).
+ * Needs the compiler's _Float16 (GCC >= 12, Clang >= 15 on x86-64); without
+ * it XGRAD_HAS_FLOAT16 is 0, these are never called, and float16 takes
+ * NumPy's path. */
+#if defined(__FLT16_MAX__) && !defined(XGRAD_NO_FLOAT16)
+#define XGRAD_HAS_FLOAT16 1
+typedef _Float16 xgrad_f16;
+#else
+#define XGRAD_HAS_FLOAT16 0
+typedef unsigned short xgrad_f16;  /* storage only: never converted */
+#endif
+#define XGRAD_F16_CHUNK 512
+
+#if XGRAD_HAS_FLOAT16
+static void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y,
+                            ptrdiff_t n, double p) {
+    float a[XGRAD_F16_CHUNK], b[XGRAD_F16_CHUNK];
+    for (ptrdiff_t s = 0; s < n; s += XGRAD_F16_CHUNK) {
+        ptrdiff_t k = n - s < XGRAD_F16_CHUNK ? n - s : XGRAD_F16_CHUNK;
+        for (ptrdiff_t i = 0; i < k; i++) a[i] = (float)x[s + i];
+        f(a, b, k, p);
+        for (ptrdiff_t i = 0; i < k; i++) y[s + i] = (xgrad_f16)b[i];
+    }
+}
+
+static void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                           const xgrad_f16* y, xgrad_f16* out, ptrdiff_t n, double p) {
+    float g[XGRAD_F16_CHUNK], a[XGRAD_F16_CHUNK], b[XGRAD_F16_CHUNK], o[XGRAD_F16_CHUNK];
+    for (ptrdiff_t s = 0; s < n; s += XGRAD_F16_CHUNK) {
+        ptrdiff_t k = n - s < XGRAD_F16_CHUNK ? n - s : XGRAD_F16_CHUNK;
+        for (ptrdiff_t i = 0; i < k; i++) {
+            g[i] = (float)gy[s + i];
+            a[i] = x ? (float)x[s + i] : 0.0f;
+            b[i] = y ? (float)y[s + i] : 0.0f;
+        }
+        f(g, x ? a : NULL, y ? b : NULL, o, k, p);
+        for (ptrdiff_t i = 0; i < k; i++) out[s + i] = (xgrad_f16)o[i];
+    }
+}
+#else
+static void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y,
+                            ptrdiff_t n, double p) {
+    (void)f; (void)x; (void)y; (void)n; (void)p;
+}
+static void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                           const xgrad_f16* y, xgrad_f16* out, ptrdiff_t n, double p) {
+    (void)f; (void)gy; (void)x; (void)y; (void)out; (void)n; (void)p;
+}
+#endif
+
+#endif

@@ -1,0 +1,242 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Window kernels of 2-D convolution and pooling: im2col, and max pooling
+forward, its gradient and the gradient's adjoint (gather).
+
+Why im2col here: NumPy's im2col pads a copy of the input, then copies a 6-D strided view
+of it into the column buffer; on small images (8x8 digits) that costs more
+than the matmul. Here each column row is written straight from the input,
+zeros where a window reaches into the padding, with contiguous runs copied
+as runs. Max pooling in NumPy makes one masked pass per window tap; here
+it is one pass over the outputs.
+"""
+
+cimport numpy as cnp
+from libc.string cimport memset
+
+cnp.import_array()
+
+ctypedef fused real:
+    float
+    double
+
+
+cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_ssize_t w,
+                Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw,
+                Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m) noexcept nogil:
+    """out (C, kh, kw, m, oh, ow) from x (m, C, h, w)."""
+    cdef Py_ssize_t c, i, j, s, oy, ox, iy, ix, lo, hi
+    cdef const real* plane
+    cdef real* row
+    for c in range(c_count):
+        for i in range(kh):
+            for j in range(kw):
+                # the output columns whose input column lies inside x
+                lo = 0
+                while lo < ow and lo * sw + j * dw - pw < 0:
+                    lo += 1
+                hi = ow
+                while hi > lo and (hi - 1) * sw + j * dw - pw >= w:
+                    hi -= 1
+                for s in range(m):
+                    plane = x + (s * c_count + c) * h * w
+                    row = out + (((c * kh + i) * kw + j) * m + s) * oh * ow
+                    for oy in range(oh):
+                        iy = oy * sh + i * dh - ph
+                        if iy < 0 or iy >= h:
+                            memset(row + oy * ow, 0, ow * sizeof(real))
+                            continue
+                        for ox in range(lo):
+                            row[oy * ow + ox] = 0
+                        ix = lo * sw + j * dw - pw
+                        if sw == 1:
+                            for ox in range(lo, hi):
+                                row[oy * ow + ox] = plane[iy * w + ix + ox - lo]
+                        else:
+                            for ox in range(lo, hi):
+                                row[oy * ow + ox] = plane[iy * w + ix + (ox - lo) * sw]
+                        for ox in range(hi, ow):
+                            row[oy * ow + ox] = 0
+
+
+def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple pad,
+              tuple dilate, tuple outsize):
+    """Fill ``out`` (C, kh, kw, m, oh, ow), C-contiguous, with the windows of
+    ``x`` (m, C, h, w), C-contiguous, of the same float32/float64 dtype.
+    Returns False (and writes nothing) when the operands do not qualify."""
+    cdef int t = cnp.PyArray_TYPE(x)
+    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or cnp.PyArray_TYPE(out) != t:
+        return False
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(x) and cnp.PyArray_IS_C_CONTIGUOUS(out)
+            and cnp.PyArray_ISNOTSWAPPED(x) and cnp.PyArray_ISALIGNED(x)):
+        return False
+    if cnp.PyArray_NDIM(x) != 4 or cnp.PyArray_NDIM(out) != 6:
+        return False
+    cdef Py_ssize_t m = cnp.PyArray_DIM(x, 0), c = cnp.PyArray_DIM(x, 1)
+    cdef Py_ssize_t h = cnp.PyArray_DIM(x, 2), w = cnp.PyArray_DIM(x, 3)
+    cdef Py_ssize_t kh = ksize[0], kw = ksize[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = pad[0], pw = pad[1], dh = dilate[0], dw = dilate[1]
+    cdef Py_ssize_t oh = outsize[0], ow = outsize[1]
+    cdef Py_ssize_t want[6]
+    want[:] = [c, kh, kw, m, oh, ow]
+    cdef int i
+    for i in range(6):
+        if cnp.PyArray_DIM(out, i) != want[i]:
+            return False
+    cdef void* px = cnp.PyArray_DATA(x)
+    cdef void* po = cnp.PyArray_DATA(out)
+    with nogil:
+        if t == cnp.NPY_FLOAT:
+            _fill[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
+                         oh, ow, m)
+        else:
+            _fill[double](<double*>px, <double*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
+                          oh, ow, m)
+    return True
+
+
+# -- max pooling -------------------------------------------------------------
+#
+# Taps are numbered in window order (i * kw + j); a tap in the padding reads
+# -inf. As in pooling.py: strictly greater wins (ties keep the first tap) and
+# NaN propagates to the maximum.
+
+ctypedef fused tap_t:
+    cnp.uint8_t
+    cnp.uint16_t
+
+
+cdef void _max_pool(const real* x, real* y, tap_t* taps, Py_ssize_t planes,
+                    Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,
+                    Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                    Py_ssize_t oh, Py_ssize_t ow) noexcept nogil:
+    cdef Py_ssize_t p, oy, ox, i, j, iy, ix, t, best_t
+    cdef real best, v
+    cdef real neg_inf = -1.0 / 0.0
+    cdef const real* plane
+    for p in range(planes):
+        plane = x + p * h * w
+        for oy in range(oh):
+            for ox in range(ow):
+                best_t = 0
+                t = 0
+                for i in range(kh):
+                    iy = oy * sh + i - ph
+                    for j in range(kw):
+                        ix = ox * sw + j - pw
+                        v = plane[iy * w + ix] if 0 <= iy < h and 0 <= ix < w else neg_inf
+                        if t == 0:
+                            best = v
+                        elif v > best:
+                            best = v
+                            best_t = t
+                        elif v != v:
+                            best = v
+                        t += 1
+                y[(p * oh + oy) * ow + ox] = best
+                taps[(p * oh + oy) * ow + ox] = <tap_t>best_t
+
+
+cdef void _max_pool_scatter(const real* gy, const tap_t* taps, real* gx, Py_ssize_t planes,
+                            Py_ssize_t h, Py_ssize_t w, Py_ssize_t kw,
+                            Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                            Py_ssize_t oh, Py_ssize_t ow, bint gather) noexcept nogil:
+    """gather False: gx (zeroed) += gy at each maximum; True: gy[o] = gx at
+    o's maximum (0 in the padding)."""
+    cdef Py_ssize_t p, oy, ox, o, iy, ix, t
+    for p in range(planes):
+        for oy in range(oh):
+            for ox in range(ow):
+                o = (p * oh + oy) * ow + ox
+                t = taps[o]
+                iy = oy * sh + t // kw - ph
+                ix = ox * sw + t % kw - pw
+                if 0 <= iy < h and 0 <= ix < w:
+                    if gather:
+                        (<real*>gy)[o] = gx[(p * h + iy) * w + ix]
+                    else:
+                        gx[(p * h + iy) * w + ix] += gy[o]
+                elif gather:
+                    (<real*>gy)[o] = 0
+
+
+cdef bint _pool_operands(cnp.ndarray a, cnp.ndarray b, cnp.ndarray taps):
+    cdef int t = cnp.PyArray_TYPE(a)
+    return ((t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE) and cnp.PyArray_TYPE(b) == t
+            and cnp.PyArray_NDIM(a) == 4 and cnp.PyArray_NDIM(b) == 4
+            and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_IS_C_CONTIGUOUS(b)
+            and cnp.PyArray_IS_C_CONTIGUOUS(taps) and cnp.PyArray_ISNOTSWAPPED(a)
+            and cnp.PyArray_ISALIGNED(a) and cnp.PyArray_ISALIGNED(b)
+            and (cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8
+                 or cnp.PyArray_TYPE(taps) == cnp.NPY_UINT16)
+            and cnp.PyArray_SIZE(taps) == cnp.PyArray_SIZE(b)
+            and cnp.PyArray_DIM(a, 0) == cnp.PyArray_DIM(b, 0)
+            and cnp.PyArray_DIM(a, 1) == cnp.PyArray_DIM(b, 1))
+
+
+def max_pool_2d(cnp.ndarray x, cnp.ndarray y, cnp.ndarray taps, tuple ksize, tuple stride,
+                tuple pad):
+    """Fill y (N, C, oh, ow) with the window maxima of x (N, C, h, w) and taps
+    (uint8 or uint16, y's shape) with their tap numbers. False (nothing
+    written) when the operands do not qualify."""
+    if not _pool_operands(x, y, taps):
+        return False
+    cdef Py_ssize_t planes = cnp.PyArray_DIM(x, 0) * cnp.PyArray_DIM(x, 1)
+    cdef Py_ssize_t h = cnp.PyArray_DIM(x, 2), w = cnp.PyArray_DIM(x, 3)
+    cdef Py_ssize_t oh = cnp.PyArray_DIM(y, 2), ow = cnp.PyArray_DIM(y, 3)
+    cdef Py_ssize_t kh = ksize[0], kw = ksize[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = pad[0], pw = pad[1]
+    if kh * kw > (256 if cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8 else 65536):
+        return False
+    cdef void* px = cnp.PyArray_DATA(x)
+    cdef void* py = cnp.PyArray_DATA(y)
+    cdef void* pt = cnp.PyArray_DATA(taps)
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    cdef bint u8 = cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8
+    with nogil:
+        if f32 and u8:
+            _max_pool[float, cnp.uint8_t](<float*>px, <float*>py, <cnp.uint8_t*>pt, planes,
+                                          h, w, kh, kw, sh, sw, ph, pw, oh, ow)
+        elif f32:
+            _max_pool[float, cnp.uint16_t](<float*>px, <float*>py, <cnp.uint16_t*>pt, planes,
+                                           h, w, kh, kw, sh, sw, ph, pw, oh, ow)
+        elif u8:
+            _max_pool[double, cnp.uint8_t](<double*>px, <double*>py, <cnp.uint8_t*>pt,
+                                           planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow)
+        else:
+            _max_pool[double, cnp.uint16_t](<double*>px, <double*>py, <cnp.uint16_t*>pt,
+                                            planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow)
+    return True
+
+
+def max_pool_2d_scatter(cnp.ndarray gy, cnp.ndarray taps, cnp.ndarray gx, tuple ksize,
+                        tuple stride, tuple pad, bint gather):
+    """gather False: add gy (N, C, oh, ow) into the zeroed gx (N, C, h, w) at
+    the maxima ``taps`` recorded; True: fill gy with gx at the maxima. False
+    when the operands do not qualify."""
+    if not _pool_operands(gx, gy, taps):
+        return False
+    cdef Py_ssize_t planes = cnp.PyArray_DIM(gx, 0) * cnp.PyArray_DIM(gx, 1)
+    cdef Py_ssize_t h = cnp.PyArray_DIM(gx, 2), w = cnp.PyArray_DIM(gx, 3)
+    cdef Py_ssize_t oh = cnp.PyArray_DIM(gy, 2), ow = cnp.PyArray_DIM(gy, 3)
+    cdef Py_ssize_t kw = ksize[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = pad[0], pw = pad[1]
+    cdef void* pg = cnp.PyArray_DATA(gy)
+    cdef void* px = cnp.PyArray_DATA(gx)
+    cdef void* pt = cnp.PyArray_DATA(taps)
+    cdef bint f32 = cnp.PyArray_TYPE(gx) == cnp.NPY_FLOAT
+    cdef bint u8 = cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8
+    with nogil:
+        if f32 and u8:
+            _max_pool_scatter[float, cnp.uint8_t](<float*>pg, <cnp.uint8_t*>pt, <float*>px,
+                planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
+        elif f32:
+            _max_pool_scatter[float, cnp.uint16_t](<float*>pg, <cnp.uint16_t*>pt, <float*>px,
+                planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
+        elif u8:
+            _max_pool_scatter[double, cnp.uint8_t](<double*>pg, <cnp.uint8_t*>pt, <double*>px,
+                planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
+        else:
+            _max_pool_scatter[double, cnp.uint16_t](<double*>pg, <cnp.uint16_t*>pt,
+                <double*>px, planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
+    return True
