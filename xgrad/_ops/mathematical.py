@@ -82,7 +82,7 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
         if check_float:
             _args.require_float(x, name)
         if derivative is None:
-            return _args.wrap(_checked(compute, name, _args.raw(x), **kwargs), x)
+            return _args.constant(x, _checked, compute, name, _args.raw(x), **kwargs)
         return _args.apply(cls(kwargs), x)
 
     op.__name__ = op.__qualname__ = name
