@@ -90,7 +90,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 step info 45 "${RUN[@]}" -m xgrad info
 # (the registry's gradients on the GPU are the next step's, not repeated here)
 step tests 120 "$PY" -m pytest tests/gpu tests/kernels -m cuda -q -p no:cacheprovider \
-    --maxfail=20 -k 'not (test_registry_gpu and test_gradients)'
+    --maxfail=20 -o console_output_style=count -k 'not (test_registry_gpu and test_gradients)'
 step check 120 "${RUN[@]}" -m xgrad check --device cuda:0 --no-progress \
     ${CHECK_ONLY[@]+"${CHECK_ONLY[@]}"}
 step bench 60 "${RUN[@]}" bench/gpu.py --out "$TMP/gpu.json"

@@ -14,8 +14,8 @@ def main(argv=None):
         from xgrad._info import main as info
         return info(argv[1:])
     if argv[0] != 'check':
-        print('python -m xgrad: unknown command {!r}; the commands are: check, info'.format(argv[0]),
-              file=sys.stderr)
+        print('python -m xgrad: unknown command {!r}; the commands are: check, info'
+              .format(argv[0]), file=sys.stderr)
         return 2
     from xgrad.testing._cli import main as check
     return check(argv[1:])
