@@ -68,8 +68,21 @@ def main():
         if callable(obj):
             api['methods'][name] = signature(obj, drop_self=True)
     with open(os.path.join(HERE, 'cupy_api.json'), 'w') as f:
-        json.dump(api, f, indent=0, sort_keys=True)
-        f.write('\n')
+        f.write(_dumps(api) + '\n')
+
+
+def _dumps(api):
+    """JSON with one entry (a function, ufunc or method) per line."""
+    parts = []
+    for key in sorted(api):
+        value = api[key]
+        if isinstance(value, dict):
+            body = ',\n'.join('  {}: {}'.format(json.dumps(k), json.dumps(v))
+                              for k, v in sorted(value.items()))
+            parts.append('{}: {{\n{}\n}}'.format(json.dumps(key), body))
+        else:
+            parts.append('{}: {}'.format(json.dumps(key), json.dumps(value)))
+    return '{\n' + ',\n'.join(parts) + '\n}'
 
 
 if __name__ == '__main__':
