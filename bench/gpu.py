@@ -12,8 +12,13 @@ Measures, in this one process:
   the kernels must move / time) and as a fraction of the copy bandwidth
   (target >= 0.8), with the number of our kernel launches per call (target 1);
 * ``mlp_step``: one training step of a 3-layer ReLU MLP, batch 256, 1024 wide
-  (squared-error loss, as bench/_mlp.py), for xgrad, a hand-written CuPy step
-  (the floor) and PyTorch (target: xgrad <= 1.1x PyTorch).
+  (squared-error loss, as bench/_mlp.py), for xgrad on the GPU, xgrad on the
+  CPU (native:0), a hand-written CuPy step (the floor) and PyTorch (target:
+  xgrad <= 1.1x PyTorch).
+
+With ``XGRAD_GPU_DRY_RUN=1`` (run it as ``python bench/_dry_run.py
+bench/gpu.py``) it runs on the CPU stand-in for CuPy with small sizes: a
+check of the script, not a measurement.
 
 Every time is the median over rounds, each ended by a device synchronize.
 The gradients of each framework's MLP step are compared before timing.
@@ -154,6 +159,11 @@ def bench_mlp(xgrad, cp, torch, measure, batch, sizes):
     _grads_close([g.to_numpy() for g in step()[1]], reference, 'xgrad')
     results['cupy_floor'] = {'seconds': measure(floor)}
     results['xgrad'] = {'seconds': measure(step)}
+    with xgrad.using_device('native:0'):
+        cpu_step = _mlp.build_xgrad(xgrad, data)
+    _grads_close([g.to_numpy() for g in cpu_step()[1]], reference, 'xgrad on the CPU')
+    results['xgrad_cpu'] = {'seconds': measure(cpu_step)}
+    results['cpu_over_gpu'] = results['xgrad_cpu']['seconds'] / results['xgrad']['seconds']
 
     if torch is not None:
         torch_step = _mlp.build_torch(torch, data, device='cuda')
@@ -186,6 +196,9 @@ def main(argv=None):
     parser.add_argument('--mlp-batch', type=int, default=MLP_BATCH)
     parser.add_argument('--mlp-width', type=int, default=MLP_SIZES[0])
     args = parser.parse_args(argv)
+    dry_run = os.environ.get('XGRAD_GPU_DRY_RUN') == '1'
+    if dry_run:  # the stand-in: small sizes, few rounds
+        args.elements, args.mlp_batch, args.mlp_width, args.quick = 1 << 14, 16, 32, True
 
     import xgrad
     from xgrad._backend import cuda
@@ -203,6 +216,7 @@ def main(argv=None):
                     'torch': None if torch is None else torch.__version__,
                     'gpu': _gpu_name(cp)},
         'rounds': rounds,
+        'dry_run': dry_run,
         'elementwise': bench_elementwise(xgrad, cp, args.elements, measure),
         'mlp_step': bench_mlp(xgrad, cp, torch, measure, args.mlp_batch,
                               (args.mlp_width,) * 4),
@@ -232,8 +246,10 @@ def _print(report):
     print('fwd+bwd         {:5.2f} of copy (target 0.8)'.format(
         e['forward_and_backward']['fraction_of_copy']))
     m = report['mlp_step']
-    print('mlp step        xgrad {:.3f} ms, CuPy floor {:.3f} ms, torch {}'.format(
-        m['xgrad']['seconds'] * 1e3, m['cupy_floor']['seconds'] * 1e3,
+    print('mlp step        xgrad {:.3f} ms (CPU {:.3f} ms), CuPy floor {:.3f} ms, '
+          'torch {}'.format(
+        m['xgrad']['seconds'] * 1e3, m['xgrad_cpu']['seconds'] * 1e3,
+        m['cupy_floor']['seconds'] * 1e3,
         'n/a' if m['torch'] is None else '{:.3f} ms (ratio {:.2f}, target 1.1)'.format(
             m['torch']['seconds'] * 1e3, m['xgrad_over_torch']['ratio'])))
 

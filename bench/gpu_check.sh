@@ -1,61 +1,104 @@
 #!/usr/bin/env bash
-# The GPU check: one script for a machine with an NVIDIA GPU and CuPy (e.g. the
-# lent H200: Python 3.12 with CuPy, Cython and NumPy, no package registry).
+# The GPU check: one script for a machine with an NVIDIA GPU (e.g. the lent
+# H200: Python 3.12 with CuPy, Cython and NumPy preinstalled, no package
+# index). It fits in 8 minutes: every step has its own time limit, and all
+# of them together at most $BUDGET seconds (default 470), so a slow step
+# cannot starve the others and a partial run still reports.
 #
-#   bash bench/gpu_check.sh            # results under $OUT (default bench/results)
+#   bash bench/gpu_check.sh                       # on a GPU
+#   XGRAD_GPU_DRY_RUN=1 bash bench/gpu_check.sh   # on a CPU: the stand-in
 #
-# 1. builds xgrad in place (pip install --no-build-isolation -e .);
-# 2. runs the GPU tests (tests/gpu: every registry op forward and to second
-#    order on cuda:0, transfers, devices; tests/kernels: nvcc + emulator) with
-#    the real GPU, then the rest of the suite;
-# 3. runs bench/gpu.py, writing gpu-h200.json (copy bandwidth, tanh forward and
-#    backward bandwidth and launches, MLP step vs the CuPy floor and PyTorch).
-# Each phase has its own time limit so that a slow one cannot starve the next;
-# logs go to $OUT. pytest comes from the machine, or from wheels in
-# bench/wheels/ (pip download -d bench/wheels pytest) when it has no registry.
+# Steps (each appends its command, exit status, seconds and output to ONE
+# results file, bench/results/gpu-check.txt, or gpu-check-dry-run.txt):
+#   build   pip install --no-build-isolation --no-deps -e .  (in place with
+#           setup.py build_ext --inplace where pip cannot; the dry run builds
+#           in place only: it must not install into the machine's Python)
+#   info    python -m xgrad info: versions, GPUs, NVRTC compiles our kernels
+#   tests   only the tests that need a real GPU (pytest -m cuda: the real-GPU
+#           half of tests/gpu; the emulated half runs in CPU CI and takes
+#           longer than 420 s); on the dry run they all skip
+#   check   python -m xgrad check --device cuda:0 --no-progress
+#   bench   bench/gpu.py: elementwise bandwidth as a fraction of the HBM copy
+#           bandwidth, the MLP step on the GPU vs the CPU, the CuPy-only
+#           floor and PyTorch where present
+# The dry run (XGRAD_GPU_DRY_RUN=1) runs every step with the CPU stand-in for
+# CuPy (tests/gpu/fake_cupy.py) through bench/_dry_run.py: a test of the
+# script, not a measurement.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-bench/results}
-mkdir -p "$OUT"
 PY=${PYTHON:-python3}
+DRY=${XGRAD_GPU_DRY_RUN:-0}
+BUDGET=${BUDGET:-470}
+mkdir -p bench/results
+if [ "$DRY" = 1 ]; then
+    RESULT=${RESULT:-bench/results/gpu-check-dry-run.txt}
+    RUN=("$PY" bench/_dry_run.py)     # python with the stand-in as CuPy
+    CHECK_ONLY=(--ops tanh,matmul,sum,softmax_cross_entropy --dtype float32)  # emulated: slow
+    export XGRAD_GPU_DRY_RUN=1
+else
+    RESULT=${RESULT:-bench/results/gpu-check.txt}
+    RUN=("$PY")
+    CHECK_ONLY=()
+fi
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+START=$(date +%s)
 status=0
 
-phase() { echo "== $1 ($(date +%T))"; }
+{
+    echo "# bench/gpu_check.sh $(date -u +%FT%TZ) on $(hostname)"
+    echo "# git $(git rev-parse --short HEAD 2> /dev/null || echo '?')" \
+         "$(git status --porcelain 2> /dev/null | grep -q . && echo '(with local changes)')"
+    echo "# dry run: $DRY; budget ${BUDGET}s"
+} > "$RESULT"
 
-phase build
-if ! $PY -m pip install --no-build-isolation --no-deps -e . > "$OUT/gpu-build.log" 2>&1; then
-    # e.g. a setuptools too old to build wheels without `wheel`: build in place
-    echo "pip install failed (see $OUT/gpu-build.log); building in place"
-    if ! $PY setup.py build_ext --inplace -j "$(nproc)" >> "$OUT/gpu-build.log" 2>&1; then
-        tail -40 "$OUT/gpu-build.log"
-        exit 1
+# step NAME LIMIT CMD...: runs CMD with at most LIMIT seconds (less when the
+# budget has less left), appending its output to the results file.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((BUDGET - ($(date +%s) - START)))
+    [ "$limit" -gt "$left" ] && limit=$left
+    if [ "$limit" -lt 5 ]; then
+        printf '\n== %s: skipped, the %ss budget is spent\n' "$name" "$BUDGET" | tee -a "$RESULT"
+        status=1
+        return 1
     fi
-    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
-$PY -c "import xgrad, cupy; d = xgrad.get_device('cuda:0'); print(d, cupy.__version__, \
-cupy.cuda.runtime.getDeviceProperties(0)['name'])" || exit 1
+    local t0 rc
+    t0=$(date +%s.%N)
+    timeout --kill-after=5 "$limit" "$@" > "$TMP/$name.log" 2>&1
+    rc=$?
+    local secs
+    secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+    [ $rc -eq 124 ] && note=" (TIMED OUT at ${limit}s)" || note=""
+    {
+        printf '\n== %s: exit %s in %ss%s (limit %ss)\n$ %s\n' "$name" "$rc" "$secs" "$note" \
+            "$limit" "$*"
+        tail -c 6000 "$TMP/$name.log"
+    } >> "$RESULT"
+    printf '== %-6s exit %-3s %6ss%s\n' "$name" "$rc" "$secs" "$note"
+    [ $rc -ne 0 ] && status=1
+    return $rc
+}
 
-if ! $PY -c "import pytest" 2> /dev/null; then
-    $PY -m pip install --no-index --find-links bench/wheels pytest > /dev/null 2>&1 \
-        || echo "pytest is missing and bench/wheels has none: tests skipped"
+# pip's editable install; in place where pip cannot (an old setuptools
+# without `wheel`) and on the dry run
+BUILD='if [ "$0" != 1 ] && "$1" -m pip install --no-build-isolation --no-deps -e .; then
+    exit 0; fi; exec "$1" setup.py build_ext --inplace -j "$(nproc)"'
+step build 120 bash -c "$BUILD" "$DRY" "$PY" || { echo "build failed: see $RESULT"; exit 1; }
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+step info 45 "${RUN[@]}" -m xgrad info
+# (the registry's gradients on the GPU are the next step's, not repeated here)
+step tests 120 "$PY" -m pytest tests/gpu tests/kernels -m cuda -q -p no:cacheprovider \
+    --maxfail=20 -o console_output_style=count -k 'not (test_registry_gpu and test_gradients)'
+step check 120 "${RUN[@]}" -m xgrad check --device cuda:0 --no-progress \
+    ${CHECK_ONLY[@]+"${CHECK_ONLY[@]}"}
+step bench 60 "${RUN[@]}" bench/gpu.py --out "$TMP/gpu.json"
+if [ -f "$TMP/gpu.json" ]; then
+    printf '\n== bench/gpu.py results (JSON)\n' >> "$RESULT"
+    cat "$TMP/gpu.json" >> "$RESULT"
 fi
-
-if $PY -c "import pytest" 2> /dev/null; then
-    phase "GPU tests"
-    timeout 420 $PY -m pytest tests/gpu tests/kernels -q -x -p no:cacheprovider \
-        --junitxml="$OUT/gpu-tests.xml" > "$OUT/gpu-tests.log" 2>&1 || status=1
-    tail -5 "$OUT/gpu-tests.log"
-fi
-
-phase "GPU benchmark"
-timeout 180 $PY bench/gpu.py --out "$OUT/gpu-h200.json" || status=1
-[ "$OUT" != bench/results ] && cp "$OUT/gpu-h200.json" bench/results/ 2> /dev/null
-
-if $PY -c "import pytest" 2> /dev/null; then
-    phase "the rest of the suite"
-    timeout 240 $PY -m pytest tests -q -p no:cacheprovider --ignore=tests/gpu \
-        --ignore=tests/kernels > "$OUT/cpu-tests.log" 2>&1 || status=1
-    tail -3 "$OUT/cpu-tests.log"
-fi
-phase done
+total=$(($(date +%s) - START))
+printf '\n== done: exit %s in %ss (budget %ss)\n' "$status" "$total" "$BUDGET" | tee -a "$RESULT"
+echo "results: $RESULT"
 exit $status

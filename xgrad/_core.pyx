@@ -825,6 +825,8 @@ cdef class ndarray:
 
     @property
     def _debug_data_memory_address(self):
+        if not self._device.is_native:
+            return self._data.data.ptr  # (CuPy arrays have no __array_interface__)
         return self._data.__array_interface__['data'][0]
 
     def item(self):
@@ -1815,7 +1817,12 @@ cpdef tuple apply(FunctionNode fn, inputs):
                          'application'.format(fn.name))
     device = _common_device(xs)
     raw = tuple([None if x is None else (<ndarray>x)._data for x in xs])
-    cdef tuple out_raw = _normalize_outputs(fn.forward(raw), fn)
+    cdef tuple out_raw
+    if device.is_native:
+        out_raw = _normalize_outputs(fn.forward(raw), fn)
+    else:  # kernels launch, and memory is allocated, on the inputs' GPU
+        with device.scope():
+            out_raw = _normalize_outputs(fn.forward(raw), fn)
     for j, o in enumerate(out_raw):
         if o is not None and not (isinstance(o, (_NUMPY_NDARRAY, numpy.generic))
                                   or _device_module._is_cuda_array(o)):
@@ -1832,7 +1839,12 @@ cpdef tuple apply(FunctionNode fn, inputs):
 cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
     """``apply`` for one input and one output, the output on ``device``
     (gradients flow back to ``x``'s device), without the tuple plumbing."""
-    cdef object y = fn._forward1(x._data)
+    cdef object y
+    if type(x._data) is _NUMPY_NDARRAY:
+        y = fn._forward1(x._data)
+    else:
+        with x._device.scope():  # on x's GPU (see apply)
+            y = fn._forward1(x._data)
     if type(y) is not _NUMPY_NDARRAY:
         y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, device)
@@ -1852,7 +1864,12 @@ cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
     if a._device is not b._device:
         raise DeviceError('Operands are on different devices: {} and {}'.format(
             a._device.name, b._device.name))
-    cdef object y = fn._forward2(a._data, b._data)
+    cdef object y
+    if type(a._data) is _NUMPY_NDARRAY:
+        y = fn._forward2(a._data, b._data)
+    else:
+        with a._device.scope():  # on the operands' GPU (see apply)
+            y = fn._forward2(a._data, b._data)
     if type(y) is not _NUMPY_NDARRAY:
         y = _as_raw_array(y)
     cdef ndarray out = _wrap(y, a._device)
@@ -1985,11 +2002,13 @@ cdef class _GradTable:
         """``add`` on a GPU: in place into a buffer this pass owns (one
         kernel), else one kernel into a new buffer the pass then owns."""
         ns = old._device.ns
-        if (node in self.owned and old._data.shape == g._data.shape
-                and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
-            ns.accumulate(old._data, g._data)
-            return
-        self.acc[node] = _wrap(ns.add(old._data, g._data), old._device)
+        with old._device.scope():
+            if (node in self.owned and old._data.shape == g._data.shape
+                    and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
+                ns.accumulate(old._data, g._data)
+                return
+            total = ns.add(old._data, g._data)
+        self.acc[node] = _wrap(total, old._device)
         self.owned.add(node)
 
     cdef void add(self, ArrayNode node, ndarray g, bint fresh) except *:
@@ -2250,9 +2269,11 @@ cdef class _BackwardPass:
                         seed = numpy.empty(y._data.shape, dtype=y._data.dtype)
                         seed.fill(1 if self.loss_scale is None else self.loss_scale)
                     else:
-                        seed = y._device.xp.full(
-                            y._data.shape, 1 if self.loss_scale is None else self.loss_scale,
-                            dtype=y._data.dtype)
+                        with y._device.scope():
+                            seed = y._device.xp.full(
+                                y._data.shape,
+                                1 if self.loss_scale is None else self.loss_scale,
+                                dtype=y._data.dtype)
                     self.output_nodes.add(node)
                     self.table.put(node, _wrap(seed, y._device), True)
                     continue
@@ -2278,7 +2299,11 @@ cdef class _BackwardPass:
                 pop_heap(self.heap.begin(), self.heap.end())
                 fn = <FunctionNode>self.heap.back().second
                 self.heap.pop_back()
-                self._process(fn, fn._graph_index(self.bp))
+                if fn._device is None or fn._device.is_native:
+                    self._process(fn, fn._graph_index(self.bp))
+                else:  # its gradients are computed on its GPU
+                    with fn._device.scope():
+                        self._process(fn, fn._graph_index(self.bp))
             self._commit()
         finally:
             # After a failure this is the rollback: the table, the outcome
@@ -2567,7 +2592,10 @@ cdef object _writable(object g):
     elif a._device.is_native or not _device_module.is_broadcast_view(data):
         return g
     # (CuPy has no read-only arrays: on a GPU the broadcast views are copied.)
-    return _wrap(data.copy(order='C'), a._device) if a._nodes is None else _OPS.copy(a)
+    if a._nodes is not None:
+        return _OPS.copy(a)
+    with a._device.scope():
+        return _wrap(data.copy(order='C'), a._device)
 
 
 cdef tuple _T0 = (0,)

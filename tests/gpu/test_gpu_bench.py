@@ -4,6 +4,7 @@ figures come from bench/gpu_check.sh on a GPU)."""
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -32,3 +33,40 @@ def test_gpu_bench_writes_its_report(fake, gpu_bench, tmp_path):
     assert e['copy']['bandwidth_GBps'] > 0
     assert report['mlp_step']['xgrad']['seconds'] > 0
     assert report['mlp_step']['cupy_floor']['seconds'] > 0
+    assert report['mlp_step']['xgrad_cpu']['seconds'] > 0   # the GPU step against the CPU
+
+
+SCRIPT = os.path.join(BENCH, 'gpu_check.sh')
+
+
+def _steps():
+    """(name, limit) of each ``step NAME LIMIT ...`` line of gpu_check.sh."""
+    return [(m.group(1), int(m.group(2))) for m in
+            re.finditer(r'^step (\w+) (\d+) ', open(SCRIPT).read(), re.M)]
+
+
+def test_gpu_check_fits_in_eight_minutes_with_a_limit_per_step():
+    text = open(SCRIPT).read()
+    steps = _steps()
+    assert [name for name, _ in steps] == ['build', 'info', 'tests', 'check', 'bench']
+    budget = int(re.search(r'BUDGET=\$\{BUDGET:-(\d+)\}', text).group(1))
+    assert sum(limit for _, limit in steps) <= budget <= 8 * 60
+    assert 'timeout' in text
+
+
+def test_gpu_check_builds_in_place_and_runs_only_real_gpu_tests():
+    text = open(SCRIPT).read()
+    assert 'pip install --no-build-isolation --no-deps -e .' in text
+    # the emulated tests (CPU CI's, > 420 s) are not run on the GPU machine
+    assert re.search(r'pytest tests/gpu tests/kernels -m cuda ', text)
+    assert '-m xgrad check --device cuda:0 --no-progress' in text
+    assert 'bench/gpu.py' in text
+    # one results file
+    assert len(set(re.findall(r'bench/results/[\w.-]+', text))) == 2  # GPU and dry run
+
+
+def test_gpu_check_dry_run_uses_the_stand_in():
+    text = open(SCRIPT).read()
+    assert 'XGRAD_GPU_DRY_RUN' in text and 'bench/_dry_run.py' in text
+    dry = open(os.path.join(BENCH, '_dry_run.py')).read()
+    assert 'fake_cupy' in dry and 'use_cupy' in dry

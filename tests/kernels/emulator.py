@@ -95,6 +95,20 @@ def trampoline(name_expressions):
         '    const xg_emu::Entry* e = xg_emu_find(name);',
         '    return e ? e->launch(grid, block, args) : xg_emu::UNKNOWN_KERNEL;',
         '}',
+        '// float32 kernels under NVRTC -ftz=true: denormal inputs read as zero and',
+        '// denormal results are flushed (the SSE control bits FTZ and DAZ)',
+        'extern "C" int xg_launch_ftz(const char* name, unsigned grid, unsigned block,',
+        '                             void** args) {',
+        '#if defined(__SSE__)',
+        '    const unsigned saved = __builtin_ia32_stmxcsr();',
+        '    __builtin_ia32_ldmxcsr(saved | 0x8040u);',
+        '    const int status = xg_launch(name, grid, block, args);',
+        '    __builtin_ia32_ldmxcsr(saved);',
+        '    return status;',
+        '#else',
+        '    return xg_launch(name, grid, block, args);',
+        '#endif',
+        '}',
         'extern "C" const char* xg_signature(const char* name) {',
         '    const xg_emu::Entry* e = xg_emu_find(name);',
         '    return e ? e->signature() : nullptr;',
@@ -162,6 +176,8 @@ class _Build:
             lib.xg_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint,
                                       ctypes.POINTER(ctypes.c_void_p)]
             lib.xg_launch.restype = ctypes.c_int
+            lib.xg_launch_ftz.argtypes = lib.xg_launch.argtypes
+            lib.xg_launch_ftz.restype = ctypes.c_int
             lib.xg_signature.argtypes = [ctypes.c_char_p]
             lib.xg_signature.restype = ctypes.c_char_p
             _libraries[self.path] = lib
@@ -265,14 +281,17 @@ class Function:
         return keep, (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
 
     def __call__(self, grid, block, args, *, shared_mem=0, stream=None,
-                 enable_cooperative_groups=False):
+                 enable_cooperative_groups=False, ftz=False):
+        """Runs the kernel; ``ftz``: with denormals flushed to zero (as
+        NVRTC's -ftz=true, which CuPy passes, does for float32)."""
         if shared_mem:
             raise LaunchError('the kernels use no dynamic shared memory')
         gx, bx = _dims(grid, 'grid'), _dims(block, 'block')
         keep, argv = self._pack(tuple(args))
         with _launch_lock:
             launches.append(self.name)
-            status = self.lib.xg_launch(self.name.encode(), gx, bx, argv)
+            launch = self.lib.xg_launch_ftz if ftz else self.lib.xg_launch
+            status = launch(self.name.encode(), gx, bx, argv)
         del keep
         if status:
             raise LaunchError('{}: {}'.format(self.name, _STATUS.get(status, status)))

@@ -345,6 +345,43 @@ def test_sum_to_splits_long_sums_over_blocks(xshape, shape, dtype, launches):
                         for k in ('sum_abc_split', 'sum_partials')]
 
 
+COLUMN_SPLIT = [((300, 1024), (1024,)), ((37, 1030), (1, 1030)), ((2, 40, 1100), (1100,))]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('xshape,shape', COLUMN_SPLIT)
+def test_sum_to_splits_long_columns_over_blocks(xshape, shape, dtype, launches):
+    """Too few columns for one thread each to fill the GPU: each column is
+    split into runs of rows (uneven last run included), then added."""
+    x = _rng('columns', xshape, dtype).uniform(-1, 1, xshape).astype(dtype)
+    y = K.sum_to(cp, x, shape)
+    axes = _summed_axes(xshape, shape)
+    expected = x.astype(numpy.float64).sum(axis=axes).reshape(shape)
+    assert y.shape == expected.shape and y.dtype == x.dtype
+    _close(y, expected, dtype, scale=numpy.sqrt(x.size // y.size))
+    assert launches == ['xgrad::{}<{}>'.format(k, K.ctype(dtype))
+                        for k in ('sum_abc_columns_split', 'sum_partials')]
+
+
+BIG_SUM_TO = [((1 << 22,), ()), ((4096, 1024), (1024,)), ((1024, 4096), (1024, 1)),
+              ((64, 1024, 64), (1024, 1)), ((4, 1 << 20), (1 << 20,)), ((1 << 16, 64), (64,)),
+              ((1 << 14, 256), (256,)), ((8192, 512), (512,)), ((1 << 20, 4), (4,)),
+              ((1 << 15, 128), (1, 128)), ((1 << 17, 32), (32,)), ((2048, 2048), (1, 2048)),
+              ((1024, 1024, 4), (1024, 1))]
+
+
+@pytest.mark.parametrize('xshape,shape', BIG_SUM_TO)
+def test_sum_to_of_a_large_array_launches_enough_blocks(monkeypatch, xshape, shape):
+    """Every reduction shape of 4M elements starts with at least 128 blocks
+    (an H200 has 132 SMs): none leaves most of the GPU idle. (Launches are
+    recorded, not run.)"""
+    grids = []
+    monkeypatch.setattr(K, '_launch', lambda cp, source, expression, grid, args:
+                        grids.append((expression.split('<')[0], grid)))
+    K.sum_to(cp, numpy.zeros(xshape, numpy.float32), shape)
+    assert grids and grids[0][1] >= 128, grids
+
+
 @pytest.mark.parametrize('xshape,shape', [((5, 3, 13), (3, 1)), ((40,), (1,)), ((7, 2), (2,))])
 def test_sum_to_split_chunks_cover_every_term_once(monkeypatch, xshape, shape, launches):
     """Chunks that end inside a row of C, a last chunk shorter than the others."""

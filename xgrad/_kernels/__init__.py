@@ -36,6 +36,10 @@ SPLIT_MAX_KEEP = 128
 SPLIT_MIN_TERMS = 1 << 16
 SPLIT_TERMS_PER_BLOCK = 1 << 13
 SPLIT_MAX_PARTS = 1024
+# The columns kernel with fewer blocks than this (an H200 has 132 SMs) splits
+# each column into parts of at least COLUMNS_MIN_ROWS rows (two passes).
+COLUMNS_MIN_BLOCKS = 256
+COLUMNS_MIN_ROWS = 16
 
 # Which operand each unary backward reads ('x', 'y', or None for neither);
 # the other may be passed as None.
@@ -270,6 +274,9 @@ def sum_to(cp, x, shape):
     if terms == 1 or (c == 1 and b >= COLUMNS_MIN_KEEP) or (
             b >= COLUMNS_MIN_KEEP and terms <= COLUMNS_MAX_TERMS):
         kernel, grid = 'sum_abc_columns', _elements_grid(b)
+        parts = min(-(-COLUMNS_MIN_BLOCKS // grid), a // COLUMNS_MIN_ROWS, SPLIT_MAX_PARTS)
+        if c == 1 and parts >= 2:
+            return _sum_columns_in_two_passes(cp, x, y, a, b, parts)
     elif b < SPLIT_MAX_KEEP and terms >= SPLIT_MIN_TERMS:
         return _sum_to_in_two_passes(cp, x, y, a, b, c)
     else:
@@ -288,6 +295,19 @@ def _sum_to_in_two_passes(cp, x, y, a, b, c):
     partial = cp.empty(b * parts, numpy.float32 if x.dtype == numpy.float16 else x.dtype)
     _launch(cp, 'reduce.cu', loader.template('sum_abc_split', t), _grid(b * parts),
             (x, partial, _i64(a), _i64(b), _i64(c), _i64(parts)))
+    _launch(cp, 'reduce.cu', loader.template('sum_partials', t), _grid(b),
+            (partial, y, _i64(b), _i64(parts)))
+    return y
+
+
+def _sum_columns_in_two_passes(cp, x, y, a, b, parts):
+    """Many kept elements but too few for one thread each to fill the GPU
+    (e.g. a bias gradient, (65536, 1024) -> (1024,)): pass 1 splits each
+    column into ``parts`` runs of rows, pass 2 adds the partial sums."""
+    t = ctype(x.dtype)
+    partial = cp.empty(b * parts, numpy.float32 if x.dtype == numpy.float16 else x.dtype)
+    _launch(cp, 'reduce.cu', loader.template('sum_abc_columns_split', t),
+            _elements_grid(b * parts), (x, partial, _i64(a), _i64(b), _i64(parts)))
     _launch(cp, 'reduce.cu', loader.template('sum_partials', t), _grid(b),
             (partial, y, _i64(b), _i64(parts)))
     return y

@@ -53,7 +53,8 @@ def _elementwise():
 
 def _reduce():
     for t in STORAGE_TYPES:
-        for kernel in ('sum_abc_blocks', 'sum_abc_columns', 'sum_abc_split', 'sum_partials'):
+        for kernel in ('sum_abc_blocks', 'sum_abc_columns', 'sum_abc_split',
+                       'sum_abc_columns_split', 'sum_partials'):
             yield template(kernel, t)
 
 

@@ -52,6 +52,25 @@ __global__ void sum_abc_split(const T* x, compute_t<T>* partial, long long A, lo
     }
 }
 
+// Many b but too few of them to fill the GPU with one thread each, and long
+// columns (C == 1), pass 1 of 2: thread i = part * B + b (coalesced over b)
+// sums rows [part * chunk, (part + 1) * chunk) of column b into
+// partial[b * parts + part], in the compute type; sum_partials adds them.
+template <class T>
+__global__ void sum_abc_columns_split(const T* x, compute_t<T>* partial, long long A,
+                                      long long B, long long parts) {
+    typedef compute_t<T> S;
+    const long long chunk = (A + parts - 1) / parts;
+    XGRAD_FOR_EACH(i, B * parts) {
+        const long long part = i / B, b = i - part * B;
+        const long long first = part * chunk;
+        const long long last = first + chunk < A ? first + chunk : A;
+        S sum = S(0);
+        for (long long a = first; a < last; ++a) sum += to_compute(x[a * B + b]);
+        partial[b * parts + part] = sum;
+    }
+}
+
 // Pass 2: y[b] = the sum of partial[b * parts : (b + 1) * parts], one block per b.
 template <class T>
 __global__ void sum_partials(const compute_t<T>* partial, T* y, long long B, long long parts) {

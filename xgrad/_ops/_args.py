@@ -198,6 +198,23 @@ def wrap(raw, like):
     return _core._array_of(array_result(raw), like.device)
 
 
+def scope(like):
+    """A context manager making ``like``'s GPU CuPy's current device (a
+    no-op for native devices), for raw work outside an op's forward."""
+    return like.device.scope()
+
+
+def constant(like, compute, *args, **kwargs):
+    """``compute(*args, **kwargs)`` on raw data of ``like``'s device, as a
+    constant there: an op without a gradient. On a GPU it runs with that GPU
+    current (CuPy launches kernels and allocates on the current device)."""
+    device = like.device
+    if device.is_native:
+        return wrap(compute(*args, **kwargs), like)
+    with device.scope():
+        return wrap(compute(*args, **kwargs), like)
+
+
 def operands(op, *values, names=None):
     """The array operands among ``values`` as xgrad arrays, and ``values``
     with scalars kept as Python scalars (NumPy's weak-scalar promotion) and
@@ -231,9 +248,8 @@ def constant_result(op, ufunc, values):
     """``ufunc`` on ``values`` (as ``operands`` returns them) as a constant on
     the first array's device: the forward of an op without a gradient."""
     arrays = [v for v in values if isinstance(v, ndarray)]
-    result = checked_ufunc(op, ufunc, *[raw(v) if isinstance(v, ndarray) else v
-                                        for v in values])
-    return wrap(result, arrays[0])
+    return constant(arrays[0], checked_ufunc, op, ufunc,
+                    *[raw(v) if isinstance(v, ndarray) else v for v in values])
 
 
 def checked_ufunc(op, ufunc, *raw):

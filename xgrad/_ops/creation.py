@@ -154,26 +154,36 @@ def _fill_dtype(fill_value, dtype):
     return DEFAULT_FLOAT
 
 
+def _made(device, name, *args, **kwargs):
+    """An array made by the creation function ``name`` of ``device``'s array
+    module: NumPy on the host, CuPy in the GPU's scope (allocated and filled
+    there, nothing uploaded)."""
+    if device.is_native:
+        return _core._array_of(getattr(numpy, name)(*args, **kwargs), device)
+    with device.scope():
+        return _core._array_of(getattr(device.xp, name)(*args, **kwargs), device)
+
+
 def full(shape, fill_value, dtype=None, device=None):
     """A new array of ``shape`` filled with ``fill_value`` (dtype: float32 for
     a Python float, as ChainerX, unless ``dtype`` is given)."""
-    data = numpy.full(shape, fill_value, dtype=_fill_dtype(fill_value, dtype))
-    return _core._array_of(data, _device(device))
+    return _made(_device(device), 'full', shape, fill_value,
+                 dtype=_fill_dtype(fill_value, dtype))
 
 
 def zeros(shape, dtype=None, device=None):
     """A new array of zeros (float32 unless ``dtype`` is given)."""
-    return _core._array_of(numpy.zeros(shape, default_dtype(dtype)), _device(device))
+    return _made(_device(device), 'zeros', shape, default_dtype(dtype))
 
 
 def ones(shape, dtype=None, device=None):
     """A new array of ones (float32 unless ``dtype`` is given)."""
-    return _core._array_of(numpy.ones(shape, default_dtype(dtype)), _device(device))
+    return _made(_device(device), 'ones', shape, default_dtype(dtype))
 
 
 def empty(shape, dtype=None, device=None):
     """A new array with uninitialised data (float32 unless ``dtype`` is given)."""
-    return _core._array_of(numpy.empty(shape, default_dtype(dtype)), _device(device))
+    return _made(_device(device), 'empty', shape, default_dtype(dtype))
 
 
 def _like(a, dtype, device):

@@ -11,14 +11,29 @@ incoming gradient times the same mask.
 
 import numpy
 
+from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import OpInfo, Sample, real, register
 
 __all__ = ['dropout']
 
-# The random source of calls that pass none.
+# The random source of calls that pass none (on the host; each GPU has one
+# of CuPy's, made on first use).
 _default_rng = numpy.random.default_rng()
+_device_rngs = {}
+
+
+def _device_mask(ratio, x):
+    """The mask of a GPU array drawn by its GPU's generator (nothing is
+    drawn on the host nor uploaded)."""
+    index = x.device.index
+    with _args.scope(x):
+        rng = _device_rngs.get(index)
+        if rng is None:
+            rng = _device_rngs[index] = cuda.cupy().random.default_rng()
+        keep = rng.random(x.shape, dtype=numpy.float32) >= ratio
+        return keep.astype(x.dtype) * x.dtype.type(1 / (1 - ratio))
 
 
 def _uniform(random_state, shape):
@@ -63,7 +78,8 @@ def dropout(x, ratio=0.5, random_state=None):
     """``x`` with each element zeroed with probability ``ratio`` (0 <= ratio
     < 1) and the others multiplied by 1 / (1 - ratio). ``random_state``:
     a numpy.random.Generator or RandomState, an int seed (the same seed gives
-    the same mask), or None for xgrad's own generator. Float arrays only."""
+    the same mask on every device), or None for xgrad's own generator (on a
+    GPU: CuPy's, drawing the mask there). Float arrays only."""
     op = 'dropout'
     x = _args.as_array(x, 'x')
     _args.require_float(x, op, 'x')
@@ -71,7 +87,10 @@ def dropout(x, ratio=0.5, random_state=None):
         raise TypeError('{}: ratio must be a number, not {}'.format(op, type(ratio).__name__))
     if not 0 <= ratio < 1:
         raise ValueError('{}: ratio must be in [0, 1), not {}'.format(op, ratio))
-    mask = _mask(float(ratio), random_state, x.shape, x.dtype)
+    if random_state is None and not x.device.is_native:
+        mask = _device_mask(float(ratio), x)
+    else:  # seeded: the same mask as on the host
+        mask = _mask(float(ratio), random_state, x.shape, x.dtype)
     return _args.apply(Dropout(mask), x)
 
 

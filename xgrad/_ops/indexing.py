@@ -157,8 +157,9 @@ def nonzero(a):
     if x.ndim == 0:
         raise _args.DimensionError('nonzero: a is 0-d; use nonzero(atleast_2d(a)) or '
                                    'index an array with at least one dimension')
-    return tuple(_args.wrap(i.astype(numpy.int64, copy=False), x)
-                 for i in numpy.nonzero(_args.raw(x)))
+    with _args.scope(x):
+        return tuple(_args.wrap(i.astype(numpy.int64, copy=False), x)
+                     for i in numpy.nonzero(_args.raw(x)))
 
 
 # ---------------------------------------------------------------------------

@@ -70,7 +70,8 @@ def where(condition, x, y):
             inputs.append(_args.as_array(v, name, like))
             scalars.append(None)
     _args.same_device([cond] + inputs, 'where')
-    raw_cond = _args.raw(cond).astype(bool, copy=False)
+    with _args.scope(cond):
+        raw_cond = _args.raw(cond).astype(bool, copy=False)
     try:
         numpy.broadcast_shapes(cond.shape, *[a.shape for a in inputs])
     except ValueError:
@@ -79,7 +80,7 @@ def where(condition, x, y):
             'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y)))
         ) from None
     if not inputs:
-        return _args.wrap(numpy.where(raw_cond, scalars[0], scalars[1]), cond)
+        return _args.constant(cond, numpy.where, raw_cond, scalars[0], scalars[1])
     return _args.apply(Where(raw_cond, scalars[0], scalars[1]), *inputs)
 
 
@@ -159,7 +160,7 @@ def _truth_reduction(name, reducer):
                 name, type(keepdims).__name__))
         keepdims = bool(keepdims)
         axes = _args.normalize_axes(axis, a.ndim)
-        return _args.wrap(reducer(_args.raw(a), axis=axes, keepdims=keepdims), a)
+        return _args.constant(a, reducer, _args.raw(a), axis=axes, keepdims=keepdims)
     op.__name__ = name
     op.__doc__ = ('Whether {} element along ``axis`` is true (nonzero); NumPy\'s '
                   '``{}``.'.format('every' if name == 'all' else 'some', name))

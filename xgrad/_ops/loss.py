@@ -326,11 +326,11 @@ def accuracy(y, t, ignore_label=None):
             op, type(ignore_label).__name__))
     labels = _labels(op, 't', t, y.shape[:1] + y.shape[2:])
     _args.same_device([y, t], op)
-    return _args.wrap(_accuracy(_args.raw(y), labels, ignore_label), y)
+    return _args.constant(y, _accuracy, _args.raw(y), labels, ignore_label)
 
 
 def _accuracy(y, t, ignore_label=None):
-    pred = y.argmax(axis=1) if y.shape[1] else numpy.full(t.shape, -1, like=t)
+    pred = y.argmax(axis=1) if y.shape[1] else _args.module_of(t).full(t.shape, -1)
     hit = pred == t
     if ignore_label is None:
         return _args.array_result(hit.sum() / t.size if t.size else 0.0).astype(y.dtype)

@@ -99,7 +99,7 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
         if promotion == 'float' and x.dtype.kind != 'f':
             x = x.astype(_args.promoted_float(x.dtype))
         if derivative is None:
-            return _args.wrap(_checked(compute, name, _args.raw(x), **kwargs), x)
+            return _args.constant(x, _checked, compute, name, _args.raw(x), **kwargs)
         return _args.apply(cls(kwargs), x)
 
     op.__name__ = op.__qualname__ = name

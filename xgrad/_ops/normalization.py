@@ -234,7 +234,8 @@ def _check_running(op, lay, name, a):
     if a._backprop_ids():
         raise XgradError('{}: {} is in a graph; running statistics are updated '
                          'in place and must not be'.format(op, name))
-    if not _args.raw(a).flags.writeable:
+    data = _args.raw(a)  # (CuPy arrays are always writable and have no such flag)
+    if not cuda.on_gpu(data) and not data.flags.writeable:
         raise ValueError('{}: {} is a read-only view; running statistics are updated '
                          'in place'.format(op, name))
 

@@ -179,8 +179,8 @@ def _vector_norm(x, ord, axis, keepdims):
         return _min(absolute(x), axes, keepdims)
     if ord == 0:
         # The number of nonzeros: piecewise constant, so no gradient.
-        count = numpy.sum(_args.raw(x) != 0, axis=axis, keepdims=keepdims)
-        return _args.wrap(_args.array_result(count).astype(x.dtype), x)
+        return _args.constant(x, lambda: _args.array_result(numpy.sum(
+            _args.raw(x) != 0, axis=axis, keepdims=keepdims)).astype(x.dtype))
     if ord == 1:
         return _sum(absolute(x), axis=axes, keepdims=keepdims)
     with numpy.errstate(divide='ignore'):  # (0 ** negative) = inf, as in NumPy

@@ -382,7 +382,9 @@ class Repeat(PyOp):
 def _repeats(repeats, length):
     """``repeats`` as an int or a 1-d int64 array of ``length`` counts."""
     if isinstance(repeats, _args.ndarray):
-        repeats = _args.raw(repeats)
+        # The counts decide the result's shape: read on the host (an explicit
+        # copy from a GPU, where NumPy may not read device data).
+        repeats = repeats.to_numpy()
     if isinstance(repeats, (bool, numpy.bool_, str, bytes)) or repeats is None:
         raise TypeError('repeat: repeats must be an int or a sequence of ints, not {}'
                         .format(type(repeats).__name__))

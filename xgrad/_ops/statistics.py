@@ -76,7 +76,8 @@ def _variance(x, axes, keepdims, ddof):
     x = x.astype(work, copy=False)
     n = _count(x.shape, axes)
     if n == 0:
-        return numpy.full(_reduced_shape(x.shape, axes, keepdims), numpy.nan, dtype, like=x)
+        return _args.module_of(x).full(_reduced_shape(x.shape, axes, keepdims), numpy.nan,
+                                       dtype)
     c = _args.array_result(x - numpy.add.reduce(x, axis=axes, keepdims=True) / n)
     y = numpy.add.reduce(numpy.multiply(c, c, out=c), axis=axes, keepdims=keepdims)
     if n > ddof:
@@ -316,8 +317,8 @@ def _arg_extremum(op, finder, what):
             raise _args.DimensionError(
                 '{}: cannot find the {} of an empty sequence (array of shape {}, '
                 'axis {})'.format(op, what, a.shape, axis))
-        return _args.wrap(finder(_args.raw(a), axis=axis).astype(numpy.int64, copy=False),
-                          a)
+        return _args.constant(a, lambda: _args.array_result(
+            finder(_args.raw(a), axis=axis)).astype(numpy.int64, copy=False))
     find.__name__ = find.__qualname__ = op
     find.__doc__ = """The int64 index of the {what} of ``a`` along ``axis``
     (None: of the flattened array); the first one on ties. No gradient.""".format(
@@ -336,8 +337,12 @@ def count_nonzero(a, axis=None):
     all axes). No gradient."""
     a = _input('count_nonzero', a)
     axes = _axes('count_nonzero', axis, a.ndim)
-    counts = numpy.count_nonzero(_args.raw(a), axis=axes)
-    return _args.wrap(numpy.asarray(counts, dtype=numpy.int64), a)
+    return _args.constant(a, _count_nonzero, _args.raw(a), axes)
+
+
+def _count_nonzero(raw, axes):
+    counts = _args.array_result(_args.module_of(raw).count_nonzero(raw, axis=axes))
+    return counts.astype(numpy.int64, copy=False)
 
 
 # ---------------------------------------------------------------------------
@@ -410,7 +415,7 @@ def _shifted(x, axes, dtype):
     work = numpy.dtype(numpy.float32) if dtype == numpy.float16 else dtype
     x = x.astype(work, copy=False)
     if any(x.shape[i] == 0 for i in axes):
-        m = numpy.zeros(_kept_shape(x.shape, axes), work, like=x)
+        m = _args.module_of(x).zeros(_kept_shape(x.shape, axes), work)
     else:
         m = x.max(axis=axes, keepdims=True)
         m = numpy.where(numpy.isfinite(m), m, work.type(0))
