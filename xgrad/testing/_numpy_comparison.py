@@ -172,9 +172,15 @@ def numpy_chainerx_allclose(*, rtol=1e-7, atol=0, equal_nan=True, err_msg='', ve
 
 
 def numpy_chainerx_array_equal(*, err_msg='', verbose=True, name='xp', dtype_check=None,
-                               strides_check=None, accept_error=()):
+                               strides_check=None, accept_error=(), **tolerances):
     """Decorator: the test returns equal results with ``xp=xgrad`` and
-    ``xp=numpy`` (or both raise one of ``accept_error``)."""
+    ``xp=numpy`` (or both raise one of ``accept_error``). Per-dtype
+    tolerances (``float16_rtol``...) are accepted and, as in ChainerX,
+    unused: the results must be equal."""
+    unknown = set(tolerances) - set(_TOLERANCE_KEYS)
+    if unknown:
+        raise TypeError('numpy_chainerx_array_equal() got unexpected keywords {}'.format(
+            sorted(unknown)))
     def check(x, y):
         assert_array_equal_ex(x, y, err_msg, verbose, dtype_check=dtype_check,
                               strides_check=strides_check)
