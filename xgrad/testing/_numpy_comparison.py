@@ -197,8 +197,8 @@ def _fromnumpy(a, keepstrides=False, device=None):
     low = sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s < 0) if a.size else 0
     high = sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s > 0) if a.size else 0
     buffer = numpy.zeros(high - low + a.itemsize, dtype=numpy.uint8)
-    copy = numpy.lib.stride_tricks.as_strided(
-        buffer[-low:].view(a.dtype) if a.size else buffer[:0].view(a.dtype),
-        a.shape, a.strides) if a.size else numpy.empty(a.shape, a.dtype)
+    # (an empty array keeps its strides too: a one-element base it never reads)
+    base = buffer[-low:].view(a.dtype) if a.size else numpy.empty(1, a.dtype)
+    copy = numpy.lib.stride_tricks.as_strided(base, a.shape, a.strides)
     copy[...] = a
     return _core._array_of(copy, device)
