@@ -44,6 +44,9 @@ from xgrad._errors import (
 from xgrad._errors import NotImplementedError as XgradNotImplementedError
 from xgrad import _device as _device_module
 
+# NumPy < 2 promotes 0-d arrays by value (NEP 50 came with NumPy 2).
+_NUMPY1_SCALAR_PROMOTION = int(numpy.__version__.split('.')[0]) < 2
+
 
 # The op library registers itself here (xgrad/__init__.py), so that ndarray
 # methods and the backward pass can call ops without a circular import.
@@ -2055,6 +2058,11 @@ cdef class _BackwardPass:
                 continue  # unchained meanwhile (another thread's pass): nothing to feed
             if raw:
                 data = _as_raw_array(g)
+                if (_NUMPY1_SCALAR_PROMOTION and data.dtype != node.dtype
+                        and data.dtype.kind == 'f' and node.dtype.kind == 'f'):
+                    # NumPy 1.x promotes a 0-d float16/32 operand with a Python
+                    # float to float64; NumPy 2 (and ChainerX) keep its dtype.
+                    data = data.astype(node.dtype)
                 # A buffer the kernel just made, held only by the result tuple
                 # and these two locals, can take the other contributions in place.
                 fresh = (data is g and type(data) is _NUMPY_NDARRAY

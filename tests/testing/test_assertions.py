@@ -1,5 +1,5 @@
 """xgrad.testing's assert_allclose and assert_array_equal: xgrad arrays,
-NumPy arrays and scalars; strict shapes; optional dtype check; NumPy's
+NumPy arrays and scalars; equal shapes (a scalar matches every element); optional dtype check; NumPy's
 failure report."""
 
 import numpy
@@ -44,13 +44,21 @@ def test_failure_report_is_numpys_with_err_msg():
 
 @pytest.mark.parametrize('assertion', [assert_allclose, assert_array_equal])
 @pytest.mark.parametrize('actual, desired', [
-    (_x([1.0, 1.0]), 1.0),  # NumPy would broadcast these
     (_x([[1.0, 2.0]]), numpy.array([1.0, 2.0])),
     (_x(numpy.zeros((0, 2))), numpy.zeros((2, 0))),
 ])
 def test_shapes_are_strict(assertion, actual, desired):
     with pytest.raises(AssertionError, match=r'\(shapes .* mismatch\)'):
         assertion(actual, desired)
+
+
+@pytest.mark.parametrize('assertion', [assert_allclose, assert_array_equal])
+def test_a_scalar_is_compared_with_every_element(assertion):
+    # NumPy's and ChainerX's rule, which Chainer's tests use
+    assertion(_x([1.0, 1.0]), 1.0)
+    assertion(numpy.float32('nan'), _x([[numpy.nan], [numpy.nan]]))
+    with pytest.raises(AssertionError):
+        assertion(_x([1.0, 2.0]), 1.0)
 
 
 @pytest.mark.parametrize('assertion', [assert_allclose, assert_array_equal])

@@ -55,8 +55,8 @@ def array(object, dtype=None, copy=True, device=None):
         return _core._array_of(data, _device(device) if device is not None else
                                _core.get_default_context().get_device('cuda', obj.device.id))
     if isinstance(obj, numpy.ndarray):
-        # (numpy.asarray, not copy=None: NumPy 1.x has no copy=None)
-        data = numpy.array(obj, dtype=dtype) if copy else numpy.asarray(obj, dtype=dtype)
+        # (copy=None is NumPy 2 only; asarray copies only when it must on both)
+        data = numpy.array(obj, dtype=dtype, copy=True) if copy else numpy.asarray(obj, dtype)
     else:
         data = _inferred(numpy.array(obj, dtype=dtype), dtype)
     if data.dtype.kind in 'OUSVM':

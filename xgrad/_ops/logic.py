@@ -30,7 +30,15 @@ class Where(PyOp):
         y = next(it) if self.y_scalar is None else self.y_scalar
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
-        return (_args.array_result(numpy.where(self.condition, x, y)),)
+        result = numpy.where(self.condition, x, y)
+        # The operands' dtypes and the scalars decide, as NumPy 2 does; NumPy
+        # 1.x would promote a 0-d operand with a Python scalar by value
+        # (float16 with 0 gave float64).
+        dtype = numpy.result_type(*self.dtypes, *[
+            s for s in (self.x_scalar, self.y_scalar) if s is not None])
+        if result.dtype != dtype:
+            result = result.astype(dtype)
+        return (_args.array_result(result),)
 
     def grads(self, xp, targets, gys, xs, ys):
         gy = gys[0]

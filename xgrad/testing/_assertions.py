@@ -2,9 +2,9 @@
 ``assert_array_equal``.
 
 NumPy's ``numpy.testing`` functions with ChainerX's signatures, on xgrad
-arrays, NumPy arrays and scalars alike, with two differences from NumPy:
-shapes are compared strictly (NumPy broadcasts, so a (3,) array equals a
-scalar and a (1, 3) array), and ``check_dtype=True`` also requires equal
+arrays, NumPy arrays and scalars alike. As in NumPy and ChainerX, shapes
+must be equal, except that a scalar (0-d) is compared with every element
+(Chainer's tests rely on it); ``check_dtype=True`` also requires equal
 dtypes. Failures raise AssertionError with NumPy's report.
 """
 
@@ -22,7 +22,9 @@ def _same_kind(actual, desired, err_msg, check_dtype):
     """The operands as NumPy arrays; AssertionError (NumPy's style) if
     their shapes, or with ``check_dtype`` their dtypes, differ."""
     actual, desired = _as_numpy(actual), _as_numpy(desired)
-    if actual.shape != desired.shape:
+    # A scalar (0-d) on either side is compared with every element, as NumPy
+    # and ChainerX do; other shapes must be equal.
+    if actual.shape != desired.shape and actual.ndim and desired.ndim:
         raise AssertionError(numpy.testing.build_err_msg(
             [actual, desired], err_msg + '\n(shapes {}, {} mismatch)'.format(
                 actual.shape, desired.shape), names=('actual', 'desired')))
