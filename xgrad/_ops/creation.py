@@ -100,6 +100,43 @@ def tri(N, M=None, k=0, dtype='float32', device=None):
                            _device(device))
 
 
+# NumPy's readers (files, strings, iterables, functions of the index), as
+# ChainerX has them: NumPy reads, the result is copied onto ``device``.
+
+def _read(data, device):
+    return _core._array_of(numpy.array(data, copy=True), _device(device))
+
+
+def fromfile(file, dtype=float, count=-1, sep='', device=None):
+    return _read(numpy.fromfile(file, dtype=dtype, count=count, sep=sep), device)
+
+
+def fromstring(string, dtype=float, count=-1, sep='', device=None):
+    return _read(numpy.fromstring(string, dtype=dtype, count=count, sep=sep), device)
+
+
+def fromiter(iterable, dtype, count=-1, device=None):
+    return _read(numpy.fromiter(iterable, dtype=dtype, count=count), device)
+
+
+def fromfunction(function, shape, **kwargs):
+    """``function`` of the index arrays of ``shape`` (NumPy's fromfunction:
+    keywords other than ``dtype`` and ``device`` go to ``function``)."""
+    device = kwargs.pop('device', None)
+    return _read(numpy.fromfunction(function, shape, **kwargs), device)
+
+
+def loadtxt(fname, dtype=float, comments='#', delimiter=None, converters=None,
+            skiprows=0, usecols=None, unpack=False, ndmin=0, encoding='bytes',
+            device=None):
+    data = numpy.loadtxt(fname, dtype=dtype, comments=comments, delimiter=delimiter,
+                         converters=converters, skiprows=skiprows, usecols=usecols,
+                         unpack=unpack, ndmin=ndmin, encoding=encoding)
+    if unpack:
+        return [_read(d, device) for d in data]
+    return _read(data, device)
+
+
 _CASTINGS = ('no', 'equiv', 'safe', 'same_kind', 'unsafe')
 
 
