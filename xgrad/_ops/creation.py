@@ -13,6 +13,8 @@ from xgrad import _errors
 from xgrad._errors import DtypeError
 
 DEFAULT_FLOAT = numpy.dtype('float32')
+# ChainerX's default dtype for an integer fill value (full(shape, 3) is int32).
+DEFAULT_INT = numpy.dtype('int32')
 
 
 def default_dtype(dtype):
@@ -185,7 +187,7 @@ def _fill_dtype(fill_value, dtype):
     if isinstance(fill_value, (bool, numpy.bool_)):
         return numpy.dtype(bool)
     if isinstance(fill_value, (int, numpy.integer)):
-        return numpy.dtype('int64')
+        return DEFAULT_INT
     if isinstance(fill_value, numpy.generic):
         return fill_value.dtype
     return DEFAULT_FLOAT
