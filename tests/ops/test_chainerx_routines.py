@@ -178,3 +178,18 @@ def test_numpy_readers(tmp_path):
     text.write_text('# head\n1 2\n3 4\n')
     numpy.testing.assert_array_equal(_np(xgrad.loadtxt(str(text), dtype='float32')),
                                      [[1, 2], [3, 4]])
+
+
+def test_a_0d_integer_array_is_an_axis():
+    a = xgrad.arange(8).reshape(2, 4)
+    y = xgrad.repeat(a, numpy.array([1, 2]), numpy.array(0))
+    numpy.testing.assert_array_equal(_np(y), numpy.repeat(_np(a), [1, 2], 0))
+    with pytest.raises(TypeError):
+        xgrad.repeat(a, 2, numpy.array([0]))
+
+
+def test_transpose_of_one_int_axis():
+    a = xgrad.arange(3)
+    assert xgrad.transpose(a, 0).shape == (3,)
+    with pytest.raises(xgrad.DimensionError):
+        xgrad.transpose(xgrad.zeros((2, 3)), 0)

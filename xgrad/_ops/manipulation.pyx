@@ -200,7 +200,7 @@ def transpose(a, axes=None):
     if axes is None:
         op.axes = tuple(range(ndim - 1, -1, -1))
     else:
-        items = tuple(axes)
+        items = (axes,) if isinstance(axes, (int, numpy.integer)) else tuple(axes)
         if len(items) != ndim:
             raise DimensionError('transpose: axes {} do not match an array with {} '
                                  'dimensions'.format(axes, ndim))
