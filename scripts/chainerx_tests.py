@@ -65,7 +65,7 @@ def run(chainer, paths, json_path, extra):
                     '    parametrize_device_name\n')
         command = [sys.executable, '-m', 'pytest', '-p', 'chainerx_tests_plugin',
                    '-p', 'no:cacheprovider', '-c', ini, '--rootdir', tests_dir,
-                   '--confcutdir', tests_dir, '-q', '--no-header', '-rN',
+                   '--confcutdir', tests_dir, '--continue-on-collection-errors', '-q', '--no-header', '-rN',
                    '--tb=no'] + extra + paths
         return subprocess.call(command, env=env, cwd=tests_dir)
 

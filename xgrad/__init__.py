@@ -19,7 +19,8 @@ from xgrad._device import Backend, Device, get_device  # NOQA
 from xgrad._ops import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,
-    asanyarray, ascontiguousarray, frombuffer, tri, copyto,
+    asanyarray, ascontiguousarray, frombuffer, tri, copyto, fromfile, fromstring,
+    fromiter, fromfunction, loadtxt,
     add, subtract, multiply, divide, true_divide, power, maximum, minimum,
     negative, absolute, abs, exp, log, sqrt, square, tanh, sigmoid, relu,
     equal, not_equal, greater, greater_equal, less, less_equal,

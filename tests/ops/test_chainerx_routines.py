@@ -159,3 +159,37 @@ def test_activation_parameter_must_be_a_number(f, param, bad):
         f(xgrad.array([1.0]), bad)
     with pytest.raises(TypeError, match=param):
         f(xgrad.array([1.0]), **{param: bad})
+
+
+def test_numpy_readers(tmp_path):
+    path = tmp_path / 'data.bin'
+    numpy.arange(4, dtype=numpy.int16).tofile(str(path))
+    a = xgrad.fromfile(str(path), dtype='int16', count=3, device='native:1')
+    numpy.testing.assert_array_equal(_np(a), [0, 1, 2])
+    assert a.device.name == 'native:1'
+    numpy.testing.assert_array_equal(_np(xgrad.fromstring('1 2 3', 'int32', sep=' ')),
+                                     [1, 2, 3])
+    numpy.testing.assert_array_equal(_np(xgrad.fromiter((i * i for i in range(4)), 'int64')),
+                                     [0, 1, 4, 9])
+    y = xgrad.fromfunction(lambda i, j, add: i * j + add, (2, 2), dtype='int8', add=1)
+    assert y.dtype == numpy.int8
+    numpy.testing.assert_array_equal(_np(y), [[1, 1], [1, 2]])
+    text = tmp_path / 'data.txt'
+    text.write_text('# head\n1 2\n3 4\n')
+    numpy.testing.assert_array_equal(_np(xgrad.loadtxt(str(text), dtype='float32')),
+                                     [[1, 2], [3, 4]])
+
+
+def test_a_0d_integer_array_is_an_axis():
+    a = xgrad.arange(8).reshape(2, 4)
+    y = xgrad.repeat(a, numpy.array([1, 2]), numpy.array(0))
+    numpy.testing.assert_array_equal(_np(y), numpy.repeat(_np(a), [1, 2], 0))
+    with pytest.raises(TypeError):
+        xgrad.repeat(a, 2, numpy.array([0]))
+
+
+def test_transpose_of_one_int_axis():
+    a = xgrad.arange(3)
+    assert xgrad.transpose(a, 0).shape == (3,)
+    with pytest.raises(xgrad.DimensionError):
+        xgrad.transpose(xgrad.zeros((2, 3)), 0)

@@ -7,7 +7,8 @@ from xgrad._ops import _xp
 from xgrad._ops.creation import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,
-    default_dtype, asanyarray, ascontiguousarray, frombuffer, tri, copyto)
+    default_dtype, asanyarray, ascontiguousarray, frombuffer, tri, copyto, fromfile,
+    fromstring, fromiter, fromfunction, loadtxt)
 from xgrad._ops.elementwise import (  # NOQA
     add, subtract, multiply, divide, true_divide, power, maximum, minimum,
     negative, absolute, exp, log, sqrt, square, tanh, sigmoid, relu,

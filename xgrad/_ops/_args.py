@@ -122,6 +122,8 @@ def normalize_axes(axis, ndim, name='axis', op=None):
 def normalize_axis(axis, ndim, name='axis', op=None):
     """One axis in [0, ndim); DimensionError names it when out of range."""
     name = _named(name, op)
+    if isinstance(axis, numpy.ndarray) and axis.ndim == 0 and axis.dtype.kind in 'iu':
+        axis = int(axis)  # a 0-d integer array is an index, as in NumPy
     if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
         raise TypeError('{} must be an int, not {}'.format(name, type(axis).__name__))
     if not -ndim <= axis < ndim:

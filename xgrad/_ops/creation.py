@@ -13,6 +13,8 @@ from xgrad import _errors
 from xgrad._errors import DtypeError
 
 DEFAULT_FLOAT = numpy.dtype('float32')
+# ChainerX's default dtype for an integer fill value (full(shape, 3) is int32).
+DEFAULT_INT = numpy.dtype('int32')
 
 
 def default_dtype(dtype):
@@ -55,8 +57,8 @@ def array(object, dtype=None, copy=True, device=None):
         return _core._array_of(data, _device(device) if device is not None else
                                _core.get_default_context().get_device('cuda', obj.device.id))
     if isinstance(obj, numpy.ndarray):
-        # (numpy.asarray, not copy=None: NumPy 1.x has no copy=None)
-        data = numpy.array(obj, dtype=dtype) if copy else numpy.asarray(obj, dtype=dtype)
+        # (copy=None is NumPy 2 only; asarray copies only when it must on both)
+        data = numpy.array(obj, dtype=dtype, copy=True) if copy else numpy.asarray(obj, dtype)
     else:
         data = _inferred(numpy.array(obj, dtype=dtype), dtype)
     if data.dtype.kind in 'OUSVM':
@@ -98,6 +100,43 @@ def tri(N, M=None, k=0, dtype='float32', device=None):
     """An N x M array with ones at and below the k-th diagonal."""
     return _core._array_of(numpy.tri(N, M, k, dtype=default_dtype(dtype)),
                            _device(device))
+
+
+# NumPy's readers (files, strings, iterables, functions of the index), as
+# ChainerX has them: NumPy reads, the result is copied onto ``device``.
+
+def _read(data, device):
+    return _core._array_of(numpy.array(data, copy=True), _device(device))
+
+
+def fromfile(file, dtype=float, count=-1, sep='', device=None):
+    return _read(numpy.fromfile(file, dtype=dtype, count=count, sep=sep), device)
+
+
+def fromstring(string, dtype=float, count=-1, sep='', device=None):
+    return _read(numpy.fromstring(string, dtype=dtype, count=count, sep=sep), device)
+
+
+def fromiter(iterable, dtype, count=-1, device=None):
+    return _read(numpy.fromiter(iterable, dtype=dtype, count=count), device)
+
+
+def fromfunction(function, shape, **kwargs):
+    """``function`` of the index arrays of ``shape`` (NumPy's fromfunction:
+    keywords other than ``dtype`` and ``device`` go to ``function``)."""
+    device = kwargs.pop('device', None)
+    return _read(numpy.fromfunction(function, shape, **kwargs), device)
+
+
+def loadtxt(fname, dtype=float, comments='#', delimiter=None, converters=None,
+            skiprows=0, usecols=None, unpack=False, ndmin=0, encoding='bytes',
+            device=None):
+    data = numpy.loadtxt(fname, dtype=dtype, comments=comments, delimiter=delimiter,
+                         converters=converters, skiprows=skiprows, usecols=usecols,
+                         unpack=unpack, ndmin=ndmin, encoding=encoding)
+    if unpack:
+        return [_read(d, device) for d in data]
+    return _read(data, device)
 
 
 _CASTINGS = ('no', 'equiv', 'safe', 'same_kind', 'unsafe')
@@ -148,7 +187,7 @@ def _fill_dtype(fill_value, dtype):
     if isinstance(fill_value, (bool, numpy.bool_)):
         return numpy.dtype(bool)
     if isinstance(fill_value, (int, numpy.integer)):
-        return numpy.dtype('int64')
+        return DEFAULT_INT
     if isinstance(fill_value, numpy.generic):
         return fill_value.dtype
     return DEFAULT_FLOAT

@@ -583,9 +583,8 @@ register(OpInfo('rollaxis', rollaxis, ref=numpy.rollaxis, int_dtypes=_INTS, samp
     Sample((0, 3), axis=1)]))
 register(OpInfo('diagflat', diagflat, ref=numpy.diagflat, int_dtypes=_INTS, samples=[
     Sample((3,)), Sample((2, 2), k=1), Sample((2,), k=-2), Sample(()), Sample((0,))]))
-for _indexing in ('xy', 'ij'):
-    register(OpInfo('meshgrid[{}]'.format(_indexing), meshgrid, int_dtypes=_INTS,
-                    ref=numpy.meshgrid, call=lambda f, xs, kw: f(*xs, **kw), samples=[
-                        Sample((2,), (3,), indexing=_indexing),
-                        Sample((2,), (3,), (4,), indexing=_indexing),
-                        Sample((3,), indexing=_indexing), Sample((0,), (2,), indexing=_indexing)]))
+register(OpInfo('meshgrid', meshgrid, int_dtypes=_INTS, ref=numpy.meshgrid,
+                call=lambda f, xs, kw: f(*xs, **kw), samples=[
+                    Sample((2,), (3,)), Sample((2,), (3,), indexing='ij'),
+                    Sample((2,), (3,), (4,)), Sample((2,), (3,), (4,), indexing='ij'),
+                    Sample((3,)), Sample((0,), (2,), indexing='ij')]))

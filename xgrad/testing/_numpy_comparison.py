@@ -172,10 +172,15 @@ def numpy_chainerx_allclose(*, rtol=1e-7, atol=0, equal_nan=True, err_msg='', ve
 
 
 def numpy_chainerx_array_equal(*, err_msg='', verbose=True, name='xp', dtype_check=None,
-                               strides_check=None, accept_error=(), **ignored):
+                               strides_check=None, accept_error=(), **tolerances):
     """Decorator: the test returns equal results with ``xp=xgrad`` and
-    ``xp=numpy`` (or both raise one of ``accept_error``). Other keywords
-    are ignored, as ChainerX does (its tests pass ``float16_rtol`` here)."""
+    ``xp=numpy`` (or both raise one of ``accept_error``). Per-dtype
+    tolerances (``float16_rtol``...) are accepted and, as in ChainerX,
+    unused: the results must be equal."""
+    unknown = set(tolerances) - set(_TOLERANCE_KEYS)
+    if unknown:
+        raise TypeError('numpy_chainerx_array_equal() got unexpected keywords {}'.format(
+            sorted(unknown)))
     def check(x, y):
         assert_array_equal_ex(x, y, err_msg, verbose, dtype_check=dtype_check,
                               strides_check=strides_check)
@@ -192,8 +197,8 @@ def _fromnumpy(a, keepstrides=False, device=None):
     low = sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s < 0) if a.size else 0
     high = sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s > 0) if a.size else 0
     buffer = numpy.zeros(high - low + a.itemsize, dtype=numpy.uint8)
-    copy = numpy.lib.stride_tricks.as_strided(
-        buffer[-low:].view(a.dtype) if a.size else buffer[:0].view(a.dtype),
-        a.shape, a.strides) if a.size else numpy.empty(a.shape, a.dtype)
+    # (an empty array keeps its strides too: a one-element base it never reads)
+    base = buffer[-low:].view(a.dtype) if a.size else numpy.empty(1, a.dtype)
+    copy = numpy.lib.stride_tricks.as_strided(base, a.shape, a.strides)
     copy[...] = a
     return _core._array_of(copy, device)
