@@ -533,7 +533,11 @@ cdef object _with_scalar(_Binary op, ndarray x, object s, int pos):
     if dx is not d:
         x = x.astype(d)
     op.scalar_pos = pos
-    op.scalar = scalar_for(s, d)
+    try:
+        op.scalar = scalar_for(s, d)
+    except OverflowError:  # a Python int beyond every integer dtype
+        raise DtypeError('{}: a Python int operand does not fit the operand dtypes {} '
+                         'and int: {}'.format(op.name, d.name, s)) from None
     op.out_dtype = d
     return apply1(op, x)
 
