@@ -191,6 +191,10 @@ class OpInfo:
         (for ops that take a list of arrays, like ``concatenate``).
     broadcasting: the array inputs broadcast against each other (elementwise
         ops with several inputs); shapes that do not must raise DimensionError.
+    composite: computed entirely by other registered ops (the RNN family),
+        so it runs no device code of its own. Where every launch is
+        expensive (the CPU stand-in for CuPy) its GPU tests take its first
+        sample at order 1 only: its parts are checked there in full.
     """
     name: str
     func: Callable
@@ -208,6 +212,7 @@ class OpInfo:
     call: Callable = _call
     broadcasting: bool = False
     promotion: Optional[str] = None
+    composite: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, 'samples', tuple(self.samples))

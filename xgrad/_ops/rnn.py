@@ -522,14 +522,14 @@ register(OpInfo(
              Sample((2, 3, 2), (2, 12, 2), name='trailing-axis'),
              Sample((2, 1), (0, 4), name='empty-x')],
     domain=within(-2, 2), tol=_TOL,
-    forward_tol=_FORWARD_TOL))
+    forward_tol=_FORWARD_TOL, composite=True))
 
 register(OpInfo(
     'slstm', slstm, ref=_ref_slstm,
     samples=[Sample((2, 3), (2, 3), (2, 12), (2, 12)),
              Sample((1, 2), (1, 2), (1, 8), (1, 8))],
     domain=within(-2, 2), tol=_TOL,
-    forward_tol=_FORWARD_TOL))
+    forward_tol=_FORWARD_TOL, composite=True))
 
 register(OpInfo(
     'tree_lstm', tree_lstm, ref=_ref_tree_lstm,
@@ -537,7 +537,7 @@ register(OpInfo(
              Sample((2, 3), (2, 3), (2, 15), name='binary'),
              Sample((1, 2), (1, 2), (1, 2), (1, 12), name='ternary')],
     domain=within(-2, 2), tol=_TOL,
-    forward_tol=_FORWARD_TOL))
+    forward_tol=_FORWARD_TOL, composite=True))
 
 
 def _register_n_step(name, func, kind, n_dirs, activations=(None,)):
@@ -547,7 +547,7 @@ def _register_n_step(name, func, kind, n_dirs, activations=(None,)):
                     _n_step_sample(kind, n_dirs, 2, 2, 1, (3, 2, 1), act)]
     register(OpInfo(name, func, ref=_ref_for(kind, n_dirs), samples=samples,
                     call=_n_step_call, tol=_TOL,
-                    forward_tol=_FORWARD_TOL))
+                    forward_tol=_FORWARD_TOL, composite=True))
 
 
 _register_n_step('n_step_lstm', n_step_lstm, 'lstm', 1)
