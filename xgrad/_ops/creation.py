@@ -110,27 +110,34 @@ def _read(data, device):
 
 
 def fromfile(file, dtype=float, count=-1, sep='', device=None):
+    """A 1-d array read from a file (binary, or text when ``sep`` is
+    given), as NumPy's ``fromfile``, copied onto ``device``."""
     return _read(numpy.fromfile(file, dtype=dtype, count=count, sep=sep), device)
 
 
 def fromstring(string, dtype=float, count=-1, sep='', device=None):
+    """A 1-d array parsed from the text ``string`` (numbers separated by
+    ``sep``), as NumPy's ``fromstring``, copied onto ``device``."""
     return _read(numpy.fromstring(string, dtype=dtype, count=count, sep=sep), device)
 
 
 def fromiter(iterable, dtype, count=-1, device=None):
+    """A 1-d array of the first ``count`` (-1: all) items of ``iterable``,
+    as NumPy's ``fromiter``, copied onto ``device``."""
     return _read(numpy.fromiter(iterable, dtype=dtype, count=count), device)
 
 
-def fromfunction(function, shape, **kwargs):
+def fromfunction(function, shape, *, dtype=float, device=None, **kwargs):
     """``function`` of the index arrays of ``shape`` (NumPy's fromfunction:
     keywords other than ``dtype`` and ``device`` go to ``function``)."""
-    device = kwargs.pop('device', None)
-    return _read(numpy.fromfunction(function, shape, **kwargs), device)
+    return _read(numpy.fromfunction(function, shape, dtype=dtype, **kwargs), device)
 
 
 def loadtxt(fname, dtype=float, comments='#', delimiter=None, converters=None,
             skiprows=0, usecols=None, unpack=False, ndmin=0, encoding='bytes',
             device=None):
+    """An array read from a text file of rows of numbers, as NumPy's
+    ``loadtxt`` (``unpack``: a list of its columns), copied onto ``device``."""
     data = numpy.loadtxt(fname, dtype=dtype, comments=comments, delimiter=delimiter,
                          converters=converters, skiprows=skiprows, usecols=usecols,
                          unpack=unpack, ndmin=ndmin, encoding=encoding)

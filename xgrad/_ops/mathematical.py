@@ -257,6 +257,10 @@ def _scalar_parameter(param, default):
         f.__name__ = f.__qualname__ = op.__name__
         f.__doc__ = '{}({}, {}={})\n\n{}'.format(op.__name__, 'x', param, default,
                                                   op.__doc__)
+        f.__signature__ = inspect.Signature([
+            inspect.Parameter('x', inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter(param, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              default=default)])
         return f
     return public
 
