@@ -40,7 +40,8 @@ def source_files(top):
             and not (top == 'xgrad' and p.suffix in ('.c', '.cpp'))}
 
 
-@pytest.mark.parametrize('top', ['tests', 'docs', 'bench', 'examples', 'tools', 'xgrad'])
+@pytest.mark.parametrize('top', ['tests', 'docs', 'bench', 'examples', 'tools', 'scripts',
+                                 'xgrad'])
 def test_sdist_carries_every_file_of(top):
     missing = source_files(top) - sdist_files()
     assert not missing, 'MANIFEST.in leaves out {}'.format(sorted(missing))
