@@ -18,6 +18,12 @@ The rules, by the fence's language (every fence must name one):
     to keep the whole docs run to seconds; the unrestricted command as README
     writes it runs verbatim in ``tests/test_check_command.py``.
   - ``python examples/NAME.py`` runs from the repository root and must exit 0.
+  - ``python -m xgrad info`` runs and must exit 0, printing its xgrad and
+    devices lines (with or without a GPU).
+  - ``python scripts/NAME.py ARGS`` is not run (the scripts run Chainer's
+    test suites from a Chainer source tree): the script must exist, its
+    ``--help`` must exit 0 and list every option the line uses before ``--``
+    (what follows ``--`` goes to pytest).
   - ``python -m pytest tests ...`` is this suite: the path must exist.
   - ``pip install SPEC`` is not run (it needs the network and minutes): the
     target must be ``.`` (this directory, with pyproject.toml) and each extra
@@ -152,6 +158,14 @@ def test_shell_commands(path, command, tmp_path):
         proc = subprocess.run([sys.executable, argv[1]], cwd=ROOT, env=_env(),
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    elif argv == ['python', '-m', 'xgrad', 'info']:
+        proc = subprocess.run([sys.executable, '-m', 'xgrad', 'info'], cwd=tmp_path,
+                              env=_env(), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert re.search(r'^xgrad: +\S', proc.stdout, re.M), proc.stdout
+        assert re.search(r'^devices: +\S', proc.stdout, re.M), proc.stdout
+    elif argv[0] == 'python' and len(argv) >= 2 and argv[1].startswith('scripts/'):
+        _check_script(argv[1], argv[2:])
     elif argv[:3] == ['python', '-m', 'pytest']:
         assert (ROOT / argv[3]).is_dir()
     elif argv[:2] == ['pip', 'install']:
@@ -161,6 +175,18 @@ def test_shell_commands(path, command, tmp_path):
     else:
         pytest.fail('{}: no rule runs or checks the command {!r}; add one to '
                     'tests/test_readme.py'.format(_id(path), command))
+
+
+def _check_script(script, args):
+    assert (ROOT / script).is_file(), script
+    proc = subprocess.run([sys.executable, script, '--help'], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    own = args[:args.index('--')] if '--' in args else args
+    for option in own:
+        if option.startswith('-'):
+            assert re.search(r'(?<![\w-]){}(?![\w-])'.format(re.escape(option)),
+                             proc.stdout), '{} --help lists no {}'.format(script, option)
 
 
 def _check_pip_install(args):
