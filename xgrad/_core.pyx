@@ -1077,7 +1077,8 @@ cdef class ndarray:
                                                      (<ndarray>other)._device.name))
 
     cdef void _check_writable(self) except *:
-        if not self._data.flags.writeable:
+        # CuPy's flags have no ``writeable``: device arrays are always writable
+        if not getattr(self._data.flags, 'writeable', True):
             raise XgradError('In-place operation on an array whose data is '
                              'read-only (shape {}, dtype {}); copy it first'.format(
                                  self._data.shape, self._data.dtype.name))

@@ -411,9 +411,12 @@ def _symmetric_spaced(rs, shape):
 def _symmetrized(func, xs, kwargs):
     """Calls with the symmetric part of the matrix: cholesky and eigh read
     one triangle, and their (symmetric) gradients are those of this
-    parametrization."""
+    parametrization. The symmetric part keeps the input's dtype, so that
+    an integer matrix reaches the routine (which refuses it, as ChainerX)
+    rather than its float promotion."""
     a = xs[0]
-    return func((a + a.T) * 0.5, **kwargs)
+    sym = (a + a.T) * 0.5
+    return func(sym if sym.dtype == a.dtype else sym.astype(a.dtype), **kwargs)
 
 
 def _lapack_ref(name):
