@@ -1671,7 +1671,7 @@ cdef extern from "Python.h":
     # No exception check: an overflow is seen as -1 plus PyErr_Occurred().
     Py_ssize_t _long_as_ssize "PyLong_AsSsize_t"(object) noexcept
     bint _long_check_exact "PyLong_CheckExact"(object) noexcept
-    object _err_occurred "PyErr_Occurred"()
+    PyObject* _err_occurred "PyErr_Occurred"() noexcept  # a borrowed reference
     void _err_clear "PyErr_Clear"() noexcept
 
 
@@ -1684,7 +1684,7 @@ cdef inline bint _indexes_in_range(tuple indexes, Py_ssize_t n) noexcept:
         if not _long_check_exact(idx):
             return False
         v = _long_as_ssize(idx)
-        if v == -1 and _err_occurred() is not None:
+        if v == -1 and _err_occurred() != NULL:
             _err_clear()
             return False
         if v < 0 or v >= n:
