@@ -2420,6 +2420,10 @@ cdef class _BackwardPass:
                         if grads[u] is g:
                             g = _view_in_scope(g)
                             break
+                if (_NUMPY1_SCALAR_PROMOTION and (<ndarray>g)._data.ndim == 0
+                        and (<ndarray>g)._data.dtype != node.dtype
+                        and (<ndarray>g)._data.dtype.kind == 'f' and node.dtype.kind == 'f'):
+                    g = (<ndarray>g).astype(node.dtype)  # as on the raw path (recorded)
             if not _meta_matches(<ndarray>g, node):
                 raise GradientError('{} Op: {}'.format(
                     _gradient_mismatch(g, node.shape, node.dtype, node.device),
