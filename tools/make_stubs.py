@@ -72,6 +72,8 @@ def stub_text():
             values.append('{}: Tuple[numpy.dtype[Any], ...]'.format(name))
         elif name == '__version__':
             continue
+        elif obj is numpy.dtype:  # xgrad.dtype is numpy.dtype, as in ChainerX
+            values.append('{} = numpy.dtype'.format(name))
         elif home in MODULES and (inspect.isclass(obj) or callable(obj)) \
                 and getattr(sys.modules[home], name, None) is obj:
             imports.setdefault(home, []).append(name)
