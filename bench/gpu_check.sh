@@ -82,7 +82,13 @@ step() {
 }
 
 # pip's editable install; in place where pip cannot (an old setuptools
-# without `wheel`) and on the dry run
+# without `wheel`) and on the dry run. A setuptools older than 77 (no
+# build isolation here, so the machine's own) cannot read the SPDX
+# `license = "MIT"`: this throwaway checkout then gets the older table form
+# (not on the dry run, which builds in place with setup.py).
+if [ "$DRY" != 1 ] && ! "$PY" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)'; then
+    sed -i -e 's/^license = "MIT"$/license = {text = "MIT"}/' -e '/^license-files/d' pyproject.toml
+fi
 BUILD='if [ "$0" != 1 ] && "$1" -m pip install --no-build-isolation --no-deps -e .; then
     exit 0; fi; exec "$1" setup.py build_ext --inplace -j "$(nproc)"'
 step build 120 bash -c "$BUILD" "$DRY" "$PY" || { echo "build failed: see $RESULT"; exit 1; }
