@@ -21,9 +21,9 @@ class SlowIdentity(xgrad.FunctionNode):
         return grad_outputs[0],
 
 
-def test_two_threads_accumulating_into_one_leaf_lose_nothing():
-    w = xgrad.array(numpy.zeros((4,), numpy.float32)).require_grad()
-    n_threads, steps = 2, 100
+def _in_threads(n_threads, steps, step):
+    """``step()`` ``steps`` times in each of ``n_threads`` threads started
+    together; the errors they raised."""
     start = threading.Barrier(n_threads)
     errors = []
 
@@ -31,9 +31,8 @@ def test_two_threads_accumulating_into_one_leaf_lose_nothing():
         try:
             start.wait()
             for _ in range(steps):
-                s, = SlowIdentity().apply((w,))
-                (xgrad.sum(w * 1) + xgrad.sum(s)).backward()
-        except BaseException as e:  # pragma: no cover - reported below
+                step()
+        except BaseException as e:  # pragma: no cover - reported by the caller
             errors.append(e)
 
     threads = [threading.Thread(target=work) for _ in range(n_threads)]
@@ -41,6 +40,18 @@ def test_two_threads_accumulating_into_one_leaf_lose_nothing():
         t.start()
     for t in threads:
         t.join(60)
+    return errors
+
+
+def test_two_threads_accumulating_into_one_leaf_lose_nothing():
+    w = xgrad.array(numpy.zeros((4,), numpy.float32)).require_grad()
+    n_threads, steps = 2, 100
+
+    def step():
+        s, = SlowIdentity().apply((w,))
+        (xgrad.sum(w * 1) + xgrad.sum(s)).backward()
+
+    errors = _in_threads(n_threads, steps, step)
     assert not errors, errors
     numpy.testing.assert_array_equal(w.grad.to_numpy(),
                                      numpy.full((4,), 2 * n_threads * steps, numpy.float32))
@@ -50,25 +61,10 @@ def test_two_threads_with_switches_accumulating_into_one_leaf_lose_nothing():
     w = xgrad.array(numpy.zeros((4,), numpy.float32)).require_grad()
     w.set_grad(xgrad.zeros((4,), numpy.float32))
     n_threads, steps = 2, 400
-    start = threading.Barrier(n_threads)
-    errors = []
-
-    def work():
-        try:
-            start.wait()
-            for _ in range(steps):
-                xgrad.sum(w * 1).backward()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=work) for _ in range(n_threads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        errors = _in_threads(n_threads, steps, lambda: xgrad.sum(w * 1).backward())
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors

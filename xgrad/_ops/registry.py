@@ -237,6 +237,24 @@ class OpInfo:
         dtype = numpy.dtype(dtype)
         return self.forward_tol.get(dtype, FORWARD_TOL.get(dtype, (0, 0)))
 
+    def assert_forward_matches(self, actual, expected):
+        """The forward check of every registry-driven test: ``actual``
+        (xgrad arrays) has ``expected``'s (NumPy arrays, or xgrad arrays
+        from another device) count, shapes and dtypes (in native byte
+        order), equal values for ints and bools, and floats within the op's
+        forward tolerance."""
+        assert len(actual) == len(expected), (len(actual), len(expected))
+        for y, e in zip(actual, expected):
+            e = e.to_numpy() if hasattr(e, 'to_numpy') else numpy.asarray(e)
+            assert y.shape == e.shape and y.dtype == e.dtype.newbyteorder('='), (
+                y.shape, y.dtype, e.shape, e.dtype)
+            if e.dtype.kind == 'f':
+                atol, rtol = self.forward_tolerance(e.dtype)
+                numpy.testing.assert_allclose(y.to_numpy().astype(F64), e.astype(F64),
+                                              atol=atol, rtol=rtol, equal_nan=True)
+            else:
+                numpy.testing.assert_array_equal(y.to_numpy(), e)
+
     def input_dtypes(self, sample, dtype):
         return tuple(numpy.dtype(dtype if a.dtype is None else a.dtype)
                      for a in sample.args)
