@@ -69,7 +69,7 @@ BAD = [
      r'concatenate: .*arrays\[0\] has shape \(2, 3\) and arrays\[1\] has shape \(3,\)'),
     ('concatenate-0d', lambda x: xgrad.concatenate([x[0, 0], x[0, 1]]), DimErr,
      r'concatenate: zero-dimensional arrays cannot be concatenated'),
-    ('concatenate-none', lambda x: xgrad.concatenate([]), ValueError,
+    ('concatenate-none', lambda x: xgrad.concatenate([]), DimErr,  # ChainerX's class
      r'concatenate: need at least one array'),
     ('concatenate-str', lambda x: xgrad.concatenate('ab'), TypeError,
      r'concatenate: arrays must be a sequence of arrays, not str'),
@@ -315,3 +315,21 @@ def test_diag_of_a_list_on_a_device():
     y = xgrad.diag([1.0, 2.0], device='native:0')
     assert y.device.name == 'native:0'
     numpy.testing.assert_array_equal(y.to_numpy(), numpy.diag([1.0, 2.0]))
+
+
+@pytest.mark.parametrize('join', ['concatenate', 'stack'])
+def test_join_of_mixed_dtypes_promotes_as_chainerx_and_casts_gradients_back(join):
+    # ChainerX: float16 with int64 is float16 (NumPy would say float64);
+    # float16 with float32 is float32.
+    h = xgrad.array(numpy.array([1.0, 2.0], numpy.float16)).require_grad()
+    f = xgrad.array(numpy.array([3.0, 4.0], numpy.float32)).require_grad()
+    i = xgrad.array(numpy.array([5, 6], numpy.int64))
+    assert getattr(xgrad, join)([h, i]).dtype == numpy.float16
+    y = getattr(xgrad, join)([h, f, i])
+    assert y.dtype == numpy.float32
+    numpy.testing.assert_array_equal(y.to_numpy().ravel(), [1, 2, 3, 4, 5, 6])
+    gy = numpy.arange(6, dtype=numpy.float32).reshape(y.shape)
+    xgrad.backward([y], grad_outputs=[xgrad.array(gy)])
+    assert h.grad.dtype == numpy.float16 and f.grad.dtype == numpy.float32
+    numpy.testing.assert_array_equal(h.grad.to_numpy(), gy.ravel()[:2])
+    numpy.testing.assert_array_equal(f.grad.to_numpy(), gy.ravel()[2:4])

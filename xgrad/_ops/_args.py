@@ -164,10 +164,10 @@ def promoted(op, values, float_result=False, takes_bool=True):
                          .format(op))
     dtype = (_dtypes.float_result_type if float_result else _dtypes.result_type)(*values)
     return [(v if v.dtype == dtype else v.astype(dtype)) if isinstance(v, ndarray)
-            else _promoted_scalar(op, v, dtype) for v in values]
+            else promoted_scalar(op, v, dtype) for v in values]
 
 
-def _promoted_scalar(op, scalar, dtype):
+def promoted_scalar(op, scalar, dtype):
     """``scalar`` made to keep ``dtype`` (``_dtypes.scalar_of``); DtypeError
     for a Python int beyond every integer dtype, as the Cython binary ops
     (xgrad/_ops/elementwise.pyx ``_with_scalar``)."""

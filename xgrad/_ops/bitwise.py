@@ -32,10 +32,16 @@ def _bitwise(name, ufunc):
     def op(x1, x2):
         arrays, values = _args.operands(name, x1, x2)
         _check_kinds(name, values, 'biu', 'bool and integer dtypes')
+        # ChainerX's promotion; a scalar is cast to the result dtype (uint8 & -1
+        # is uint8 & 255), as ChainerX does and NumPy 1.x would not.
         dtype = _args.result_dtype(*values)
-        raws = [_args.raw(v) if isinstance(v, _args.ndarray) else v for v in values]
+        raws = [_args.raw(v) if isinstance(v, _args.ndarray) else v
+                for v in _args.promoted(name, values)]
         _args.check_broadcast(name, *raws)
-        return _args.wrap(ufunc(*raws, dtype=dtype), arrays[0])
+        # (NumPy 1.x widens a 0-d array with a scalar by value; the bits are
+        # the same, so the cast back is exact.)
+        result = _args.array_result(ufunc(*raws))
+        return _args.wrap(result.astype(dtype, copy=False), arrays[0])
     op.__name__ = op.__qualname__ = name
     op.__doc__ = 'x1 {} x2, elementwise, on bool and integer operands.'.format(
         {'bitwise_and': '&', 'bitwise_or': '|', 'bitwise_xor': '^'}[name])

@@ -30,12 +30,13 @@ class Where(PyOp):
         y = next(it) if self.y_scalar is None else self.y_scalar
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
+        # ChainerX's promotion of x and y (xgrad/_dtypes.pyx: int8 with 2.5 is
+        # float32, float16 with int64 is float16); scalars take that dtype.
+        dtype = _args.result_dtype(*[a if s is None else s for a, s in (
+            (x, self.x_scalar), (y, self.y_scalar))])
+        x, y = [_args.promoted_scalar('where', v, dtype) if s is not None else v
+                for v, s in ((x, self.x_scalar), (y, self.y_scalar))]
         result = numpy.where(self.condition, x, y)
-        # The operands' dtypes and the scalars decide, as NumPy 2 does; NumPy
-        # 1.x would promote a 0-d operand with a Python scalar by value
-        # (float16 with 0 gave float64).
-        dtype = numpy.result_type(*self.dtypes, *[
-            s for s in (self.x_scalar, self.y_scalar) if s is not None])
         if result.dtype != dtype:
             result = result.astype(dtype)
         return (_args.array_result(result),)
@@ -57,7 +58,7 @@ class Where(PyOp):
 
 def where(condition, x, y):
     """Elements of ``x`` where ``condition`` holds, else of ``y`` (NumPy's
-    broadcasting and promotion; either operand may be a Python scalar).
+    broadcasting, ChainerX's promotion; either operand may be a scalar).
     The gradient flows to the chosen operand only."""
     like = next((a for a in (condition, x, y) if isinstance(a, _args.ndarray)), None)
     cond = _args.as_array(condition, 'condition', like)
@@ -79,9 +80,15 @@ def where(condition, x, y):
             'where: condition, x and y with shapes {} cannot be broadcast '
             'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y)))
         ) from None
-    if not inputs:
-        return _args.constant(cond, numpy.where, raw_cond, scalars[0], scalars[1])
+    if not inputs:  # two scalars: their kinds' default dtypes (int32, float32)
+        dtype = _args.result_dtype(*scalars)
+        return _args.constant(cond, _where_scalars, raw_cond, *[
+            _args.promoted_scalar('where', s, dtype) for s in scalars], dtype)
     return _args.apply(Where(raw_cond, scalars[0], scalars[1]), *inputs)
+
+
+def _where_scalars(condition, x, y, dtype):
+    return numpy.where(condition, x, y).astype(dtype, copy=False)
 
 
 def _where_ref(c, x, y):

@@ -8,8 +8,9 @@ NumPy array: the gradient silently lost. The rules:
 - A NumPy ufunc called on xgrad arrays (``numpy.tanh(a)``, ``x + a`` with a
   NumPy array or scalar ``x`` on the left) runs the xgrad op of the same
   name, so it is recorded on the graph and returns an xgrad array. NumPy
-  arrays and scalars among the operands become xgrad arrays of their own
-  dtype first (NumPy's promotion then applies as for two arrays).
+  arrays among the operands become xgrad arrays of their own dtype first;
+  NumPy bool/int/float scalars stay scalars, promoted as Python scalars are
+  (ChainerX's rule, xgrad/_dtypes.pyx).
 - A ufunc xgrad has no op for, or a ufunc method other than a plain call
   (``reduce``, ``accumulate``, ``at``, ``outer``), or ``out=``/``where=``
   keywords: NumPy computes it on the data and returns NumPy arrays, unless
@@ -58,9 +59,13 @@ def _to_numpy(value):
 
 
 def _operand(value, device):
-    """A NumPy array or scalar operand as an xgrad array of its own dtype on
-    the device of the xgrad operands; Python scalars and xgrad arrays pass."""
-    if isinstance(value, (numpy.ndarray, numpy.generic)):
+    """A NumPy array operand as an xgrad array of its own dtype on the device
+    of the xgrad operands. Scalars pass: a NumPy bool, int or float scalar
+    is a scalar to the op as a Python one is (``numpy.int8(1) + a`` keeps a
+    uint8 ``a`` uint8, as in ChainerX); other NumPy scalars (complex...)
+    become 0-d arrays."""
+    if isinstance(value, numpy.ndarray) or (
+            isinstance(value, numpy.generic) and value.dtype.kind not in 'biuf'):
         return _ops().array(value, dtype=value.dtype, device=device)
     return value
 
@@ -113,11 +118,11 @@ def array_function(func, types, args, kwargs):
 # (same arguments, NumPy's values), so that dispatching them is exact.
 _UFUNCS_WITH_OPS = frozenset((
     'absolute', 'add', 'arccos', 'arccosh', 'arcsin', 'arcsinh', 'arctan',
-    'arctan2', 'ceil', 'cos', 'cosh', 'divide', 'equal', 'exp', 'exp2',
+    'arctan2', 'bitwise_and', 'bitwise_or', 'bitwise_xor', 'ceil', 'cos', 'cosh', 'divide', 'equal', 'exp', 'exp2',
     'expm1', 'fabs', 'floor', 'floor_divide', 'fmod', 'greater',
     'greater_equal', 'isfinite', 'isinf', 'isnan', 'less', 'less_equal',
-    'log', 'log10', 'log1p', 'log2', 'logical_and', 'logical_not',
+    'left_shift', 'log', 'log10', 'log1p', 'log2', 'logical_and', 'logical_not',
     'logical_or', 'logical_xor', 'matmul', 'maximum', 'minimum', 'multiply',
-    'negative', 'not_equal', 'power', 'reciprocal', 'remainder', 'sign',
+    'negative', 'not_equal', 'power', 'reciprocal', 'remainder', 'right_shift', 'sign',
     'sin', 'sinh', 'sqrt', 'square', 'subtract', 'tan', 'tanh',
     'true_divide'))

@@ -27,7 +27,8 @@ from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.indexing import take_checked
 from xgrad._ops.logic import where
-from xgrad._ops.manipulation import getitem, reshape, scatter, transpose, view, to_device
+from xgrad._ops.manipulation import (
+    _insert_axes, getitem, reshape, scatter, transpose, view, to_device)
 from xgrad._ops.reduction import broadcast_to
 from xgrad._ops.registry import BOOL, OpInfo, Sample, register
 
@@ -71,7 +72,7 @@ def _arrays(arrays, op):
         raise TypeError('{}: arrays must be a sequence of arrays, not {}'.format(
             op, type(arrays).__name__)) from None
     if not items:
-        raise ValueError('{}: need at least one array to join'.format(op))
+        raise _args.DimensionError('{}: need at least one array to join'.format(op))
     like = next((a for a in items if isinstance(a, _args.ndarray)), None)
     xs = [_args.as_array(a, '{}: arrays[{}]'.format(op, i), like)
           for i, a in enumerate(items)]
@@ -99,6 +100,10 @@ def _join(op, xs, shapes, axis):
             '{}: shapes {} differ outside the concatenation axis {}'.format(
                 op, ', '.join(map(str, shapes)), axis))
     xs = [x if x.shape == s else reshape(x, s) for x, s in zip(xs, shapes)]
+    # ChainerX's promotion over all inputs (float16 with int64 is float16);
+    # the casts are recorded, so each gradient returns in its input's dtype.
+    dtype = _args.result_dtype(*xs)
+    xs = [x if x.dtype == dtype else x.astype(dtype) for x in xs]
     return _args.apply(Concatenate(axis, [s[axis] for s in shapes],
                                    [x.dtype for x in xs]), *xs)
 
@@ -159,6 +164,8 @@ def atleast_2d(a):
     """``a`` with at least two dimensions (1-d arrays become rows); arrays
     that have them already come back as a view, as in ChainerX."""
     x = _args.as_array(a, 'atleast_2d: a')
+    if x.ndim == 1:  # NumPy's a[newaxis, :]: the new axis has stride 0
+        return _insert_axes(x, (None, slice(None)))
     return view(x) if x.ndim >= 2 else reshape(x, _lift(x.shape, 2))
 
 
@@ -166,6 +173,9 @@ def atleast_3d(a):
     """``a`` with at least three dimensions ((n,) -> (1, n, 1), (m, n) ->
     (m, n, 1)); arrays that have them already come back as a view."""
     x = _args.as_array(a, 'atleast_3d: a')
+    if x.ndim in (1, 2):  # NumPy's a[newaxis, :, newaxis] and a[:, :, newaxis]
+        return _insert_axes(x, (None, slice(None), None) if x.ndim == 1
+                            else (slice(None), slice(None), None))
     return view(x) if x.ndim >= 3 else reshape(x, _lift(x.shape, 3))
 
 
@@ -215,6 +225,8 @@ class Split(PyOp):
 def _sections(op, indices_or_sections):
     """``indices_or_sections`` as an int (sections) or a list of ints."""
     v = indices_or_sections
+    if isinstance(v, (numpy.ndarray, _args.ndarray)) and v.ndim == 0:
+        v = v.item()  # a 0-d array is a number of sections, as in NumPy
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, (numpy.ndarray, _args.ndarray)):
@@ -483,6 +495,24 @@ def triu(m, k=0):
     return _triangle('triu', m, k, False)
 
 
+class Diagonal(PyOp):
+    """The k-th diagonal of a 2-d array as a view (NumPy's and ChainerX's
+    strides: the row and column strides added); the gradient scatters gy onto
+    that diagonal of zeros."""
+    op_name = 'diag'
+
+    def __init__(self, k, key, in_shape):
+        self.k = k
+        self.key = key  # (rows, cols) of the diagonal, for the gradient
+        self.in_shape = in_shape
+
+    def forward(self, inputs):
+        return (inputs[0].diagonal(self.k),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        return (xp.scatter(gys[0], self.key, self.in_shape),)
+
+
 def diag(v, k=0, device=None):
     """The k-th diagonal of a 2-d ``v``, or a square matrix with a 1-d ``v``
     on its k-th diagonal. ``device`` places an array-like ``v``."""
@@ -498,7 +528,7 @@ def diag(v, k=0, device=None):
         return scatter(v, (i + row0, i + col0), (n, n))
     if v.ndim == 2:
         i = numpy.arange(max(0, min(v.shape[0] - row0, v.shape[1] - col0)))
-        return getitem(v, (i + row0, i + col0))
+        return _args.apply(Diagonal(k, (i + row0, i + col0), v.shape), v)
     raise _args.DimensionError('diag: v must be 1-d or 2-d, not {}-d (shape {})'.format(
         v.ndim, v.shape))
 
