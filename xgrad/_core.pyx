@@ -630,8 +630,16 @@ cdef inline bint _known_operand(object other):
     scalars). For any other type they return NotImplemented, so that Python
     tries the other operand's reflected method (e.g. Chainer's
     ``Variable.__radd__``)."""
-    return isinstance(other, (ndarray, int, float, complex, numpy.generic, numpy.ndarray,
-                              list, tuple))
+    cdef type t = type(other)
+    if t is ndarray or t is float or t is int:  # the hot path: no tuple isinstance
+        return True
+    return isinstance(other, _OPERAND_TYPES)
+
+
+# The types _known_operand takes beyond the three exact ones it checks first
+# (looked up once, not per operator call).
+cdef tuple _OPERAND_TYPES = (ndarray, int, float, complex, numpy.generic, numpy.ndarray,
+                             list, tuple)
 
 
 @cython.no_gc_clear
@@ -791,7 +799,9 @@ cdef class ndarray:
 
     @property
     def offset(self):
-        return 0
+        """Bytes from ``data_ptr`` to the first element (a view's place in
+        the memory it views; 0 for an array that owns its memory)."""
+        return _data_address(self._data) - _data_address(_memory_owner(self._data))
 
     @property
     def device(self):
@@ -811,8 +821,9 @@ cdef class ndarray:
 
     @property
     def data_ptr(self):
-        """The address of the first element (``offset`` is always 0)."""
-        return _data_address(self._data)
+        """The address of the memory the data views (ChainerX: the first
+        element is at ``data_ptr + offset``)."""
+        return _data_address(_memory_owner(self._data))
 
     @property
     def data_size(self):
@@ -875,6 +886,10 @@ cdef class ndarray:
             yield self[i]
 
     def __bool__(self):
+        if self._data.size != 1:  # ChainerX: empty and multi-element arrays alike
+            raise DimensionError('The truth value of an array of shape {} (size {}) is '
+                                 'ambiguous; use any() or all()'.format(
+                                     self._data.shape, self._data.size))
         return bool(self._data)
 
     def __float__(self):
@@ -1361,6 +1376,9 @@ cdef class ndarray:
         return _OPS.mean(self, axis, keepdims)
 
     def reshape(self, *shape):
+        if not shape:  # as NumPy and ChainerX: a.reshape() names no shape
+            raise TypeError('reshape: a shape is required (a.reshape(shape) or '
+                            'a.reshape(*shape))')
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
         return _OPS.reshape(self, shape)
@@ -1432,6 +1450,15 @@ def _data_address(data):
     if interface is None:
         interface = data.__cuda_array_interface__
     return interface['data'][0]
+
+
+def _memory_owner(data):
+    """The array (NumPy or CuPy) at the root of raw ``data``'s chain of views:
+    the one whose memory ``data`` lies in."""
+    owner = data
+    while isinstance(owner.base, type(data)):
+        owner = owner.base
+    return owner
 
 
 def _fromrawpointer(ptr, shape, dtype, strides, device, offset, base):

@@ -91,7 +91,9 @@ def test_inplace_on_float_bitwise_is_a_dtype_error():
 def test_data_ptr_and_data_size():
     raw = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
     a = xgrad.from_numpy(raw)
-    assert a.data_ptr == raw.ctypes.data
+    assert a.data_ptr == raw.ctypes.data and a.offset == 0
     assert a.data_size == raw.nbytes
-    assert a[1].data_ptr == raw.ctypes.data + 12
+    # a view: the memory's start plus its offset, as in ChainerX
+    assert a[1].data_ptr == raw.ctypes.data and a[1].offset == 12
+    assert xgrad.arange(6)[2:4].offset == 8  # int32
     assert a[:, 0].data_size == 3 * 4 + 4

@@ -37,6 +37,36 @@ cdef class Reshape(Op):
         return (xp.reshape(gys[0], self.in_shape),)
 
 
+cdef class SizeOneAxes(Op):
+    """Insert or drop axes of length one by basic indexing (``None`` inserts,
+    ``0`` drops), so that the result is a view with NumPy's strides: kept axes
+    keep theirs, as in numpy.squeeze; inserted axes get stride 0, as in
+    numpy.atleast_2d. The gradient is a reshape back."""
+    op_name = 'reshape'
+    cdef tuple key
+    cdef tuple in_shape
+
+    cpdef forward(self, inputs):
+        x = inputs[0]
+        self.in_shape = x.shape
+        return (x[self.key],)
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        return (xp.reshape(gys[0], self.in_shape),)
+
+
+cdef object size_one_axes(ndarray x, tuple key):
+    cdef SizeOneAxes op = SizeOneAxes.__new__(SizeOneAxes)
+    op.key = key
+    return apply1(op, x)
+
+
+def _insert_axes(a, tuple key):
+    """``a[key]`` for a key of ``None`` (new axis) and ``slice(None)``
+    entries, recorded as a view op (atleast_2d/3d use it)."""
+    return size_one_axes(as_array(a, 'a'), key)
+
+
 cdef class Transpose(Op):
     op_name = 'transpose'
     cdef tuple axes
@@ -243,7 +273,12 @@ def squeeze(a, axis=None):
             if shape[i] != 1:
                 raise DimensionError('squeeze: axis {} has length {}, not 1 (shape {})'
                                      .format(i, shape[i], shape))
-    return reshape(x, tuple([n for i, n in enumerate(shape) if i not in axes]))
+    if not axes:
+        return view(x)
+    # A view that keeps the other axes' strides (a reshape would copy a
+    # non-contiguous array).
+    return size_one_axes(x, tuple([0 if i in axes else slice(None)
+                                   for i in range(len(shape))]))
 
 
 def expand_dims(a, axis):
