@@ -522,7 +522,7 @@ def test_inplace_on_gradient_is_visible_through_get_grad():
 
 def test_pickle_round_trip_keeps_data_dtype_and_device_but_no_graph():
     import pickle
-    a = xgrad.array([[1.0, 2.0], [3.0, 4.0]], device='native:1').require_grad()
+    a = xgrad.array([[1.0, 2.0], [3.0, 4.0]], 'float32', device='native:1').require_grad()
     b = pickle.loads(pickle.dumps(a * 2))
     assert b.device.name == 'native:1'
     assert b.dtype == xgrad.float32

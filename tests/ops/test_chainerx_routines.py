@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 import xgrad
+import xgrad.testing
 
 
 def _np(a):
@@ -59,6 +60,13 @@ def test_frombuffer_and_tri():
     numpy.testing.assert_array_equal(_np(xgrad.frombuffer(raw, raw.dtype, 3, 2)),
                                      numpy.frombuffer(raw, raw.dtype, 3, 2))
     assert xgrad.frombuffer(numpy.zeros(2, numpy.float32)).dtype == numpy.float32
+    # the memory is shared, as in ChainerX
+    raw = numpy.arange(4, dtype=numpy.int32)
+    shared = xgrad.frombuffer(raw, raw.dtype)
+    raw += 10
+    numpy.testing.assert_array_equal(_np(shared), [10, 11, 12, 13])
+    buffer = xgrad.testing._DeviceBuffer([1, 2, 3, 4, 5, 6], (2, 3), 'int32')
+    numpy.testing.assert_array_equal(_np(xgrad.frombuffer(buffer, 'int32')), [1, 2, 3, 4, 5, 6])
     numpy.testing.assert_array_equal(_np(xgrad.tri(3, 4, 1)),
                                      numpy.tri(3, 4, 1, dtype=numpy.float32))
     assert xgrad.tri(2).dtype == numpy.float32

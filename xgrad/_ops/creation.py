@@ -1,13 +1,18 @@
 """Array creation: array, asarray, full, zeros, ones, empty, the ``*_like``
 forms, arange, linspace, eye, and the NumPy bridges.
 
-Like ChainerX, a Python float becomes float32 (xgrad's default float dtype)
-unless a dtype is given; integers and bools keep NumPy's dtypes.
+As in ChainerX: ``array`` of Python values takes NumPy's dtype (floats
+float64, ints int64); ``full``/``arange`` of Python scalars and the creation
+functions without a dtype use ChainerX's defaults (float32, int32 for an
+int fill value or range, bool).
 """
+
+import math
 
 import numpy
 
 from xgrad import _core
+from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad import _errors
 from xgrad._errors import DtypeError
@@ -32,13 +37,6 @@ def _device(device):
         _core.get_default_context().get_device(device)
 
 
-def _inferred(data, dtype):
-    """NumPy data converted from Python values: float64 becomes float32."""
-    if dtype is None and data.dtype == numpy.float64:
-        return data.astype(DEFAULT_FLOAT)
-    return data
-
-
 def array(object, dtype=None, copy=True, device=None):
     """A new array from an xgrad array (a recorded copy), a NumPy or CuPy
     array or nested Python sequences. Same signature as ``chainerx.array``."""
@@ -60,7 +58,9 @@ def array(object, dtype=None, copy=True, device=None):
         # (copy=None is NumPy 2 only; asarray copies only when it must on both)
         data = numpy.array(obj, dtype=dtype, copy=True) if copy else numpy.asarray(obj, dtype)
     else:
-        data = _inferred(numpy.array(obj, dtype=dtype), dtype)
+        # NumPy's dtype for Python values, as ChainerX (which converts with
+        # numpy.array): floats are float64, ints int64.
+        data = numpy.array(obj, dtype=dtype)
     if data.dtype.kind in 'OUSVM':
         raise TypeError('cannot make an xgrad array from {} (dtype {})'.format(
             type(obj).__name__, data.dtype))
@@ -90,10 +90,18 @@ def ascontiguousarray(a, dtype=None):
 
 def frombuffer(buffer, dtype='float32', count=-1, offset=0, device=None):
     """A 1-d array over the bytes of ``buffer`` (NumPy's ``frombuffer``),
-    copied onto ``device``."""
+    sharing that memory as ChainerX does: writes through ``buffer`` show in
+    the array (a read-only buffer gives a read-only array). Host memory
+    cannot back a GPU array: DeviceError for a GPU ``device``."""
+    target = _device(device)
+    if not target.is_native:
+        raise _errors.DeviceError('frombuffer: a Python buffer is host memory and cannot '
+                                  'back an array on {}'.format(target.name))
     data = numpy.frombuffer(buffer, dtype=default_dtype(dtype), count=count,
                             offset=offset)
-    return _core._array_of(data.copy(), _device(device))
+    if not data.flags.aligned:  # an odd offset: the kernels need aligned elements
+        data = data.copy()
+    return _core._array_of(data, target)
 
 
 def tri(N, M=None, k=0, dtype='float32', device=None):
@@ -264,11 +272,22 @@ def full_like(a, fill_value, device=None, *, dtype=None):
 
 
 def arange(start, stop=None, step=None, dtype=None, device=None):
-    """Evenly spaced values in [start, stop), as ``numpy.arange``; a float
-    range is float32 unless ``dtype`` is given."""
-    data = numpy.arange(start, stop, step, dtype=None if dtype is None else
-                        default_dtype(dtype))
-    return _core._array_of(_inferred(data, dtype), _device(device))
+    """Evenly spaced values in [start, stop), as ``numpy.arange``. Without
+    ``dtype``, ChainerX's default dtype of the arguments' kind: int32 for
+    ints, float32 if any is a float."""
+    if step is not None and step == 0:
+        raise _errors.XgradError('arange: step must not be zero')
+    if dtype is None:
+        dtype = _dtypes.result_type(*[v for v in (start, stop, step) if v is not None])
+    dtype = default_dtype(dtype)
+    if dtype == numpy.bool_:  # only [False, True] can be spelled in bools
+        first, last = (0, start) if stop is None else (start, stop)
+        length = max(0, math.ceil((last - first) / (1 if step is None else step)))
+        if length > 2:
+            raise DtypeError('arange: a bool range holds at most 2 values (False, True), '
+                             'not {}'.format(length))
+    data = numpy.arange(start, stop, step, dtype=dtype)
+    return _core._array_of(data, _device(device))
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None, device=None):

@@ -28,5 +28,5 @@ from xgrad.testing.dtypes import (  # NOQA
     all_dtypes, float_dtypes, integral_dtypes, nonfloat_dtypes, numeric_dtypes,
     parametrize_dtype_specifier, signed_dtypes, signed_integral_dtypes, unsigned_dtypes)
 from xgrad.testing._numpy_comparison import (  # NOQA
-    _fromnumpy, assert_allclose_ex, assert_array_equal_ex, ignore,
+    _DeviceBuffer, _fromnumpy, assert_allclose_ex, assert_array_equal_ex, ignore,
     numpy_chainerx_allclose, numpy_chainerx_array_equal)

@@ -202,3 +202,20 @@ def _fromnumpy(a, keepstrides=False, device=None):
     copy = numpy.lib.stride_tricks.as_strided(base, a.shape, a.strides)
     copy[...] = a
     return _core._array_of(copy, device)
+
+
+class _DeviceBuffer(numpy.ndarray):
+    """ChainerX's ``testing._DeviceBuffer(values, shape, dtype, device=None)``:
+    memory on a device that ``frombuffer`` reads without copying. On xgrad's
+    native devices that memory is host memory, so the buffer is a NumPy array
+    (it has the buffer protocol); GPU memory has no Python buffer and is
+    refused with DeviceError."""
+
+    def __new__(cls, values, shape, dtype, device=None):
+        from xgrad._device import get_device
+        from xgrad._errors import DeviceError
+        device = get_device(device)
+        if not device.is_native:
+            raise DeviceError('_DeviceBuffer: {} memory has no Python buffer; only '
+                              'native devices are supported'.format(device.name))
+        return numpy.array(values, dtype).reshape(shape).view(cls)
