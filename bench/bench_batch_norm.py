@@ -73,7 +73,8 @@ def build_xgrad(xgrad, data):
     def step():
         for p in (x, gamma, beta):
             p.cleargrad()
-        y = batch_norm(x, gamma, beta, running_mean, running_var, eps=EPS, decay=DECAY)
+        y = batch_norm(x, gamma, beta, running_mean, running_var, eps=EPS, decay=DECAY,
+                       axis=(0, 2, 3))
         y.backward(grad_outputs=[gy])
         return y, [x.grad, gamma.grad, beta.grad]
 

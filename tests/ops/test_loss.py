@@ -114,10 +114,21 @@ def test_sigmoid_cross_entropy_matches_torch():
     numpy.testing.assert_allclose(xa.grad.to_numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
+def test_sigmoid_cross_entropy_labels_beyond_binary_enter_linearly():
+    # ChainerX (and Chainer) take any integer label: loss = log(1 + e^x) - x t.
+    x = _a([[0.5, -1.5], [2.0, 0.25]]).require_grad()
+    t = numpy.array([[2, -3], [-1, 5]])
+    loss = xgrad.sigmoid_cross_entropy(x, _labels(t))
+    xv = x.to_numpy()
+    numpy.testing.assert_allclose(loss.to_numpy(), numpy.where(
+        t == -1, 0, numpy.logaddexp(0, xv) - xv * t), rtol=1e-12)
+    gy = _a([[1.0, 2.0], [3.0, -1.0]])
+    xgrad.check_backward(lambda xs: (xgrad.sigmoid_cross_entropy(xs[0], _labels(t)),),
+                         [x], [gy], [xgrad.full((2, 2), 1e-3, 'float64')])
+
+
 def test_sigmoid_cross_entropy_bad_input():
     x = xgrad.zeros((2, 2))
-    with pytest.raises(ValueError, match='sigmoid_cross_entropy: x2 holds label 2'):
-        xgrad.sigmoid_cross_entropy(x, _labels([[0, 1], [2, 0]]))
     with pytest.raises(xgrad.DimensionError, match='x2 has shape'):
         xgrad.sigmoid_cross_entropy(x, _labels([0, 1]))
     with pytest.raises(xgrad.DtypeError, match='x1'):
@@ -223,6 +234,11 @@ def test_accuracy():
     # (N, C, L) scores with (N, L) labels
     y3 = _a([[[1.0, 0.0], [0.0, 1.0]]])
     assert xgrad.accuracy(y3, _labels([[0, 0]])).to_numpy() == 0.5
+    # trailing singleton axes of y beyond t's (Chainer's rule)
+    y5 = y.reshape((4, 3, 1, 1))
+    assert xgrad.accuracy(y5, _labels([1, 0, 0, 2])).to_numpy() == 0.75
+    with pytest.raises(xgrad.DimensionError, match='non-singleton'):
+        xgrad.accuracy(_a(numpy.zeros((4, 3, 2))), _labels([1, 0, 0, 2]))
 
 
 def test_accuracy_has_no_gradient_and_checks_input():

@@ -23,18 +23,22 @@ def test_closed_form_over_batch_axis():
     numpy.testing.assert_allclose(y.to_numpy(), [[-1.0, 8.0], [1.0, 12.0]])
 
 
-def test_axis_none_follows_the_channel_shape_of_gamma():
+def test_axis_none_is_the_first_axis_as_in_chainerx():
     x, = _arrays((3, 2, 4, 5))
-    # gamma (C,): over (0, 2, 3), every channel normalized to mean 0, variance 1
-    y = xgrad.batch_norm(xgrad.array(x), xgrad.ones((2,), 'float64'),
-                         xgrad.zeros((2,), 'float64'), eps=0).to_numpy()
-    numpy.testing.assert_allclose(y.mean(axis=(0, 2, 3)), 0, atol=1e-12)
-    numpy.testing.assert_allclose(y.var(axis=(0, 2, 3)), 1)
-    # gamma (C, H, W): over axis 0 only
+    # ChainerX's default axis (0,): parameters of shape (C, H, W)
     y = xgrad.batch_norm(xgrad.array(x), xgrad.ones((2, 4, 5), 'float64'),
                          xgrad.zeros((2, 4, 5), 'float64'), eps=0).to_numpy()
     numpy.testing.assert_allclose(y.mean(axis=0), 0, atol=1e-12)
     numpy.testing.assert_allclose(y.var(axis=0), 1)
+    # per-channel statistics name their axes (as Chainer passes them)
+    y = xgrad.batch_norm(xgrad.array(x), xgrad.ones((2,), 'float64'),
+                         xgrad.zeros((2,), 'float64'), eps=0, axis=(0, 2, 3)).to_numpy()
+    numpy.testing.assert_allclose(y.mean(axis=(0, 2, 3)), 0, atol=1e-12)
+    numpy.testing.assert_allclose(y.var(axis=(0, 2, 3)), 1)
+    # ChainerX's DimensionError: gamma (C,) does not fit the default axis
+    with pytest.raises(xgrad.DimensionError, match='keeps 40 elements'):
+        xgrad.batch_norm(xgrad.array(x), xgrad.ones((2,), 'float64'),
+                         xgrad.zeros((2,), 'float64'))
 
 
 def test_explicit_axis_and_parameter_shape():
@@ -65,8 +69,8 @@ def test_fixed_batch_norm_closed_form():
 def test_fixed_batch_norm_with_batch_statistics_is_batch_norm():
     x, g, b = _arrays((5, 3, 2), (3,), (3,))
     mean, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
-    y1 = xgrad.batch_norm(*map(xgrad.array, (x, g, b)))
-    y2 = xgrad.fixed_batch_norm(*map(xgrad.array, (x, g, b, mean, var)))
+    y1 = xgrad.batch_norm(*map(xgrad.array, (x, g, b)), axis=(0, 2))
+    y2 = xgrad.fixed_batch_norm(*map(xgrad.array, (x, g, b, mean, var)), axis=(0, 2))
     numpy.testing.assert_allclose(y1.to_numpy(), y2.to_numpy(), rtol=1e-12, atol=1e-12)
 
 
@@ -79,7 +83,7 @@ def test_running_statistics_update_in_place():
     running_var = xgrad.array([1.0, 2.0, 3.0], dtype="float64")
     old_mean, old_var = running_mean.to_numpy().copy(), running_var.to_numpy().copy()
     xgrad.batch_norm(xgrad.array(x), xgrad.ones((3,), 'float64'), xgrad.zeros((3,), 'float64'),
-                     running_mean, running_var, decay=0.7)
+                     running_mean, running_var, decay=0.7, axis=(0, 2))
     n = 6 * 2
     mean = x.mean(axis=(0, 2))
     unbiased = x.var(axis=(0, 2)) * n / (n - 1)
@@ -92,7 +96,7 @@ def test_running_statistics_keep_their_shape_and_dtype():
     running_mean = xgrad.zeros((1, 2, 1), 'float16')
     running_var = xgrad.ones((2,), 'float64')
     xgrad.batch_norm(xgrad.array(x), xgrad.ones((2,)), xgrad.zeros((2,)),
-                     running_mean, running_var)
+                     running_mean, running_var, axis=(0, 2))
     assert running_mean.shape == (1, 2, 1) and running_mean.dtype == numpy.float16
     assert running_var.dtype == numpy.float64
     numpy.testing.assert_allclose(running_mean.to_numpy().ravel(),
@@ -205,7 +209,8 @@ def test_integer_inputs_raise_dtype_error():
     ((4,), (3,), None, 'gamma has shape'),
     ((3,), (2,), None, 'beta has shape'),
     ((3,), (3,), (1,), 'gamma has shape'),
-    ((4, 3), (4, 3), None, 'no batch axis'),
+    ((4, 3), (4, 3), None, r'gamma has shape \(4, 3\) \(12 elements\)'),
+    ((3,), (3,), 2, 'axis 2 is out of range'),
 ])
 def test_mismatched_parameters_raise_dimension_error(gamma_shape, beta_shape, axis, match):
     running_mean = xgrad.zeros((3,), 'float64')

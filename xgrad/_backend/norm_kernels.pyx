@@ -114,7 +114,9 @@ cdef void _backward(const real* gy, const real* x, const real* mean,
                     out[j] = <real>(grow[j] * scale + xrow[j] * a + b)
 
 
-def _forward_range(real[:, :, ::1] x, real[::1] gamma, real[::1] beta,
+# The inputs are const memoryviews, so that read-only data (a frozen
+# parameter, a broadcast or a NumPy array marked read-only) is accepted.
+def _forward_range(const real[:, :, ::1] x, const real[::1] gamma, const real[::1] beta,
                    real[:, :, ::1] y, real[::1] mean, real[::1] var, double eps,
                    Py_ssize_t c0, Py_ssize_t c1):
     with nogil:
@@ -122,8 +124,8 @@ def _forward_range(real[:, :, ::1] x, real[::1] gamma, real[::1] beta,
                  x.shape[0], x.shape[1], x.shape[2], eps, c0, c1)
 
 
-def _backward_range(real[:, :, ::1] gy, real[:, :, ::1] x, real[::1] mean,
-                    real[::1] inv_std, real[::1] gamma, real[:, :, ::1] gx,
+def _backward_range(const real[:, :, ::1] gy, const real[:, :, ::1] x, const real[::1] mean,
+                    const real[::1] inv_std, const real[::1] gamma, real[:, :, ::1] gx,
                     real[::1] ggamma, real[::1] gbeta, Py_ssize_t c0, Py_ssize_t c1):
     cdef real* gxp = NULL if gx is None else &gx[0, 0, 0]
     with nogil:

@@ -503,7 +503,11 @@ def conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, *, dilate=1, gro
                 'size {}, which is not positive'.format(x.shape, w.shape, geom.stride,
                                                         geom.pad, outsize))
     else:
-        outsize = spatial_tuple(outsize, len(spatial), 'outsize', 'conv_transpose', 1)
+        outsize = spatial_tuple(outsize, len(spatial), 'outsize', 'conv_transpose',
+                                -2 ** 63)
+        if any(l < 1 for l in outsize):  # an output shape: ChainerX's DimensionError
+            raise _args.DimensionError('conv_transpose: outsize {} must be positive for '
+                                       'every axis'.format(outsize))
         cover_all = any(out_size(l, k, s, p, dl) != d
                         for l, d, (k, s, p, dl) in zip(outsize, spatial, params))
         if any(out_size(l, k, s, p, dl, cover_all) != d

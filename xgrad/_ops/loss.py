@@ -128,12 +128,13 @@ def gaussian_kl_divergence(mean, ln_var, reduce='no'):
 
 class SigmoidCrossEntropy(PyOp):
     """loss = log(1 + exp(-|x|)) + max(x, 0) - x * t where t != -1, else 0;
-    gx = gy * (sigmoid(x) - t), 0 where ignored. The forward computes the
-    last two terms as max(x * (1 - 2t), 0), which does not cancel."""
+    gx = gy * (sigmoid(x) - t), 0 where ignored. Any integer label other
+    than -1 enters linearly, as in ChainerX and Chainer (0 and 1 are the
+    binary targets)."""
     op_name = 'sigmoid_cross_entropy'
 
     def __init__(self, t):
-        self.t = t  # raw int labels, -1 / 0 / 1
+        self.t = t  # raw int labels, -1: ignored
 
     def forward(self, inputs):
         x = inputs[0]
@@ -143,12 +144,10 @@ class SigmoidCrossEntropy(PyOp):
         keep = self.t != -1
         self.target = (self.t * keep).astype(work)
         self.keep = keep.astype(work)
-        if cuda.on_gpu(self.t):  # labels not checked on the host: NaN where invalid
-            invalid = keep & (self.t != 0) & (self.t != 1)
-            self.keep = numpy.where(invalid, numpy.nan, self.keep).astype(work)
         xw = x.astype(work, copy=False)
         loss = numpy.log1p(numpy.exp(-numpy.abs(xw)))
-        loss += numpy.maximum(xw * (1 - 2 * self.target), 0)
+        loss += numpy.maximum(xw, 0)
+        loss -= xw * self.target
         loss *= self.keep
         return (loss.astype(x.dtype, copy=False),)
 
@@ -161,18 +160,16 @@ class SigmoidCrossEntropy(PyOp):
 
 
 def sigmoid_cross_entropy(x1, x2):
-    """Cross entropy of the sigmoid of logits ``x1`` against binary labels
-    ``x2`` (integers 0 or 1, -1 to ignore; same shape), elementwise. Float
-    logits only; the gradient goes to ``x1``."""
+    """Cross entropy of the sigmoid of logits ``x1`` against integer labels
+    ``x2`` (same shape; -1 to ignore), elementwise:
+    ``log(1 + exp(x1)) - x1 * x2``. The binary targets are 0 and 1; other
+    labels enter linearly, as in ChainerX. Float logits only; the gradient
+    goes to ``x1``."""
     op = 'sigmoid_cross_entropy'
     x1 = _args.as_array(x1, 'x1')
     x2 = _args.as_array(x2, 'x2', x1)
     _args.require_float(x1, op, 'x1')
     t = _labels(op, 'x2', x2, x1.shape)
-    bad = (t != 0) & (t != 1) & (t != -1)
-    if not cuda.on_gpu(t) and bad.any():  # (on a GPU: NaN losses, see the op)
-        raise ValueError('{}: x2 holds label {}; labels are 0, 1 or -1 (ignored)'.format(
-            op, t[bad][0]))
     _args.same_device([x1, x2], op)
     return _args.apply(SigmoidCrossEntropy(t), x1)
 
@@ -311,7 +308,7 @@ def hinge(x1, x2, norm=1.0):
 
 def accuracy(y, t, ignore_label=None):
     """The fraction of samples whose highest score in ``y`` (N, C, ...) is at
-    the label in ``t`` (N, ...), as a 0-d array of ``y``'s dtype; labels
+    the label in ``t`` (N, ...; y may have extra trailing axes of size 1), as a 0-d array of ``y``'s dtype; labels
     equal to ``ignore_label`` are left out (0 when all are). Chainer's
     ``accuracy``; no gradient."""
     op = 'accuracy'
@@ -324,8 +321,15 @@ def accuracy(y, t, ignore_label=None):
     if ignore_label is not None and not isinstance(ignore_label, (int, numpy.integer)):
         raise TypeError('{}: ignore_label must be an int or None, not {}'.format(
             op, type(ignore_label).__name__))
-    labels = _labels(op, 't', t, y.shape[:1] + y.shape[2:])
+    # y's axes after t's may only be singletons ((10, 3, 1) scores t (10,)),
+    # as in Chainer and ChainerX.
+    labels = _labels(op, 't', t, y.shape[:1] + y.shape[2:t.ndim + 1])
+    if any(n != 1 for n in y.shape[t.ndim + 1:]):
+        raise _args.DimensionError('{}: y of shape {} has non-singleton axes beyond the '
+                                   'label shape {}'.format(op, y.shape, t.shape))
     _args.same_device([y, t], op)
+    if y.ndim > t.ndim + 1:
+        y = y.reshape(y.shape[:t.ndim + 1])
     return _args.constant(y, _accuracy, _args.raw(y), labels, ignore_label)
 
 

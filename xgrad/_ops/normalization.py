@@ -2,12 +2,12 @@
 batch and updates running averages in place) and ``fixed_batch_norm``
 (normalizes with given statistics, as at inference).
 
-Axes follow ChainerX: ``axis`` names the reduced axes; ``axis=None`` reduces
-the first axis and every axis after the channel shape, which is the shape of
-``gamma`` (``x`` of shape (N, C, H, W) with ``gamma`` of shape (C,) is
-normalized over (0, 2, 3); with ``gamma`` of shape (C, H, W), over (0,)).
+Axes follow ChainerX: ``axis`` names the reduced axes, ``axis=None`` is
+``(0,)`` (``x`` of shape (N, C, H, W) takes ``axis=(0, 2, 3)`` for
+per-channel statistics with ``gamma`` of shape (C,); Chainer's
+``batch_normalization`` derives that axis from ``gamma`` and passes it).
 ``gamma``, ``beta`` and the statistics must have as many elements as the
-reduced ``x`` keeps; their own shapes are kept.
+reduced ``x`` keeps (DimensionError otherwise); their own shapes are kept.
 
 Both are one op each, differentiable twice. The kernels work on ``x``
 reshaped so that neighbouring axes that are all reduced or all kept become
@@ -93,15 +93,8 @@ class _Layout:
 
 def _layout(op, x, gamma, axis):
     """The ``_Layout`` of ``x`` for ``axis`` (None: derived from ``gamma``)."""
-    if axis is None:
-        if x.ndim <= gamma.ndim:
-            raise _args.DimensionError(
-                '{}: x of shape {} has no batch axis before the channel shape {} of '
-                'gamma (x needs at least gamma.ndim + 1 = {} dimensions)'.format(
-                    op, x.shape, gamma.shape, gamma.ndim + 1))
-        axes = (0,) + tuple(range(1 + gamma.ndim, x.ndim))
-    else:
-        axes = _args.normalize_axes(axis, x.ndim)
+    axes = _args.normalize_axes((0,) if axis is None else axis, x.ndim,
+                                '{}: axis'.format(op))
     return _Layout(x.shape, axes)
 
 
@@ -350,10 +343,7 @@ def fixed_batch_norm(x, gamma, beta, mean, var, eps=2e-5, axis=None):
 # Registry
 
 def _ref_layout(x, gamma, axis):
-    if axis is None:
-        axes = (0,) + tuple(range(1 + gamma.ndim, x.ndim))
-    else:
-        axes = tuple(sorted(a % x.ndim for a in numpy.atleast_1d(axis)))
+    axes = tuple(sorted(a % x.ndim for a in numpy.atleast_1d(0 if axis is None else axis)))
     keep = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
     return axes, keep
 
@@ -372,8 +362,8 @@ def _batch_norm_ref(x, gamma, beta, eps=2e-5, decay=0.9, axis=None):
 
 
 _NORM_SAMPLES = [
-    ((4, 3), (3,), {}),                   # (N, C): over axis 0
-    ((3, 2, 2, 2), (2,), {}),             # (N, C, H, W): over (0, 2, 3)
+    ((4, 3), (3,), {}),                   # (N, C): over axis 0 (the default)
+    ((3, 2, 2, 2), (2,), {'axis': (0, 2, 3)}),  # (N, C, H, W), per channel
     ((3, 2, 3), (2, 3), {}),              # channel shape (C, L): over axis 0
     ((2, 3, 4), (2, 4), {'axis': 1}),     # kept axes on both sides of the reduced one
     ((4, 3), (3,), {'axis': -2, 'eps': 0.5}),
@@ -385,7 +375,7 @@ register(OpInfo(
     samples=[Sample(x, g, g, **kw) for x, g, kw in _NORM_SAMPLES]
     + [Sample((4, 3), Arg((3,), dtype=F64), Arg((3,), dtype=F64), name='f64-params'),
        # rows of 16: the native kernels (float32/float64 x)
-       Sample((2, 2, 4, 4), (2,), (2,), name='native-2x2x4x4')],
+       Sample((2, 2, 4, 4), (2,), (2,), axis=(0, 2, 3), name='native-2x2x4x4')],
     # x distinct: no group of nearly equal elements, whose variance near 0
     # makes the second derivatives ill-conditioned
     domain=(distinct, real, real)))

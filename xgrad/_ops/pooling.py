@@ -181,7 +181,8 @@ class _Average:
                                                       geom.pad, spatial)):
                 start = numpy.arange(l) * s
                 inside = numpy.minimum(start + k, p + d) - numpy.maximum(start, p)
-                inside = numpy.maximum(inside, 0)  # 0 (a nan average) when all padding
+                # Not clamped at 0, as in ChainerX and Chainer: a window wholly in
+                # the padding has a count <= 0, so its average is 0 (-0) or nan.
                 shape = [1] * (2 + len(outsize))
                 shape[2 + axis] = l
                 count = count * inside.reshape(shape)
