@@ -44,16 +44,16 @@ from xgrad._errors import (
     NotImplementedError as NotImplementedError,
     XgradError as XgradError,
 )
-from xgrad._gradient_check import (
-    check_backward as check_backward,
-    check_double_backward as check_double_backward,
-)
 from xgrad._ops.registry import (
     Arg as Arg,
     OpInfo as OpInfo,
     Sample as Sample,
     op_info as op_info,
     registered_ops as registered_ops,
+)
+from xgrad.testing._checks import (
+    check_backward as check_backward,
+    check_double_backward as check_double_backward,
 )
 
 __version__: str
