@@ -242,3 +242,86 @@ def test_check_double_backward_grad_output_not_differentiable():
             (_ones(),),
             (_ones(),),
             _eps(2))
+
+
+def test_check_double_backward_accepts_grad_outputs_as_keywords():
+    # The eps/atol/rtol keywords of ChainerX's signature.
+    xgrad.check_double_backward(
+        _square, (_array([1, 2, 3]).require_grad(),), (_ones().require_grad(),),
+        (_ones(),), eps=_eps(2), atol=1e-4, rtol=1e-3)
+
+
+def test_check_backward_eps_of_wrong_dtype():
+    with pytest.raises(xgrad.XgradError, match='dtype float64, but input 0 has dtype float32'):
+        xgrad.check_backward(
+            _square,
+            (_array([1, 2, 1]).require_grad(),),
+            (_array([0, -2, 1]),),
+            (xgrad.full((3,), 1e-3, xgrad.float64),))
+
+
+# ---------------------------------------------------------------------------
+# One implementation: xgrad.check_backward is xgrad.testing.check_backward.
+# What a ChainerX-style call (eps given as one xgrad array per input) gets
+# that other calls do not: ChainerX's default tolerance, its
+# double-backprop-option check, and its strict check_double_backward.
+
+def test_one_implementation():
+    import xgrad.testing
+    assert xgrad.check_backward is xgrad.testing.check_backward
+    assert xgrad.check_double_backward is xgrad.testing.check_double_backward
+    result = xgrad.check_backward(
+        _square, (_array([1, 2, 1]).require_grad(),), (_array([0, -2, 1]),), _eps(1))
+    assert isinstance(result, xgrad.testing.GradientCheckResult) and result.order == 1
+
+
+def test_default_tolerance_chainerx_style_and_per_dtype():
+    # b - n = 1e-3 with n = 0.25: out of ChainerX's default (1e-5 + 1e-4 * 0.25),
+    # within float32's default_tolerance (2e-3 + 2e-3 * 0.25).
+    with pytest.raises(xgrad.GradientCheckError, match=r'atol 1e-05, rtol 0\.0001'):
+        _check_biased_scale(1e-3)
+    result = xgrad.check_backward(
+        lambda xs: _BiasedScale(1e-3).apply(xs), (_array([1, 2, 3]).require_grad(),),
+        (_ones(),), 2 ** -6)
+    assert result.worst_abs == pytest.approx(1e-3, rel=1e-3)
+
+
+class _DetachedSquare(xgrad.FunctionNode):
+    """y = x * x whose backward computes on raw NumPy data: right values,
+    but a gradient that never joins the graph, even with double backprop."""
+
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        x, = inputs
+        return x * x,
+
+    def backward(self, target_input_indexes, grad_outputs):
+        x, = self.get_retained_inputs()
+        gy, = grad_outputs
+        return xgrad.array(2 * x.to_numpy() * gy.to_numpy()),
+
+
+def test_double_backprop_option_check_in_chainerx_style_call():
+    x, gy = _array([1, 2, 1]).require_grad(), _array([0, -2, 1])
+    with pytest.raises(xgrad.GradientCheckError,
+                       match="Gradient 0 / 1 is not connected to the graph .* even when "
+                             "double-backprop is enabled"):
+        xgrad.check_backward(lambda xs: _DetachedSquare().apply(xs), (x,), (gy,), _eps(1),
+                             1e-3, 1e-3)
+    # Not a ChainerX-style call: first derivatives only (they are right).
+    xgrad.check_backward(lambda xs: _DetachedSquare().apply(xs), (x,), (gy,))
+
+
+def test_argument_errors_are_also_value_errors():
+    with pytest.raises(ValueError, match='are identical'):
+        xgrad.check_backward(lambda xs: (xs[0],), (_array([1, 2, 1]).require_grad(),),
+                             (_array([0, -2, 1]),), _eps(1))
+    assert issubclass(xgrad.testing.GradientCheckArgumentError, xgrad.GradientCheckError)
+
+
+def test_double_backward_constants_outside_chainerx_style_calls():
+    # Without eps arrays an input that does not require grad is a constant and
+    # grad_outputs are differentiated whether they require grad or not.
+    xgrad.check_double_backward(
+        _product, (_array([1, 2, 3]).require_grad(), _ones()), (_ones(),), (_ones(), None),
+        atol=1e-4, rtol=1e-3)

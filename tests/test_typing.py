@@ -48,6 +48,30 @@ def test_mypy_catches_a_real_mistake(tmp_path):
     assert 'has no attribute "no_such_op"' in proc.stdout, proc.stdout
 
 
+@pytest.mark.skipif(importlib.util.find_spec('mypy') is None,
+                    reason='mypy is not installed (pip install -e ".[test]")')
+def test_mypy_knows_results_that_are_not_one_array(tmp_path):
+    """Misusing a list, a tuple, a bool or None as an array is found (with
+    every result typed ndarray it was not, and the correct uses in
+    user_script.py were errors)."""
+    bad = ROOT / 'tests' / 'typing' / '_bad_results.py'
+    bad.write_text('import xgrad\nx = xgrad.ones((2, 3))\n'
+                   'xgrad.broadcast_arrays(x, x).grad\n'
+                   'xgrad.meshgrid(x, x).shape\n'
+                   'xgrad.lstm(x, x).shape\n'
+                   'xgrad.is_available().shape\n'
+                   'xgrad.copyto(x, x).shape\n')
+    try:
+        proc = _mypy(str(bad.relative_to(ROOT)))
+    finally:
+        bad.unlink()
+    assert proc.returncode == 1
+    for line, what in [(3, 'List[ndarray]'), (4, 'List[ndarray]'),
+                       (5, 'tuple[ndarray, ndarray]'), (6, 'bool'), (7, 'None')]:
+        assert ':{}: error'.format(line) in proc.stdout and what in proc.stdout.replace(
+            'Tuple[', 'tuple[').replace('list[', 'List['), (line, what, proc.stdout)
+
+
 def test_user_script_runs():
     proc = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
@@ -92,7 +116,8 @@ def test_every_public_function_has_its_real_signature():
     for n in _public_functions():
         signature = inspect.signature(getattr(xgrad, n))
         if n in VARIADIC:
-            assert str(signature) == VARIADIC[n], (n, str(signature))
+            parameters = signature.replace(return_annotation=inspect.Signature.empty)
+            assert str(parameters) == VARIADIC[n], (n, str(signature))
             continue
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                for p in signature.parameters.values()):

@@ -32,7 +32,6 @@ from xgrad import linalg  # NOQA
 from xgrad import random  # NOQA
 from xgrad._numpy_fallbacks import (  # NOQA
     copysign, fix, broadcast_arrays, is_available, _to_cupy)
-from xgrad._gradient_check import check_backward, check_double_backward  # NOQA
 
 __version__ = '0.1.0'
 
@@ -59,6 +58,9 @@ NINF = float('-inf')
 nan = NaN = NAN = float('nan')
 PZERO = 0.0
 NZERO = -0.0
+
+# The gradient checks: one implementation, also xgrad.testing.check_backward.
+from xgrad.testing._checks import check_backward, check_double_backward  # NOQA
 
 # ChainerX's dtype is NumPy's: ``isinstance(x.dtype, xgrad.dtype)`` holds.
 dtype = _numpy.dtype

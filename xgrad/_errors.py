@@ -49,7 +49,20 @@ class GradientError(XgradError):
 
 
 class GradientCheckError(XgradError):
-    """A numerical gradient check found the analytic gradient wrong."""
+    """A numerical gradient check found the analytic gradient wrong (or, as
+    :class:`GradientCheckArgumentError`, could not run: see there)."""
+
+
+class GradientCheckArgumentError(GradientCheckError, builtins.ValueError):
+    """``check_backward`` / ``check_double_backward`` (or ``numerical_grad``)
+    called with arguments that do not fit: eps, grad_outputs or
+    grad_grad_inputs of the wrong length, shape or dtype, inputs that are
+    not leaves, an output identical to an input, and, for a ChainerX-style
+    call, inputs or grad_outputs of check_double_backward that do not
+    require grad. It is no verdict on the gradients (it carries no
+    ``.result``). It is a GradientCheckError, hence an XgradError, as in
+    ChainerX, which raises ChainerxError or GradientCheckError for these,
+    and also a ValueError, as bad arguments are in Python."""
 
 
 class BackpropModeError(XgradError):

@@ -8,6 +8,8 @@ fallbacks refuse arrays on a graph); ``fix`` has a zero gradient, so its
 result is not connected.
 """
 
+from typing import List
+
 from xgrad import _core
 from xgrad._errors import DeviceError
 
@@ -56,7 +58,7 @@ def copysign(x1, x2):
                          _core._array_of(xp.asarray(flip, result.dtype), device))
 
 
-def broadcast_arrays(*args):
+def broadcast_arrays(*args) -> List[_core.ndarray]:
     """The arrays broadcast to their common shape (a list, as ChainerX's)."""
     from xgrad import _ops
     device = _device_of(*args)
@@ -67,7 +69,7 @@ def broadcast_arrays(*args):
     return [a if a.shape == shape else _ops.broadcast_to(a, shape) for a in args]
 
 
-def is_available():
+def is_available() -> bool:
     """Always True: ChainerX's check that its compiled core exists."""
     return True
 

@@ -1,6 +1,6 @@
 """A user's typed script: mypy must find nothing wrong in it
 (tests/test_typing.py)."""
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy
 
@@ -24,4 +24,20 @@ worst: float = result.worst_abs
 same = xgrad.check_backward
 scores = xgrad.ones((2, 3), xgrad.float64)
 loss = xgrad.mean(xgrad.softmax_cross_entropy(scores, xgrad.array([0, 1])))
+# Results that are not one array (the stub takes them from the functions'
+# return annotations): mypy must see each as what it is.
+if xgrad.is_available():  # bool
+    a, b = xgrad.broadcast_arrays(x, xgrad.ones((1, 1, 1, 4), xgrad.float64))
+    first: Optional[xgrad.ndarray] = a.grad
+    parts: List[xgrad.ndarray] = xgrad.split(scores, 3, axis=1) + xgrad.meshgrid(
+        xgrad.arange(2), xgrad.arange(3))
+    c, h = xgrad.lstm(xgrad.zeros((1, 2)), xgrad.ones((1, 8)))
+    flag: bool = xgrad.is_available()
+    dst = xgrad.zeros((2, 3))
+    xgrad.copyto(dst, scores)  # returns None
+    host: numpy.ndarray = xgrad.to_numpy(b)
+    indices: Tuple[xgrad.ndarray, ...] = xgrad.nonzero(scores)
+    assert a.shape == b.shape == (1, 2, 4, 4) and first is None and len(parts) == 5
+    assert c.shape == h.shape == (1, 2) and flag and host.shape == b.shape
+    assert len(indices) == 2 and bool(xgrad.all(dst == scores))
 print(grads[0] is not None, worst < 1e-6, loss.shape)

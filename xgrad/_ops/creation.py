@@ -8,6 +8,7 @@ int fill value or range, bool).
 """
 
 import math
+from typing import List, Union
 
 import numpy
 
@@ -143,7 +144,7 @@ def fromfunction(function, shape, *, dtype=float, device=None, **kwargs):
 
 def loadtxt(fname, dtype=float, comments='#', delimiter=None, converters=None,
             skiprows=0, usecols=None, unpack=False, ndmin=0, encoding='bytes',
-            device=None):
+            device=None) -> Union[_core.ndarray, List[_core.ndarray]]:
     """An array read from a text file of rows of numbers, as NumPy's
     ``loadtxt`` (``unpack``: a list of its columns), copied onto ``device``."""
     data = numpy.loadtxt(fname, dtype=dtype, comments=comments, delimiter=delimiter,
@@ -157,7 +158,7 @@ def loadtxt(fname, dtype=float, comments='#', delimiter=None, converters=None,
 _CASTINGS = ('no', 'equiv', 'safe', 'same_kind', 'unsafe')
 
 
-def copyto(dst, src, casting='same_kind', where=True):
+def copyto(dst, src, casting='same_kind', where=True) -> None:
     """Copy ``src`` into ``dst`` (broadcast), where ``where`` is true;
     ``casting`` as in NumPy. ``dst`` must be outside every graph."""
     if not isinstance(dst, _core.ndarray):
@@ -188,7 +189,7 @@ def from_numpy(a, device=None):
     return _core._array_of(a, _device(device))
 
 
-def to_numpy(a, copy=True):
+def to_numpy(a, copy=True) -> numpy.ndarray:
     """The data of ``a`` as a NumPy array."""
     if not isinstance(a, _core.ndarray):
         raise TypeError('to_numpy needs an xgrad.ndarray, not {}'.format(

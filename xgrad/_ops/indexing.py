@@ -10,8 +10,11 @@ indices, 2 to 9 times faster than ``add.at`` over whole rows (an embedding's
 gradient) and with the same sums.
 """
 
+from typing import Tuple
+
 import numpy
 
+from xgrad import _core
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair
 from xgrad._ops.manipulation import getitem, reshape
@@ -150,7 +153,7 @@ def take(a, indices, axis=None, mode=None):
 # ---------------------------------------------------------------------------
 # nonzero
 
-def nonzero(a):
+def nonzero(a) -> Tuple[_core.ndarray, ...]:
     """The indices of the nonzero elements, one int64 array per axis (no
     gradient). 0-d arrays raise DimensionError, as NumPy 2 refuses them."""
     x = _args.as_array(a, 'nonzero: a')

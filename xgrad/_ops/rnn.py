@@ -30,8 +30,11 @@ a step with fewer rows than the state updates only the first B_t rows of it
 shape (B_t, n_directions * H) and ``ys`` a list, as in ChainerX.
 """
 
+from typing import List, Tuple
+
 import numpy
 
+from xgrad import _core
 from xgrad._ops import _args
 from xgrad._ops.contraction import linear
 from xgrad._ops.elementwise import relu, sigmoid, tanh
@@ -85,7 +88,7 @@ def _gates(x, n, interleaved):
 # ---------------------------------------------------------------------------
 # Cells
 
-def lstm(c, x):
+def lstm(c, x) -> Tuple[_core.ndarray, _core.ndarray]:
     """One LSTM step: ``c_new = tanh(a) * sigmoid(i) + sigmoid(f) * c`` and
     ``h = sigmoid(o) * tanh(c_new)``, the gates interleaved in ``x`` (see the
     module docstring). Returns ``(c_new, h)``.
@@ -110,7 +113,7 @@ def lstm(c, x):
     return c_new, h
 
 
-def slstm(c_prev1, c_prev2, x1, x2):
+def slstm(c_prev1, c_prev2, x1, x2) -> Tuple[_core.ndarray, _core.ndarray]:
     """The S-LSTM cell of two children: ``c = tanh(a1) sigmoid(i1) +
     tanh(a2) sigmoid(i2) + sigmoid(f1) c_prev1 + sigmoid(f2) c_prev2`` and
     ``h = sigmoid(o1 + o2) tanh(c)``, the gates of each x interleaved as in
@@ -134,7 +137,7 @@ def slstm(c_prev1, c_prev2, x1, x2):
     return c, h
 
 
-def tree_lstm(*inputs):
+def tree_lstm(*inputs) -> Tuple[_core.ndarray, _core.ndarray]:
     """The N-ary tree LSTM cell, ``tree_lstm(c_1, ..., c_n, x)``: ``c =
     tanh(a) sigmoid(i) + sum_k sigmoid(f_k) c_k`` and ``h = sigmoid(o)
     tanh(c)``, the gates of ``x`` in blocks (a, i, o, f_1..f_n; see the
@@ -303,6 +306,11 @@ def _check_n_step(op, cell, n_layers, n_dirs, hx, cx, ws, bs, xs):
     return n_layers, hx, cx, ws, bs, xs
 
 
+# What the n_step functions return: (hy, cy, ys) and (hy, ys), ys a list.
+_LSTM_RESULT = Tuple[_core.ndarray, _core.ndarray, List[_core.ndarray]]
+_RNN_RESULT = Tuple[_core.ndarray, List[_core.ndarray]]
+
+
 def _n_step(op, cell, n_dirs, n_layers, hx, cx, ws, bs, xs):
     n_layers, hx, cx, ws, bs, xs = _check_n_step(op, cell, n_layers, n_dirs, hx, cx,
                                                  ws, bs, xs)
@@ -324,26 +332,26 @@ def _n_step(op, cell, n_dirs, n_layers, hx, cx, ws, bs, xs):
     return stack(hy, 0), stack(cy, 0), xs
 
 
-def n_step_lstm(n_layers, hx, cx, ws, bs, xs):
+def n_step_lstm(n_layers, hx, cx, ws, bs, xs) -> _LSTM_RESULT:
     """A stacked LSTM over the steps ``xs``; returns ``(hy, cy, ys)`` (see the
     module docstring for the layouts)."""
     return _n_step('n_step_lstm', _LstmCell(), 1, n_layers, hx, cx, ws, bs, xs)
 
 
-def n_step_bilstm(n_layers, hx, cx, ws, bs, xs):
+def n_step_bilstm(n_layers, hx, cx, ws, bs, xs) -> _LSTM_RESULT:
     """A stacked bidirectional LSTM; ``ys[t]`` joins the forward and backward
     outputs, (B_t, 2H). Returns ``(hy, cy, ys)``."""
     return _n_step('n_step_bilstm', _LstmCell(), 2, n_layers, hx, cx, ws, bs, xs)
 
 
-def n_step_gru(n_layers, hx, ws, bs, xs):
+def n_step_gru(n_layers, hx, ws, bs, xs) -> _RNN_RESULT:
     """A stacked GRU: ``r = sigmoid(W0 x + b0 + W3 h + b3)``, ``z`` likewise
     with W1/W4, ``h~ = tanh(W2 x + b2 + r (W5 h + b5))``, ``h' = (1 - z) h~ +
     z h``. Returns ``(hy, ys)``."""
     return _n_step('n_step_gru', _GruCell(), 1, n_layers, hx, None, ws, bs, xs)
 
 
-def n_step_bigru(n_layers, hx, ws, bs, xs):
+def n_step_bigru(n_layers, hx, ws, bs, xs) -> _RNN_RESULT:
     """A stacked bidirectional GRU; returns ``(hy, ys)``."""
     return _n_step('n_step_bigru', _GruCell(), 2, n_layers, hx, None, ws, bs, xs)
 
@@ -355,14 +363,14 @@ def _rnn_cell(op, activation):
     return _RnnCell(activation)
 
 
-def n_step_rnn(n_layers, hx, ws, bs, xs, activation='tanh'):
+def n_step_rnn(n_layers, hx, ws, bs, xs, activation='tanh') -> _RNN_RESULT:
     """A stacked Elman RNN, ``h' = act(W0 x + b0 + W1 h + b1)`` with ``act``
     ``'tanh'`` or ``'relu'``. Returns ``(hy, ys)``."""
     return _n_step('n_step_rnn', _rnn_cell('n_step_rnn', activation), 1, n_layers, hx,
                    None, ws, bs, xs)
 
 
-def n_step_birnn(n_layers, hx, ws, bs, xs, activation='tanh'):
+def n_step_birnn(n_layers, hx, ws, bs, xs, activation='tanh') -> _RNN_RESULT:
     """A stacked bidirectional Elman RNN; returns ``(hy, ys)``."""
     return _n_step('n_step_birnn', _rnn_cell('n_step_birnn', activation), 2, n_layers,
                    hx, None, ws, bs, xs)

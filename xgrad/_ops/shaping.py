@@ -21,8 +21,11 @@ negative axes, empty and 0-d arrays where NumPy takes them, NumPy's result
 dtypes (concatenating int32 with float32 gives float64).
 """
 
+from typing import List
+
 import numpy
 
+from xgrad import _core
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.indexing import take_checked
@@ -276,25 +279,25 @@ def _split(op, ary, indices_or_sections, axis, min_ndim=0):
     return list(outs) if isinstance(outs, tuple) else [outs]
 
 
-def split(ary, indices_or_sections, axis=0):
+def split(ary, indices_or_sections, axis=0) -> List[_core.ndarray]:
     """Split ``ary`` along ``axis`` into ``indices_or_sections`` equal parts
     (an int), or at the given indices (a sequence). Returns a list of views.
     An int that does not divide the axis raises ValueError, as in NumPy."""
     return _split('split', ary, indices_or_sections, axis)
 
 
-def hsplit(ary, indices_or_sections):
+def hsplit(ary, indices_or_sections) -> List[_core.ndarray]:
     """``split`` along the second axis (the first for 1-d arrays)."""
     x = _args.as_array(ary, 'hsplit: ary')
     return _split('hsplit', x, indices_or_sections, 1 if x.ndim > 1 else 0, 1)
 
 
-def vsplit(ary, indices_or_sections):
+def vsplit(ary, indices_or_sections) -> List[_core.ndarray]:
     """``split`` along the first axis of an array of at least 2 dimensions."""
     return _split('vsplit', ary, indices_or_sections, 0, 2)
 
 
-def dsplit(ary, indices_or_sections):
+def dsplit(ary, indices_or_sections) -> List[_core.ndarray]:
     """``split`` along the third axis of an array of at least 3 dimensions."""
     return _split('dsplit', ary, indices_or_sections, 2, 3)
 
@@ -351,7 +354,7 @@ def rollaxis(a, axis, start=0):
     return transpose(x, order)
 
 
-def meshgrid(*xi, indexing='xy'):
+def meshgrid(*xi, indexing='xy') -> List[_core.ndarray]:
     """Coordinate arrays from 1-d coordinate vectors (NumPy's meshgrid,
     copied); ``indexing`` 'xy' (Cartesian) or 'ij' (matrix)."""
     if indexing not in ('xy', 'ij'):

@@ -2,9 +2,11 @@
 
 - ``numerical_grad``: central differences computed in float64 (one
   evaluation pair per element, or per random direction);
-- ``check_backward`` / ``check_double_backward``: ChainerX's signatures, the
-  dtype's default tolerance, optional random-direction mode, detection of
-  inputs on non-differentiable points, leak and two-thread checks;
+- ``check_backward`` / ``check_double_backward`` (the very functions that
+  are ``xgrad.check_backward`` / ``xgrad.check_double_backward``): ChainerX's
+  signatures, the dtype's default tolerance (ChainerX's for a ChainerX-style
+  call), optional random-direction mode, detection of inputs on
+  non-differentiable points, leak and two-thread checks;
 - ``assert_allclose`` / ``assert_array_equal`` for xgrad arrays;
 - ChainerX's ``chainerx.testing`` helpers, so ChainerX's and Chainer's
   tests run on xgrad: ``assert_allclose_ex``, ``assert_array_equal_ex``,
@@ -16,6 +18,7 @@
   pytest plugin (``xgrad.testing.pytest_plugin``) brings fixtures.
 """
 
+from xgrad._errors import GradientCheckArgumentError  # NOQA
 from xgrad.testing._assertions import assert_allclose, assert_array_equal  # NOQA
 from xgrad.testing._checks import (  # NOQA
     GradientCheckResult, check_backward, check_double_backward)

@@ -1,11 +1,11 @@
-"""Gradient checks for a CI regression suite: ``check_backward`` and
-``check_double_backward``.
+"""The gradient checks: ``check_backward`` and ``check_double_backward``,
+exported both as ``xgrad.check_backward`` (ChainerX's name) and as
+``xgrad.testing.check_backward`` (the same function).
 
-Same first parameters as ChainerX's (``xgrad.check_backward``), and the same
-procedure for the analytic side (``xgrad._gradient_check``: fresh leaf copies
+ChainerX's signature and procedure for the analytic side: fresh leaf copies
 of the inputs that require grad on the graphs the inputs are on; the inputs
 that require grad on ``backprop_id`` are the ones checked, the others are
-constants). On top of it:
+constants. On top of it:
 
 * the numerical side is ``numerical_grad``: central differences in float64,
   whatever the inputs' dtype, so a float16 gradient is judged against the
@@ -26,7 +26,25 @@ constants). On top of it:
 
 Bad use (arguments of the wrong type, length or shape, a function returning
 something other than xgrad arrays) raises TypeError or ValueError before
-anything is compared: never a verdict.
+anything is compared: never a verdict. Where ChainerX raises ChainerxError
+or GradientCheckError for bad arguments (eps, grad_outputs or
+grad_grad_inputs that do not fit, inputs that are not leaves, an output
+identical to an input), the ValueError is a GradientCheckArgumentError,
+which is both.
+
+ChainerX-style calls. ChainerX requires ``eps`` as one xgrad array per
+input (per input and grad_output for check_double_backward), and callers
+written for it pass it so, often with positional ``atol, rtol``. Such a call
+(``eps`` a non-empty list or tuple of xgrad arrays) gets ChainerX's
+contract: each eps array must have its input's shape and dtype; atol/rtol
+left out are ChainerX's defaults, 1e-5 and 1e-4, not the per-dtype ones;
+check_backward also runs ChainerX's double-backprop-option check (two more
+evaluations of ``func`` with backward passes: gradients taken with double
+backprop off must not be on the graph, with it on they must);
+check_double_backward requires every input and every grad_output to require
+grad on the graph ("Input array i / n is not differentiable w.r.t. the
+backprop ID ..."), where otherwise inputs that do not are constants and
+grad_outputs are differentiated whether they require grad or not.
 """
 
 import dataclasses
@@ -37,14 +55,17 @@ from typing import Optional
 import numpy
 
 from xgrad import _core
-from xgrad._errors import GradientCheckError, GradientError
-from xgrad._gradient_check import _default_bp, _leaf_copy
+from xgrad._errors import GradientCheckArgumentError, GradientCheckError, GradientError
+from xgrad._ops.creation import from_numpy
 from xgrad.testing._numerical import (
     F64, Numerics, NondifferentiablePointError, array_list, as_rng, function_name,
     match_grad_outputs, outputs_of, steps)
 from xgrad.testing._tolerances import default_tolerance, least_precise
 
 _raw = _core._raw_data
+
+# ChainerX's default (atol, rtol): what a ChainerX-style call without them gets.
+CHAINERX_TOLERANCE = (1e-5, 1e-4)
 
 
 @dataclasses.dataclass
@@ -83,10 +104,12 @@ def check_backward(func, inputs, grad_outputs, eps=None, atol=None, rtol=None,
         per output; cast to the output's dtype for the analytic pass.
     eps: None (``default_eps`` of each input's dtype, or of the
         grad_outputs' where less precise), a float, or a list with one float
-        or array (input's shape) per input.
+        or array (input's shape) per input. A list of xgrad arrays only (as
+        ChainerX requires) makes a ChainerX-style call (module docstring).
     atol, rtol: the tolerance ``|analytic - numerical| <= atol + rtol *
         |numerical|``; None: ``default_tolerance`` of the least precise float
-        array among inputs and grad_outputs.
+        array among inputs and grad_outputs, or ChainerX's 1e-5 / 1e-4 in a
+        ChainerX-style call.
     mode: 'full' compares every element; 'random' one directional derivative
         along a random unit direction drawn from ``rng`` (a
         ``numpy.random.Generator``, an int seed, or None for seed 0). A
@@ -107,6 +130,10 @@ def check_backward(func, inputs, grad_outputs, eps=None, atol=None, rtol=None,
     check_threads: also run the whole check from two threads at once; both
         must pass.
     name: how messages call ``func`` (default: its ``__name__``).
+
+    Returns a :class:`GradientCheckResult`; raises GradientCheckError when
+    a gradient is wrong, GradientCheckArgumentError (a GradientCheckError
+    and a ValueError), ValueError or TypeError for bad arguments.
     """
     return _check_backward('check_backward', func, inputs, grad_outputs, eps, atol, rtol,
                            backprop_id, mode, rng, detect_nondifferentiable, check_leaks,
@@ -131,16 +158,16 @@ def check_double_backward(func, inputs, grad_outputs, grad_grad_inputs, eps=None
     wrong fails here too; pass False where check_backward has run already.
     The other parameters are ``check_backward``'s; the default tolerance is
     that of the least precise array among inputs, grad_outputs and
-    grad_grad_inputs.
+    grad_grad_inputs (ChainerX's 1e-5 / 1e-4 in a ChainerX-style call, which
+    also requires every input and grad_output to require grad).
     """
+    chainerx = _chainerx_style(eps)
     inputs, grad_outputs, bp, targets, what = _arguments(
         'check_double_backward', func, inputs, grad_outputs, backprop_id, name, mode,
-        detect_nondifferentiable)
+        detect_nondifferentiable, grad_grad_inputs=grad_grad_inputs,
+        require_grad=chainerx)
     n_in = len(inputs)
     ggxs = array_list(grad_grad_inputs, 'grad_grad_inputs', allow_none=True)
-    if len(ggxs) != n_in:
-        raise ValueError('{}: grad_grad_inputs has {} entries for {} inputs'.format(
-            what, len(ggxs), n_in))
     for i in targets:
         if ggxs[i] is None or ggxs[i].shape != inputs[i].shape:
             raise ValueError('{}: grad_grad_inputs[{}] must be an array of input {}\'s '
@@ -148,8 +175,10 @@ def check_double_backward(func, inputs, grad_outputs, grad_grad_inputs, eps=None
                                  what, i, i, inputs[i].shape,
                                  None if ggxs[i] is None else ggxs[i].shape))
     if isinstance(eps, (list, tuple)) and len(eps) != n_in + len(grad_outputs):
-        raise ValueError('{}: eps has {} entries for {} inputs and {} grad_outputs'.format(
-            what, len(eps), n_in, len(grad_outputs)))
+        raise GradientCheckArgumentError(
+            '{}: eps has {} entries for {} inputs and {} grad_outputs (Number of input '
+            'arrays and eps arrays do not match)'.format(
+                what, len(eps), n_in, len(grad_outputs)))
     used = [j for j, gy in enumerate(grad_outputs) if gy is not None]
     first_eps, second_eps = eps, eps
     if isinstance(eps, (list, tuple)):
@@ -157,7 +186,7 @@ def check_double_backward(func, inputs, grad_outputs, grad_grad_inputs, eps=None
         second_eps = first_eps + [eps[n_in + j] for j in used]
     gys = [grad_outputs[j] for j in used]
     steps(second_eps, inputs + gys)
-    atol, rtol = _tolerance(atol, rtol, inputs + gys + [ggxs[i] for i in targets])
+    atol, rtol = _tolerance(atol, rtol, inputs + gys + [ggxs[i] for i in targets], chainerx)
     if check_first_order:
         _check_backward('check_double_backward', func, inputs, grad_outputs, first_eps,
                         atol, rtol, bp, mode, rng, detect_nondifferentiable, False, False,
@@ -179,27 +208,57 @@ def _check_backward(check, func, inputs, grad_outputs, eps, atol, rtol, backprop
     inputs, grad_outputs, bp, targets, what = _arguments(
         check, func, inputs, grad_outputs, backprop_id, name, mode, detect)
     steps(eps, inputs)  # bad eps fails now, before anything runs
-    atol, rtol = _tolerance(atol, rtol, inputs + grad_outputs)
+    chainerx = _chainerx_style(eps)
+    atol, rtol = _tolerance(atol, rtol, inputs + grad_outputs, chainerx)
     problem = _Problem(what, 1, inputs, grad_outputs, eps, targets,
                        ['input {}'.format(i) for i in range(len(inputs))],
                        list(range(len(inputs))), atol, rtol,
                        _first_order(func, inputs, grad_outputs, bp, targets, what), func)
-    return _run(problem, mode, as_rng(rng) if mode == 'random' else None, detect,
-                check_leaks, check_threads)
+    result = _run(problem, mode, as_rng(rng) if mode == 'random' else None, detect,
+                  check_leaks, check_threads)
+    if chainerx and check == 'check_backward':
+        _check_double_backprop_option(func, inputs, bp, what)
+    return result
 
 
 # ---------------------------------------------------------------------------
 # Arguments
 
-def _arguments(check, func, inputs, grad_outputs, backprop_id, name, mode, detect):
-    """The validated common arguments and the checked inputs (``targets``)."""
+def _chainerx_style(eps):
+    """Whether ``eps`` is given as ChainerX requires it: a non-empty list or
+    tuple of xgrad arrays (module docstring)."""
+    return (isinstance(eps, (list, tuple)) and len(eps) > 0
+            and all(isinstance(e, _core.ndarray) for e in eps))
+
+
+def _default_bp(inputs, backprop_id):
+    if backprop_id is not None:
+        return backprop_id
+    return inputs[0].device.context._default_id
+
+
+def _leaf_copy(x):
+    """A fresh leaf with ``x``'s data, grad-required on every graph ``x``
+    has a node on."""
+    copy = from_numpy(numpy.array(x.to_numpy(), copy=True), x.device)
+    for bp in x._backprop_ids():
+        copy.require_grad(bp)
+    return copy
+
+
+def _arguments(check, func, inputs, grad_outputs, backprop_id, name, mode, detect,
+               grad_grad_inputs=None, require_grad=False):
+    """The validated common arguments and the checked inputs (``targets``).
+    For check_double_backward: ``grad_grad_inputs`` is checked for length
+    and, with ``require_grad`` (a ChainerX-style call), every input and
+    grad_output must require grad on the graph, as in ChainerX."""
     if not callable(func):
         raise TypeError('{}: func must be callable, not {}'.format(
             check, type(func).__name__))
     what = '{}({!r})'.format(check, name or function_name(func))
     inputs = array_list(inputs, 'inputs')
     if not inputs:
-        raise ValueError('{} needs at least one input'.format(what))
+        raise GradientCheckArgumentError('{} needs at least one input'.format(what))
     grad_outputs = array_list(grad_outputs, 'grad_outputs', allow_none=True)
     if mode not in ('full', 'random'):
         raise ValueError("{}: mode must be 'full' or 'random', not {!r}".format(what, mode))
@@ -207,13 +266,28 @@ def _arguments(check, func, inputs, grad_outputs, backprop_id, name, mode, detec
         raise ValueError("{}: detect_nondifferentiable must be False, True or "
                          "'on_failure', not {!r}".format(what, detect))
     bp = _default_bp(inputs, backprop_id)
+    if grad_grad_inputs is not None:
+        ggxs = array_list(grad_grad_inputs, 'grad_grad_inputs', allow_none=True)
+        if len(ggxs) != len(inputs):
+            raise GradientCheckArgumentError(
+                '{}: grad_grad_inputs has {} entries for {} inputs (Number of input arrays '
+                'and grad_grad_input arrays do not match)'.format(
+                    what, len(ggxs), len(inputs)))
+    if require_grad:
+        for arrays, kind in ((inputs, 'Input array'), (grad_outputs, 'Output gradient array')):
+            for i, a in enumerate(arrays):
+                if a is None or not a.is_backprop_required(bp):
+                    raise GradientCheckArgumentError(
+                        "{}: {} {} / {} is not differentiable w.r.t. the backprop ID "
+                        "'{}'.".format(what, kind, i, len(arrays), bp.name))
     targets = [i for i, x in enumerate(inputs)
                if x.dtype.kind == 'f' and x.is_backprop_required(bp)]
     for i in targets:
         if inputs[i]._is_chained(bp):
-            raise ValueError('{}: input {} is not a leaf of graph {!r}: pass arrays made '
-                             'with require_grad(), not results of ops'.format(
-                                 what, i, bp.name))
+            raise GradientCheckArgumentError(
+                '{}: input {} is not a leaf of graph {!r}: pass arrays made with '
+                'require_grad(), not results of ops (BackwardGradients: All inputs must '
+                'be leaf nodes of computational graph)'.format(what, i, bp.name))
     if not targets:
         raise ValueError('{}: no input requires grad on graph {!r}, so there is nothing '
                          'to check: call require_grad() on the inputs to check'.format(
@@ -221,11 +295,43 @@ def _arguments(check, func, inputs, grad_outputs, backprop_id, name, mode, detec
     return inputs, grad_outputs, bp, targets, what
 
 
-def _tolerance(atol, rtol, arrays):
+def _tolerance(atol, rtol, arrays, chainerx=False):
     """``atol``, ``rtol``, each defaulting to the tolerance of the least
-    precise float dtype among ``arrays``."""
-    default = default_tolerance(least_precise([a.dtype for a in arrays if a is not None]))
+    precise float dtype among ``arrays``, or to ChainerX's (``chainerx``)."""
+    default = CHAINERX_TOLERANCE if chainerx else default_tolerance(
+        least_precise([a.dtype for a in arrays if a is not None]))
     return (default[0] if atol is None else atol), (default[1] if rtol is None else rtol)
+
+
+def _check_double_backprop_option(func, inputs, bp, what):
+    """ChainerX's double-backprop-option check: with double backprop off no
+    input gradient may stay on the graph; with it on every one must (checked
+    on the squared outputs, so that a linear ``func`` still has gradients
+    that depend on the inputs). Fresh leaf copies, as everywhere. ChainerX
+    runs it before the comparison; it runs after it here, once the gradients
+    are known right (a wrong one is reported with its numbers first)."""
+    n = len(inputs)
+    for double in (False, True):
+        leaves = [_leaf_copy(x) for x in inputs]
+        with _core.force_backprop_mode(bp):
+            outputs = [y * y for y in outputs_of(func(list(leaves)), what)
+                       if y is not None and y.is_backprop_required(bp)]
+            if not outputs:
+                return
+            _core.backward(outputs, bp, enable_double_backprop=double)
+        for i, x in enumerate(leaves):
+            if not x.is_backprop_required(bp):
+                continue
+            g = x.get_grad(bp)
+            if g is None:
+                continue
+            if double != g.is_backprop_required(bp):
+                error = GradientCheckError(
+                    "{}: Gradient {} / {} is {} to the graph '{}' even when double-backprop "
+                    "is {}.".format(what, i, n, 'not connected' if double else 'connected',
+                                    bp.name, 'enabled' if double else 'disabled'))
+                error.result = None
+                raise error
 
 
 # ---------------------------------------------------------------------------
@@ -249,6 +355,7 @@ def _first_order(func, inputs, grad_outputs, bp, targets, what):
                   for i, x in enumerate(inputs)]
         with _core.force_backprop_mode(bp):
             ys = outputs_of(func(leaves), what)
+            _check_identical(leaves, ys, bp, what)
             match_grad_outputs(ys, grad_outputs, what)
             pairs = [(y, gy) for y, gy in zip(ys, grad_outputs)
                      if y is not None and gy is not None and y.is_backprop_required(bp)]
@@ -258,6 +365,16 @@ def _first_order(func, inputs, grad_outputs, bp, targets, what):
         return {i: None if g is None else numpy.array(g.to_numpy(), F64)
                 for i, g in zip(wrt, grads)}
     return analytic
+
+
+def _check_identical(leaves, outputs, bp, what):
+    """ChainerX's rule: no output may be one of the (grad-requiring) inputs."""
+    for i, x in enumerate(leaves):
+        for j, y in enumerate(outputs):
+            if y is x and x.is_backprop_required(bp):
+                raise GradientCheckArgumentError(
+                    '{}: BackwardGradients: Input {} and output {} of the forward function '
+                    'are identical.'.format(what, i, j))
 
 
 def _leaf(a, bp):
@@ -442,8 +559,8 @@ def _compare_full(problem, analytic, numerics, detect):
     if failing:
         if detect == 'on_failure':
             _raise_kink(numerics.gradients, result, detect=True, only=failing)
-        raise problem.failure('{}:\n  {}'.format(_header(problem, result),
-                                                 '\n  '.join(lines)), result)
+        raise problem.failure('{}:\n  {}\n{}'.format(
+            _header(problem, result), '\n  '.join(lines), _trailer(problem, failing)), result)
     return result
 
 
@@ -461,7 +578,7 @@ def _compare_random(problem, analytic, numerics, rng, detect):
     result = GradientCheckResult(problem.order, err, rel, None, 1)
     if ratio <= 1:
         return result
-    lines, worst = [], -1.0
+    lines, worst, failing = [], -1.0, []
     for i, d in v.items():  # localise: each input alone
         ai, ni = along({i: d})
         e, r, q = (float(x[0]) for x in _errors(numpy.array([ai]), numpy.array([ni]),
@@ -469,6 +586,7 @@ def _compare_random(problem, analytic, numerics, rng, detect):
         if r > worst:
             worst, result.worst_input = r, problem.indexes[i]
         if r > 1:
+            failing.append(i)
             lines.append('{}{}: analytic {:.6g}, numerical {:.6g} along its part of the '
                          'direction: abs error {:.3g}, rel error {:.3g}'.format(
                              problem.labels[i],
@@ -477,9 +595,18 @@ def _compare_random(problem, analytic, numerics, rng, detect):
         _raise_kink(numerics.directional, result, v, detect=True)
     raise problem.failure(
         '{}: along a random unit direction the analytic derivative is {:.6g}, the '
-        'numerical one {:.6g}:\n  {}'.format(
+        'numerical one {:.6g}:\n  {}\n{}'.format(
             _header(problem, result), a, n,
-            '\n  '.join(lines or ['no input alone is out of tolerance'])), result)
+            '\n  '.join(lines or ['no input alone is out of tolerance']),
+            _trailer(problem, failing or list(v))), result)
+
+
+def _trailer(problem, failing):
+    """The last line of a failure, as ChainerX ends it: which inputs (in
+    order 2: inputs, then grad_outputs) failed, out of how many."""
+    return 'Numerical error in {} on inputs (out of {}): {}'.format(
+        'backward' if problem.order == 1 else 'double backward', len(problem.inputs),
+        ', '.join(str(problem.indexes[i]) for i in failing))
 
 
 def _raise_kink(numerical, result, *args, **kwargs):

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy
 
 import xgrad
+from xgrad._errors import GradientCheckArgumentError
 from xgrad._ops.registry import F16, F64, registered_ops, sample_seed
 from xgrad.testing._checks import check_backward, check_double_backward
 from xgrad.testing._numerical import NondifferentiablePointError
@@ -208,6 +209,9 @@ def run_case(case, seed=0, snapshot=None, update_snapshot=False):
                 MAX_DRAWS, result.message)
         if snapshot is not None and result.passed:
             _snapshot(case, snapshot, update_snapshot, result)
+    except GradientCheckArgumentError as e:  # the case is set up wrong: no verdict
+        result.status = 'error'
+        result.message = '{}: {}'.format(type(e).__name__, e)
     except xgrad.GradientCheckError as e:
         result.status = 'failed'
         found = getattr(e, 'result', None)

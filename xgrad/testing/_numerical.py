@@ -43,7 +43,7 @@ import numbers
 import numpy
 
 from xgrad import _core
-from xgrad._errors import GradientCheckError
+from xgrad._errors import GradientCheckArgumentError, GradientCheckError
 from xgrad.testing._tolerances import default_eps, least_precise
 
 F64 = numpy.dtype('float64')
@@ -148,16 +148,19 @@ def outputs_of(result, what):
 
 
 def match_grad_outputs(outputs, grad_outputs, what):
-    """ValueError unless there is one output gradient of the right shape
-    per output."""
+    """GradientCheckArgumentError (a ValueError) unless there is one output
+    gradient of the right shape per output."""
     if len(outputs) != len(grad_outputs):
-        raise ValueError('{}: the function returned {} output(s) but grad_outputs has {} '
-                         'entries (one per output, None for an output without '
-                         'gradient)'.format(what, len(outputs), len(grad_outputs)))
+        raise GradientCheckArgumentError(
+            '{}: the function returned {} output(s) but grad_outputs has {} entries (one '
+            'per output, None for an output without gradient; in ChainerX\'s words: Size '
+            'of function outputs: {} and size of grad outputs: {} must be same)'.format(
+                what, len(outputs), len(grad_outputs), len(outputs), len(grad_outputs)))
     for j, (y, gy) in enumerate(zip(outputs, grad_outputs)):
         if y is not None and gy is not None and y.shape != gy.shape:
-            raise ValueError('{}: grad_outputs[{}] has shape {}, but output {} has shape '
-                             '{}'.format(what, j, gy.shape, j, y.shape))
+            raise GradientCheckArgumentError(
+                '{}: grad_outputs[{}] has shape {}, but output {} has shape {}'.format(
+                    what, j, gy.shape, j, y.shape))
 
 
 def _is_number(v):
@@ -167,7 +170,9 @@ def _is_number(v):
 def steps(eps, inputs, grad_outputs=()):
     """One central-difference step per input (see ``numerical_grad``): None
     for non-float inputs, else a positive float or a float64 array of the
-    input's shape."""
+    input's shape. An eps that is an xgrad array must also have the input's
+    dtype (ChainerX's rule). Bad values raise GradientCheckArgumentError (a
+    ValueError and, as in ChainerX, an XgradError)."""
     outputs = [g.dtype for g in grad_outputs if g is not None]
     n = len(inputs)
     if eps is None or _is_number(eps):
@@ -176,9 +181,15 @@ def steps(eps, inputs, grad_outputs=()):
         raise TypeError('eps must be None, a float or a list with one float or array '
                         'per input, not {}'.format(type(eps).__name__))
     elif len(eps) != n:
-        raise ValueError('eps has {} entries for {} inputs'.format(len(eps), n))
+        raise GradientCheckArgumentError(
+            'eps has {} entries for {} inputs (Number of input arrays and eps arrays do '
+            'not match)'.format(len(eps), n))
     out = []
     for i, (x, e) in enumerate(zip(inputs, eps)):
+        if isinstance(e, _core.ndarray) and e.shape == x.shape and e.dtype != x.dtype:
+            raise GradientCheckArgumentError(
+                'eps[{}] has dtype {}, but input {} has dtype {}'.format(
+                    i, e.dtype, i, x.dtype))
         if x.dtype.kind != 'f':
             out.append(None)
             continue
@@ -187,14 +198,17 @@ def steps(eps, inputs, grad_outputs=()):
         elif isinstance(e, (_core.ndarray, numpy.ndarray)):
             e = numpy.array(e.to_numpy() if isinstance(e, _core.ndarray) else e, F64)
             if e.shape != x.shape:
-                raise ValueError('eps[{}] has shape {}, but input {} has shape {}'.format(
-                    i, e.shape, i, x.shape))
+                raise GradientCheckArgumentError(
+                    'eps[{}] has shape {}, but input {} has shape {}'.format(
+                        i, e.shape, i, x.shape))
             if not numpy.all(numpy.isfinite(e) & (e > 0)):
-                raise ValueError('eps[{}] must be positive and finite'.format(i))
+                raise GradientCheckArgumentError(
+                    'eps[{}] must be positive and finite'.format(i))
         elif _is_number(e):
             e = float(e)
             if not (math.isfinite(e) and e > 0):
-                raise ValueError('eps[{}] must be positive and finite, not {}'.format(i, e))
+                raise GradientCheckArgumentError(
+                    'eps[{}] must be positive and finite, not {}'.format(i, e))
         else:
             raise TypeError('eps[{}] must be a float or an array, not {}'.format(
                 i, type(e).__name__))
