@@ -26,6 +26,11 @@ cdef class BackpropId:
     cdef Py_ssize_t _ordinal_against(self, other) except? -1
 
 
+cdef class IndexedGradient:
+    cdef readonly object key
+    cdef readonly object value
+
+
 cdef class ArrayNode:
     cdef readonly BackpropId backprop_id
     cdef FunctionNode creator

@@ -2003,6 +2003,20 @@ cdef ndarray _view_in_scope(ndarray a):
 
 
 @cython.final
+cdef class IndexedGradient:
+    """A raw-path gradient that is zero except ``value`` at ``key``: what a
+    slice's backward returns instead of a full array of zeros. The pass adds
+    ``value`` into the input's accumulated gradient at ``key``, in place when
+    the buffer is its own, so T slices of one array (an RNN's per-step
+    inputs) cost T slice-sized adds, not T full-size arrays. ``key`` must be
+    a basic index (ints, slices, None, Ellipsis: no element twice)."""
+
+    def __cinit__(self, key, value):
+        self.key = key
+        self.value = value
+
+
+@cython.final
 cdef class _GradTable:
     """Accumulation: the gradient that flowed into each node during one pass
     (scaled by the loss scale), and nothing else. Gradient slots of arrays are
@@ -2038,6 +2052,20 @@ cdef class _GradTable:
             total = ns.add(old._data, g._data)
         self.acc[node] = _wrap(total, old._device)
         self.owned.add(node)
+
+    cdef void add_at(self, ArrayNode node, IndexedGradient g, object device) except *:
+        """Add ``g`` (zero but at its key) to the node's gradient: in place
+        into a buffer this pass owns, else into a fresh buffer of zeros."""
+        cdef ndarray old
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p != NULL:
+            old = <ndarray>p
+            if old._nodes is None and node in self.owned:
+                old._data[g.key] += g.value
+                return
+        full = numpy.zeros(node.shape, node.dtype)
+        full[g.key] = g.value
+        self.add(node, _wrap(full, device), True)
 
     cdef void add(self, ArrayNode node, ndarray g, bint fresh) except *:
         """Add ``g`` to the node's gradient; in place into a buffer this pass
@@ -2417,6 +2445,13 @@ cdef class _BackwardPass:
             node = fn._input_node(k, targets[t])
             if node is None:
                 continue  # unchained meanwhile (another thread's pass): nothing to feed
+            if raw and type(g) is IndexedGradient:
+                value = (<IndexedGradient>g).value
+                if value.dtype != node.dtype:  # (NumPy 1.x, as below)
+                    g = IndexedGradient((<IndexedGradient>g).key, value.astype(node.dtype))
+                self.table.add_at(node, <IndexedGradient>g, fn._device)
+                self._push(node)
+                continue
             if raw:
                 data = _as_raw_array(g)
                 if (_NUMPY1_SCALAR_PROMOTION and data.dtype != node.dtype

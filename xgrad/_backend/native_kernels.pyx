@@ -492,12 +492,10 @@ cpdef object broadcast_view(object a, tuple shape):
     for i in range(nd):
         dims[i] = shape[i]
         j = i - (nd - na)
-        if j < 0:
+        if j < 0 or cnp.PyArray_DIM(arr, j) == 1:  # NumPy's: 0 for any length-1 axis
             strides[i] = 0
         elif cnp.PyArray_DIM(arr, j) == dims[i]:
             strides[i] = cnp.PyArray_STRIDE(arr, j)
-        elif cnp.PyArray_DIM(arr, j) == 1:
-            strides[i] = 0
         else:
             return numpy.broadcast_to(a, shape)  # raises the proper error
     cdef cnp.PyArray_Descr* descr = cnp.PyArray_DESCR(arr)

@@ -11,7 +11,7 @@ import numpy
 from xgrad import _device as _device_module
 from xgrad._backend.cuda import device_key as _device_key
 
-from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap
+from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap, IndexedGradient
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
 from xgrad._ops.reduction cimport normalize_axes
@@ -85,6 +85,7 @@ cdef class GetItem(Op):
     op_name = 'getitem'
     cdef object key
     cdef tuple in_shape
+    cdef bint basic   # key is a basic index: the raw backward is an IndexedGradient
 
     cpdef forward(self, inputs):
         x = inputs[0]
@@ -97,8 +98,27 @@ cdef class GetItem(Op):
             raise XgradIndexError('index {!r} does not fit an array of shape {}: {}'.format(
                 self.key, x.shape, e)) from None
 
+    cdef object _backward_raw(self, tuple targets, tuple grad_outputs,
+                              tuple xs, tuple ys):
+        # A basic index on host data: the engine adds gy in at the key
+        # (IndexedGradient), without a full array of zeros per slice.
+        gy = grad_outputs[0]
+        if self.basic and type(gy) is numpy.ndarray:
+            return (IndexedGradient(self.key, gy),)
+        return Op._backward_raw(self, targets, grad_outputs, xs, ys)
+
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.scatter(gys[0], self.key, self.in_shape),)
+
+
+cdef bint _is_basic_index(key):
+    """Whether ``key`` is NumPy basic indexing (ints, slices, None, ...):
+    each element of the array is selected at most once."""
+    items = key if type(key) is tuple else (key,)
+    for k in items:
+        if not (k is None or k is Ellipsis or type(k) is slice or type(k) is int):
+            return False
+    return True
 
 
 cdef class Scatter(Op):
@@ -198,6 +218,7 @@ def getitem(a, key):
     if isinstance(key, numpy.ndarray) and key.dtype.kind == 'f':
         raise XgradIndexError('arrays used as indices must be of integer or boolean type')
     op.key = key
+    op.basic = _is_basic_index(key)
     return apply1(op, x)
 
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""Compare two builds of xgrad on the small-graph benchmarks, in paired rounds.
+
+    python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE [--pairs 8]
+        [--only elementwise_chain,mlp_step,gradient_penalty] [--out PATH]
+
+Each tree is an xgrad checkout with its extensions built in place. A pair
+runs ``bench/run.py --frameworks xgrad`` once on each tree (in child
+processes, ``PYTHONPATH`` set to the tree, one BLAS/OpenMP thread), the
+order alternating from pair to pair. Reported per benchmark: the median of
+the per-pair ratios candidate/baseline of xgrad's time, and the same for
+xgrad's time over the NumPy floor measured in the same process (which
+cancels machine-wide drift between the two processes of a pair).
+
+It answers "what does this change cost", for a change that cannot be
+switched at run time: issue 13's GC tracking (a baseline built with
+``@cython.no_gc`` on ndarray and ArrayNode) is the example in
+bench/results/gc_tracking_cost.json.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL_GRAPH = 'elementwise_chain,mlp_step,gradient_penalty'
+ONE_THREAD = {name: '1' for name in (
+    'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')}
+
+
+def run_once(tree, only, rounds):
+    """xgrad's and NumPy's median times (us) per benchmark on ``tree``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, 'result.json')
+        env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
+        subprocess.run([sys.executable, os.path.join(HERE, 'run.py'), '--frameworks',
+                        'xgrad', '--only', only, '--rounds', str(rounds), '--out', out],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            result = json.load(f)
+    location = result['xgrad_location']
+    if not os.path.realpath(location).startswith(os.path.realpath(tree)):
+        sys.exit('xgrad was imported from {}, not from {}'.format(location, tree))
+    return {name: (b['time_us']['xgrad'], b['time_us']['numpy'])
+            for name, b in result['benchmarks'].items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('baseline')
+    parser.add_argument('candidate')
+    parser.add_argument('--pairs', type=int, default=8)
+    parser.add_argument('--rounds', type=int, default=10,
+                        help='timing rounds inside each run (default 10)')
+    parser.add_argument('--only', default=SMALL_GRAPH)
+    parser.add_argument('--out', help='write the per-pair times and ratios as JSON')
+    args = parser.parse_args()
+    trees = {'baseline': os.path.abspath(args.baseline),
+             'candidate': os.path.abspath(args.candidate)}
+    pairs = []
+    for k in range(args.pairs):
+        order = ['baseline', 'candidate'] if k % 2 == 0 else ['candidate', 'baseline']
+        pair = {which: run_once(trees[which], args.only, args.rounds) for which in order}
+        pairs.append(pair)
+        print('pair {}/{} done'.format(k + 1, args.pairs), file=sys.stderr)
+    summary = {}
+    for name in pairs[0]['baseline']:
+        time_ratio = [p['candidate'][name][0] / p['baseline'][name][0] for p in pairs]
+        floor_ratio = [(p['candidate'][name][0] / p['candidate'][name][1])
+                       / (p['baseline'][name][0] / p['baseline'][name][1]) for p in pairs]
+        summary[name] = {
+            'baseline_us': statistics.median(p['baseline'][name][0] for p in pairs),
+            'candidate_us': statistics.median(p['candidate'][name][0] for p in pairs),
+            'median_pair_ratio': statistics.median(time_ratio),
+            'median_pair_ratio_over_numpy_floor': statistics.median(floor_ratio),
+        }
+    print('{:<20} {:>12} {:>12} {:>12} {:>18}'.format(
+        'benchmark', 'baseline us', 'candidate us', 'cand/base', 'cand/base vs floor'))
+    for name, s in summary.items():
+        print('{:<20} {:>12.1f} {:>12.1f} {:>12.3f} {:>18.3f}'.format(
+            name, s['baseline_us'], s['candidate_us'], s['median_pair_ratio'],
+            s['median_pair_ratio_over_numpy_floor']))
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump({'trees': trees, 'pairs': args.pairs, 'rounds': args.rounds,
+                       'threads': ONE_THREAD, 'summary': summary, 'runs': pairs}, f,
+                      indent=1)
+
+
+if __name__ == '__main__':
+    main()
