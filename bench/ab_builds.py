@@ -37,9 +37,12 @@ def run_once(tree, only, rounds):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, 'result.json')
         env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
-        subprocess.run([sys.executable, os.path.join(HERE, 'run.py'), '--frameworks',
-                        'xgrad', '--only', only, '--rounds', str(rounds), '--out', out],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
+        run = subprocess.run([sys.executable, os.path.join(HERE, 'run.py'), '--frameworks',
+                              'xgrad', '--only', only, '--rounds', str(rounds), '--out', out],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             universal_newlines=True)
+        if run.returncode:
+            sys.exit('bench/run.py failed on {}:\n{}'.format(tree, run.stderr))
         with open(out) as f:
             result = json.load(f)
     location = result['xgrad_location']

@@ -250,20 +250,26 @@ def _result_dtype(x, w, b):
     return _dtypes.result_type(x, w, *(() if b is None else (b,)))
 
 
-def conv_kernel(x, w, b, geom, outsize):
+def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
-    w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]."""
+    w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
+    list that receives the columns of ``x`` when the whole batch fits in one
+    chunk (for the weight gradient, which needs the same columns)."""
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     y = numpy.empty((n, g, o // g, _prod(outsize)), work, like=x)
+    chunks = 0
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
+        chunks += 1
         if hi - lo == 1:
             numpy.matmul(wm, cols, out=y[lo])
         else:  # columns are (.., sample, position): put the samples first
             part = numpy.matmul(wm, cols).reshape(g, o // g, hi - lo, _prod(outsize))
             y[lo:hi] = part.transpose(2, 0, 1, 3)
+    if keep_columns is not None and chunks == 1:  # (one chunk: its buffer is not reused)
+        keep_columns.append(cols)
     return _add_bias(y.reshape((n, o) + tuple(outsize)), b).astype(dtype, copy=False)
 
 
@@ -296,15 +302,21 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     return _add_bias(unpad(out, geom, outsize), b).astype(dtype, copy=False)
 
 
-def conv_grad_weight_kernel(x, gy, wshape, dtype, geom):
+def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     """gw[o, c, k] = sum over n, l of gy[n, o, l] * x[n, c, l * s + k * d - p]
-    (within o's channel group): the gradient of conv in w."""
+    (within o's channel group): the gradient of conv in w. ``columns``: the
+    columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
+    kept them (saves building them again)."""
     work = _args.compute_dtype(numpy.dtype(dtype))
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
     gw = numpy.zeros((g, og, _prod(wshape[1:])), work, like=x)
-    for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, gy.shape[2:]):
+    if columns is not None and columns.dtype == work:
+        chunks = [(0, n, columns)]
+    else:
+        chunks = _column_chunks(x.astype(work, copy=False), geom, gy.shape[2:])
+    for lo, hi, cols in chunks:
         rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
         gw += numpy.matmul(rows, cols.swapaxes(1, 2))
     return gw.reshape(wshape).astype(dtype, copy=False)
@@ -339,7 +351,8 @@ class _ConvLike(PyOp):
                 g = run(self.adjoint(x.shape[2:]), gy, w)
                 out.append(xp.cast(g, x.dtype))
             elif t == 1:
-                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype)
+                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype,
+                                              getattr(self, 'columns', None))
                 out.append(run(grad_weight, *self.weight_grad_operands(x, gy)))
             else:
                 out.append(_bias_grad(xp, gy, xs[2]))
@@ -350,7 +363,13 @@ class _Conv(_ConvLike):
     op_name = 'conv'
 
     def compute(self, x, w, b=None):
-        return conv_kernel(x, w, b, self.geom, self.outsize)
+        # The columns of x, kept for the weight gradient when they are one
+        # chunk (at most _CHUNK_ELEMENTS): small convolutions spend as much
+        # on building them as on the matmul.
+        kept = []
+        y = conv_kernel(x, w, b, self.geom, self.outsize, kept)
+        self.columns = kept[0] if kept else None
+        return y
 
     def adjoint(self, outsize):
         return _ConvTranspose(self.geom, outsize)
@@ -378,13 +397,15 @@ class _ConvGradWeight(PyOp):
     conv_transpose(gy, ggw) for x and conv(x, ggw) for gy."""
     op_name = 'conv_grad_weight'
 
-    def __init__(self, geom, wshape, dtype):
+    def __init__(self, geom, wshape, dtype, columns=None):
         self.geom = geom
         self.wshape = tuple(wshape)
         self.dtype = numpy.dtype(dtype)
+        self.columns = columns  # of x, from the forward conv (or None)
 
     def compute(self, x, gy):
-        return conv_grad_weight_kernel(x, gy, self.wshape, self.dtype, self.geom)
+        return conv_grad_weight_kernel(x, gy, self.wshape, self.dtype, self.geom,
+                                       self.columns)
 
     def forward(self, inputs):
         self.retain_inputs((0, 1))
