@@ -922,3 +922,39 @@ def test_graft_outputs_already_in_a_graph():
     with pytest.raises(xgrad.XgradError, match='graph'):
         xgrad._function_node_forward(StandIn(), [x0, None, x2], [y, y2], [0, 2],
                                      [0])
+
+
+# ---------------------------------------------------------------------------
+# A retained input whose array died is handed to backward as a view, as
+# ChainerX's GetRetainedInput does: what the backward does to that array
+# (Chainer calls require_grad on every array it wraps) must not reach the
+# input's node, whose gradient would then be stored and added in again by a
+# later pass (Chainer's test_linear double backward with mixed dtypes).
+
+class _SquareRequiringGrad(xgrad.FunctionNode):
+    def forward(self, inputs):
+        self.retain_inputs((0,))
+        x, = inputs
+        return x * x,
+
+    def backward(self, target_input_indexes, grad_outputs):
+        x, = self.get_retained_inputs()
+        x.require_grad()
+        self.kept = x  # Chainer keeps the arrays it hands to backward, too
+        return 2 * x * grad_outputs[0],
+
+
+def test_second_order_through_a_dead_retained_input_that_backward_marks():
+    x0 = xgrad.array(numpy.array([0.5, -1.0, 2.0])).require_grad()
+
+    def first_order():
+        h = x0 * 3.0  # an intermediate that is dead before backward runs
+        y, = _SquareRequiringGrad().apply((h,))
+        return y
+
+    y = first_order()
+    gx, = xgrad.grad([y], [x0], grad_outputs=[xgrad.ones_like(y)],
+                     enable_double_backprop=True)
+    numpy.testing.assert_allclose(gx.to_numpy(), 18 * x0.to_numpy())  # d(9 x^2)/dx
+    xgrad.sum(gx).backward()
+    numpy.testing.assert_allclose(x0.grad.to_numpy(), [18.0, 18.0, 18.0])

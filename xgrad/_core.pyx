@@ -2556,7 +2556,12 @@ cdef class _BackwardPass:
 
     cdef object _retained_input(self, FunctionNode fn, int k, Py_ssize_t pos):
         """A retained input as the backward sees it: a view of the input if it
-        is alive, else its saved data re-attached to the op's input nodes."""
+        is alive, else a view of its saved data re-attached to the op's input
+        nodes. Always a view, as ChainerX's GetRetainedInput: the re-attached
+        array is dropped at once, so what the backward does to the array it
+        gets (Chainer calls require_grad on it) does not reach the input's
+        node, whose gradient would otherwise be stored and later added in
+        again."""
         cdef Py_ssize_t i = fn._retain_in_idx[pos], kk
         cdef PyObject* p
         cdef ndarray substitute
@@ -2571,7 +2576,7 @@ cdef class _BackwardPass:
             p = fn._in_nodes[kk * fn._n_in + i]
             if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
                 substitute._adopt(<ArrayNode>p)
-        return substitute
+        return _view_in_scope(substitute)
 
     cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t pos):
         """A retained output as the backward sees it: a view of the output if
@@ -2597,7 +2602,7 @@ cdef class _BackwardPass:
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
-        return substitute
+        return _view_in_scope(substitute)  # a view, as for inputs
 
     # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
 
