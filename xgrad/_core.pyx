@@ -2446,9 +2446,8 @@ cdef class _BackwardPass:
             if node is None:
                 continue  # unchained meanwhile (another thread's pass): nothing to feed
             if raw and type(g) is IndexedGradient:
-                value = (<IndexedGradient>g).value
-                if value.dtype != node.dtype:  # (NumPy 1.x, as below)
-                    g = IndexedGradient((<IndexedGradient>g).key, value.astype(node.dtype))
+                # (add_at writes into a buffer of the node's dtype: a value of
+                # another float dtype, NumPy 1.x's, is cast there)
                 self.table.add_at(node, <IndexedGradient>g, fn._device)
                 self._push(node)
                 continue

@@ -51,10 +51,10 @@ Geometry.__doc__ = """Where the windows of a convolution or pooling lie: one
 entry per spatial axis (``groups``: the number of channel groups)."""
 
 
-def spatial_tuple(value, n, name, op, minimum):
+def spatial_tuple(value, n, name, op, minimum, too_small=ValueError):
     """``value`` (an int or a sequence of n ints) as a tuple of n ints, each
-    at least ``minimum``. Wrong length: DimensionError; too small: ValueError;
-    not an int: TypeError."""
+    at least ``minimum``. Wrong length: DimensionError; too small:
+    ``too_small``; not an int: TypeError."""
     if _args.is_int(value):
         values = (int(value),) * n
     else:
@@ -75,7 +75,7 @@ def spatial_tuple(value, n, name, op, minimum):
     for v in values:
         _args.fits_int64(v, name, op)
     if any(v < minimum for v in values):
-        raise ValueError('{}: {} must be {} for every axis, got {}'.format(
+        raise too_small('{}: {} must be {} for every axis, got {}'.format(
             op, name, 'positive' if minimum == 1 else 'non-negative', value))
     return values
 
@@ -334,6 +334,8 @@ class _ConvLike(PyOp):
     gradient in x is the other one of the pair (each is the other's adjoint
     in x), in w a ``_ConvGradWeight``, in b the sum of gy."""
 
+    columns = None  # of x, kept by a forward conv for its weight gradient
+
     def __init__(self, geom, outsize):
         self.geom = geom
         self.outsize = outsize
@@ -351,8 +353,7 @@ class _ConvLike(PyOp):
                 g = run(self.adjoint(x.shape[2:]), gy, w)
                 out.append(xp.cast(g, x.dtype))
             elif t == 1:
-                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype,
-                                              getattr(self, 'columns', None))
+                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype, self.columns)
                 out.append(run(grad_weight, *self.weight_grad_operands(x, gy)))
             else:
                 out.append(_bias_grad(xp, gy, xs[2]))
@@ -524,11 +525,9 @@ def conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, *, dilate=1, gro
                 'size {}, which is not positive'.format(x.shape, w.shape, geom.stride,
                                                         geom.pad, outsize))
     else:
-        outsize = spatial_tuple(outsize, len(spatial), 'outsize', 'conv_transpose',
-                                -2 ** 63)
-        if any(l < 1 for l in outsize):  # an output shape: ChainerX's DimensionError
-            raise _args.DimensionError('conv_transpose: outsize {} must be positive for '
-                                       'every axis'.format(outsize))
+        # (an output shape: ChainerX's DimensionError when it is not positive)
+        outsize = spatial_tuple(outsize, len(spatial), 'outsize', 'conv_transpose', 1,
+                                _args.DimensionError)
         cover_all = any(out_size(l, k, s, p, dl) != d
                         for l, d, (k, s, p, dl) in zip(outsize, spatial, params))
         if any(out_size(l, k, s, p, dl, cover_all) != d
