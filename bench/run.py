@@ -260,6 +260,10 @@ def main(argv=None):
     libs, skipped = load_frameworks(args.frameworks)
     numpy_threads = _machine.numpy_blas_threads()
     threads = {'numpy_blas': numpy_threads}
+    if 'xgrad' in libs:
+        from xgrad._backend import native_kernels
+        # OMP_NUM_THREADS, else the cores (builds before the threads: one)
+        threads['xgrad'] = getattr(native_kernels, 'max_threads', lambda: 1)()
     if 'torch' in libs:
         libs['torch'].set_num_threads(numpy_threads)
         threads['torch'] = libs['torch'].get_num_threads()

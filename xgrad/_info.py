@@ -9,6 +9,7 @@ fine: xgrad then runs on the CPU), 1 when CuPy is installed but broken or a
 kernel fails to compile."""
 
 import argparse
+import os
 import platform
 import sys
 
@@ -84,6 +85,10 @@ def report(out=sys.stdout):
     line('xgrad', '{} ({})'.format(getattr(xgrad, '__version__', '?'), xgrad.__file__))
     line('Python', '{} ({})'.format(platform.python_version(), sys.executable))
     line('NumPy', numpy.__version__)
+    from xgrad._backend import native_kernels
+    threads = native_kernels.max_threads()
+    line('CPU threads', '{} ({})'.format(threads, 'OMP_NUM_THREADS' if 'OMP_NUM_THREADS' in os.environ
+                                           else 'OpenMP, the cores' if threads > 1 else 'one'))
     cp, why = _cupy()
     if cp is None:
         line('CuPy', why)

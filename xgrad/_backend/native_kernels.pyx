@@ -11,8 +11,10 @@ large arrays.
 """
 
 cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF
+from cython.parallel cimport prange
 
 cdef extern from "select_loops.h" nogil:
     void xgrad_relu_f32(const float* x, float* out, Py_ssize_t n)
@@ -26,6 +28,8 @@ cdef extern from "numpy/arrayobject.h":
                                 int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
                                 void* data, int flags, PyObject* obj)
 
+import os
+
 import numpy
 
 cnp.import_array()
@@ -38,6 +42,73 @@ ctypedef fused real:
 # also release the GIL. (Transcendental functions: the vector kernels below.)
 cdef Py_ssize_t SMALL = 4096
 cdef Py_ssize_t NOGIL_SIZE = 32768
+
+
+# -- threads ------------------------------------------------------------------
+#
+# A large array is cut into one contiguous chunk per thread (OpenMP, see
+# parallel.h); each chunk runs the same serial loop, so a result does not
+# depend on the number of threads. An op splits only when every thread gets
+# at least a grain of elements: below that, starting the threads costs more
+# than it saves (bench/threads.py measures where the split starts to pay).
+
+cdef extern from "parallel.h" nogil:
+    enum: XGRAD_HAS_OPENMP
+    int xgrad_max_threads()
+
+# Elements per thread, at least: arithmetic is memory-bound and cheap per
+# element, the vector kernels (exp, tanh, ...) cost several times more.
+cdef Py_ssize_t GRAIN_ARITHMETIC = 65536
+cdef Py_ssize_t GRAIN_VECTOR = 16384
+# 0: OpenMP's own count (the cores, or OMP_NUM_THREADS); else this many.
+cdef int thread_limit = 0
+
+
+cdef inline int _threads_for(Py_ssize_t n, Py_ssize_t grain) noexcept nogil:
+    """How many threads an op on ``n`` elements uses."""
+    if n < 2 * grain:
+        return 1
+    cdef int nt = thread_limit if thread_limit > 0 else xgrad_max_threads()
+    if nt > n // grain:
+        nt = <int>(n // grain)
+    return nt if nt > 1 else 1
+
+
+cdef inline Py_ssize_t _chunk(Py_ssize_t n, int nt) noexcept nogil:
+    """Elements per thread: n / nt rounded up to whole 64-byte lines."""
+    return ((n + nt - 1) // nt + 15) // 16 * 16
+
+
+def max_threads():
+    """The number of threads a large CPU op runs on (1 without OpenMP)."""
+    return _threads_for(<Py_ssize_t>1 << 62, 1) if XGRAD_HAS_OPENMP else 1
+
+
+def _set_grains(Py_ssize_t arithmetic, Py_ssize_t vector):
+    """Set the grains (for bench/threads.py, which measures them); returns
+    the old ones."""
+    global GRAIN_ARITHMETIC, GRAIN_VECTOR
+    old = (GRAIN_ARITHMETIC, GRAIN_VECTOR)
+    GRAIN_ARITHMETIC, GRAIN_VECTOR = max(arithmetic, 1), max(vector, 1)
+    return old
+
+
+def _one_thread_after_fork():
+    set_thread_limit(1)
+
+
+if XGRAD_HAS_OPENMP:
+    os.register_at_fork(after_in_child=_one_thread_after_fork)
+
+
+def set_thread_limit(int n):
+    """Use at most ``n`` threads (0: OpenMP's count again). A forked child
+    sets 1: GNU OpenMP's thread pool does not survive fork, and a parallel
+    region in the child of a parent that had one would wait forever."""
+    global thread_limit
+    if n < 0:
+        raise ValueError(f'thread limit must be >= 0, got {n}')
+    thread_limit = n
 
 cdef enum Formula:
     MUL, ADD, SUB, DIV,              # a op b
@@ -236,10 +307,26 @@ cdef object _binary(Formula f, object a, object b):
     cdef void* po = cnp.PyArray_DATA(out)
     if n >= NOGIL_SIZE:  # worth releasing the GIL for
         with nogil:
-            _run2(ta, f, pa, sa, pb, sb, po, n)
+            _split_run2(ta, f, <char*>pa, sa, <char*>pb, sb, <char*>po, n)
     else:
         _run2(ta, f, pa, sa, pb, sb, po, n)
     return out
+
+
+cdef void _split_run2(int t, Formula f, char* pa, bint sa, char* pb, bint sb,
+                      char* po, Py_ssize_t n) noexcept nogil:
+    """``_run2`` over ``n`` elements, one chunk per thread."""
+    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
+    if nt == 1:
+        _run2(t, f, pa, sa, pb, sb, po, n)
+        return
+    cdef Py_ssize_t item = 4 if t == cnp.NPY_FLOAT else 8
+    cdef Py_ssize_t chunk = _chunk(n, nt), c, start
+    for c in prange(nt, num_threads=nt, schedule='static'):
+        start = c * chunk
+        if start < n:
+            _run2(t, f, pa if sa else pa + start * item, sa, pb if sb else pb + start * item, sb,
+                  po + start * item, min(chunk, n - start))
 
 
 cdef bint _is_row_of(cnp.ndarray row, cnp.ndarray big):
@@ -273,13 +360,25 @@ cdef object _binary_rows(Formula f, cnp.ndarray a, Py_ssize_t na,
     cdef char* prow = <char*>cnp.PyArray_DATA(row)
     cdef char* po = <char*>cnp.PyArray_DATA(out)
     cdef Py_ssize_t step = m * cnp.PyArray_ITEMSIZE(big)
+    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
     with nogil:
-        for r in range(rows):
-            if a_is_row:
-                _run2(t, f, prow, False, pbig + r * step, False, po + r * step, m)
-            else:
-                _run2(t, f, pbig + r * step, False, prow, False, po + r * step, m)
+        if nt == 1:
+            _rows2(t, f, a_is_row, prow, pbig, po, step, m, 0, rows)
+        else:
+            for r in prange(rows, num_threads=nt, schedule='static'):
+                _rows2(t, f, a_is_row, prow, pbig, po, step, m, r, r + 1)
     return out
+
+
+cdef inline void _rows2(int t, Formula f, bint a_is_row, char* prow, char* pbig, char* po,
+                        Py_ssize_t step, Py_ssize_t m, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """Rows r0 to r1 of ``_binary_rows``."""
+    cdef Py_ssize_t r
+    for r in range(r0, r1):
+        if a_is_row:
+            _run2(t, f, prow, False, pbig + r * step, False, po + r * step, m)
+        else:
+            _run2(t, f, pbig + r * step, False, prow, False, po + r * step, m)
 
 
 cdef void _loop1(Formula f, real* a, real* out, Py_ssize_t n) noexcept nogil:
@@ -305,7 +404,16 @@ cdef object _unary(Formula f, object a, Py_ssize_t limit):
         cnp.PyArray_NDIM(arr), cnp.PyArray_DIMS(arr), t, 0)
     cdef void* pa = cnp.PyArray_DATA(arr)
     cdef void* po = cnp.PyArray_DATA(out)
-    if n >= NOGIL_SIZE:
+    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(arr), chunk = _chunk(n, nt), c, start
+    if nt > 1:
+        with nogil:
+            for c in prange(nt, num_threads=nt, schedule='static'):
+                start = c * chunk
+                if start < n:
+                    _run1(t, f, <char*>pa + start * item, <char*>po + start * item,
+                          min(chunk, n - start))
+    elif n >= NOGIL_SIZE:
         with nogil:
             _run1(t, f, pa, po, n)
     else:
@@ -322,11 +430,22 @@ cdef inline void _run1(int t, Formula f, void* pa, void* po, Py_ssize_t n) noexc
 
 # -- forward ----------------------------------------------------------------
 
+cdef inline bint _numpy_is_faster(object a) noexcept:
+    """Whether NumPy's own loop should take a plain a op b with operand a:
+    ours on small operands (where NumPy's dispatch costs more than the
+    arithmetic) and on large ones split over threads; NumPy's SIMD loops on
+    large ones where one thread would run ours."""
+    cdef Py_ssize_t n
+    if type(a) is not cnp.ndarray:
+        return False
+    n = cnp.PyArray_SIZE(<cnp.ndarray>a)
+    return n > SMALL and _threads_for(n, GRAIN_ARITHMETIC) == 1
+
+
 cdef object _binary_small(Formula f, object a, object b):
-    """A plain a op b: our loop on small operands (where NumPy's dispatch
-    costs more than the arithmetic), NumPy's SIMD loops on large ones."""
-    if (type(a) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>a) > SMALL) or (
-            type(b) is cnp.ndarray and cnp.PyArray_SIZE(<cnp.ndarray>b) > SMALL):
+    """A plain a op b by our loop, or None where NumPy's is faster (or the
+    operands do not qualify)."""
+    if _numpy_is_faster(a) or _numpy_is_faster(b):
         return None
     return _binary(f, a, b)
 
@@ -369,7 +488,7 @@ cpdef object relu_forward(object x):
 
 
 cpdef object negative(object x):
-    r = _unary(NEG, x, SMALL)
+    r = _unary(NEG, x, SMALL if _numpy_is_faster(x) else UNLIMITED)
     return np_negative(x) if r is None else r
 
 
@@ -472,7 +591,7 @@ cpdef bint add_into(object acc, object g):
     cdef void* pa = cnp.PyArray_DATA(<cnp.ndarray>acc)
     cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>g)
     with nogil:
-        _run2(t, ADD, pa, False, pg, sg, pa, na)
+        _split_run2(t, ADD, <char*>pa, False, <char*>pg, sg, <char*>pa, na)
     return True
 
 
@@ -611,6 +730,8 @@ cdef extern from "vector_math.h" nogil:
                                 Py_ssize_t, double)
     void xgrad_sigmoid_grad_f64(const double*, const double*, const double*, double*,
                                 Py_ssize_t, double)
+    double xgrad_sum_f32(const float*, Py_ssize_t)
+    double xgrad_sum_f64(const double*, Py_ssize_t)
     void xgrad_softmax_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_softmax_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_softmax_grad_rows_f32(const float*, const float*, float*, Py_ssize_t,
@@ -685,9 +806,18 @@ cdef object _vector_unary(UnaryKernel k, object x, double p):
     cdef cnp.ndarray a = _contiguous(x)
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), t, 0)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
-    cdef void* px = cnp.PyArray_DATA(a)
-    cdef void* po = cnp.PyArray_DATA(out)
-    if n >= NOGIL_SIZE:
+    cdef char* px = <char*>cnp.PyArray_DATA(a)
+    cdef char* po = <char*>cnp.PyArray_DATA(out)
+    cdef int nt = _threads_for(n, GRAIN_VECTOR)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(a), chunk = _chunk(n, nt), c, start
+    if nt > 1:
+        with nogil:
+            for c in prange(nt, num_threads=nt, schedule='static'):
+                start = c * chunk
+                if start < n:
+                    _run_unary(k, t, px + start * item, po + start * item,
+                               min(chunk, n - start), p)
+    elif n >= NOGIL_SIZE:
         with nogil:
             _run_unary(k, t, px, po, n, p)
     else:
@@ -720,11 +850,22 @@ cdef object _vector_grad(GradKernel k, object gy, object x, object y, double p):
     cdef cnp.ndarray ya = _contiguous(y) if y is not None else None
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(g), cnp.PyArray_DIMS(g), t, 0)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(g)
-    cdef void* pg = cnp.PyArray_DATA(g)
-    cdef void* px = cnp.PyArray_DATA(xa) if xa is not None else NULL
-    cdef void* py = cnp.PyArray_DATA(ya) if ya is not None else NULL
-    cdef void* po = cnp.PyArray_DATA(out)
-    if n >= NOGIL_SIZE:
+    cdef char* pg = <char*>cnp.PyArray_DATA(g)
+    cdef char* px = <char*>cnp.PyArray_DATA(xa) if xa is not None else NULL
+    cdef char* py = <char*>cnp.PyArray_DATA(ya) if ya is not None else NULL
+    cdef char* po = <char*>cnp.PyArray_DATA(out)
+    cdef int nt = _threads_for(n, GRAIN_VECTOR)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(g), chunk = _chunk(n, nt), c, start
+    if nt > 1:
+        with nogil:
+            for c in prange(nt, num_threads=nt, schedule='static'):
+                start = c * chunk
+                if start < n:
+                    _run_grad(k, t, pg + start * item,
+                              px + start * item if px != NULL else NULL,
+                              py + start * item if py != NULL else NULL,
+                              po + start * item, min(chunk, n - start), p)
+    elif n >= NOGIL_SIZE:
         with nogil:
             _run_grad(k, t, pg, px, py, po, n, p)
     else:
@@ -770,6 +911,25 @@ cpdef object elu_grad(object gy, object x, object y, double alpha):
     return _vector_grad(G_ELU, gy, x, y, alpha)
 
 
+cdef inline void _softmax_rows(int t, bint log, void* x, void* y, Py_ssize_t r0,
+                               Py_ssize_t rows, Py_ssize_t m) noexcept nogil:
+    """Rows r0 to r0 + rows of a softmax over rows of m elements."""
+    if t == cnp.NPY_FLOAT:
+        xgrad_softmax_rows_f32(<float*>x + r0 * m, <float*>y + r0 * m, rows, m, log)
+    else:
+        xgrad_softmax_rows_f64(<double*>x + r0 * m, <double*>y + r0 * m, rows, m, log)
+
+
+cdef inline void _softmax_grad_rows(int t, bint log, void* gy, void* y, void* gx,
+                                    Py_ssize_t r0, Py_ssize_t rows, Py_ssize_t m) noexcept nogil:
+    if t == cnp.NPY_FLOAT:
+        xgrad_softmax_grad_rows_f32(<float*>gy + r0 * m, <float*>y + r0 * m,
+                                    <float*>gx + r0 * m, rows, m, log)
+    else:
+        xgrad_softmax_grad_rows_f64(<double*>gy + r0 * m, <double*>y + r0 * m,
+                                    <double*>gx + r0 * m, rows, m, log)
+
+
 cpdef object softmax_last_axis(object x, bint log):
     """softmax (log_softmax if ``log``) over the last axis of a float32/64
     array, or None (other dtypes, 0-d, empty)."""
@@ -784,11 +944,19 @@ cpdef object softmax_last_axis(object x, bint log):
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), t, 0)
     cdef void* px = cnp.PyArray_DATA(a)
     cdef void* po = cnp.PyArray_DATA(out)
+    cdef Py_ssize_t rows = n // m, per, c, r0
+    cdef int nt = _threads_for(n, GRAIN_VECTOR)
+    if nt > rows:
+        nt = <int>rows
+    per = (rows + nt - 1) // nt
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            xgrad_softmax_rows_f32(<float*>px, <float*>po, n // m, m, log)
+        if nt == 1:
+            _softmax_rows(t, log, px, po, 0, rows, m)
         else:
-            xgrad_softmax_rows_f64(<double*>px, <double*>po, n // m, m, log)
+            for c in prange(nt, num_threads=nt, schedule='static'):
+                r0 = c * per
+                if r0 < rows:
+                    _softmax_rows(t, log, px, po, r0, min(per, rows - r0), m)
     return out
 
 
@@ -809,9 +977,74 @@ cpdef object softmax_last_axis_grad(object gy, object y, bint log):
     cdef void* pg = cnp.PyArray_DATA(g)
     cdef void* py = cnp.PyArray_DATA(ya)
     cdef void* po = cnp.PyArray_DATA(out)
+    cdef Py_ssize_t rows = n // m, per, c, r0
+    cdef int nt = _threads_for(n, GRAIN_VECTOR)
+    if nt > rows:
+        nt = <int>rows
+    per = (rows + nt - 1) // nt
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            xgrad_softmax_grad_rows_f32(<float*>pg, <float*>py, <float*>po, n // m, m, log)
+        if nt == 1:
+            _softmax_grad_rows(t, log, pg, py, po, 0, rows, m)
         else:
-            xgrad_softmax_grad_rows_f64(<double*>pg, <double*>py, <double*>po, n // m, m, log)
+            for c in prange(nt, num_threads=nt, schedule='static'):
+                r0 = c * per
+                if r0 < rows:
+                    _softmax_grad_rows(t, log, pg, py, po, r0, min(per, rows - r0), m)
     return out
+
+
+# -- sum of every element ---------------------------------------------------------
+
+# Arrays from this size on are summed here (at every thread count, so that a
+# result does not depend on it): blocks of SUM_BLOCK elements, in parallel,
+# each in double; then the block sums in order, compensated (Neumaier).
+cdef Py_ssize_t SUM_MIN = 65536
+cdef Py_ssize_t SUM_BLOCK = 4096
+
+
+cpdef object sum_all(object x):
+    """The sum of all elements of a large float32/64 array, as a 0-d array of
+    its dtype; None for other arrays (NumPy sums those). More accurate than
+    NumPy's pairwise sum for float32 (double accumulation), and split over
+    threads."""
+    cdef int t = _vector_dtype(x)
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE or cnp.PyArray_SIZE(<cnp.ndarray>x) < SUM_MIN:
+        return None
+    cdef cnp.ndarray a = _contiguous(x)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a), blocks = (n + SUM_BLOCK - 1) // SUM_BLOCK, b
+    cdef double* sums = <double*>PyMem_Malloc(blocks * sizeof(double))
+    if sums == NULL:
+        raise MemoryError()
+    cdef char* p = <char*>cnp.PyArray_DATA(a)
+    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
+    cdef double total = 0, carry = 0, v, s
+    with nogil:
+        if nt == 1:
+            _block_sums(t, p, n, sums, 0, blocks)
+        else:
+            for b in prange(blocks, num_threads=nt, schedule='static'):
+                _block_sums(t, p, n, sums, b, b + 1)
+        for b in range(blocks):
+            v = sums[b]
+            s = total + v
+            if (total if total >= 0 else -total) >= (v if v >= 0 else -v):
+                carry += (total - s) + v
+            else:
+                carry += (v - s) + total
+            total = s
+    PyMem_Free(sums)
+    out = numpy.empty((), dtype=a.dtype)
+    out[()] = total + carry
+    return out
+
+
+cdef inline void _block_sums(int t, char* p, Py_ssize_t n, double* sums,
+                             Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """sums[b] for the blocks b0 to b1 of ``_sum_all``."""
+    cdef Py_ssize_t b, start
+    for b in range(b0, b1):
+        start = b * SUM_BLOCK
+        if t == cnp.NPY_FLOAT:
+            sums[b] = xgrad_sum_f32(<float*>p + start, min(SUM_BLOCK, n - start))
+        else:
+            sums[b] = xgrad_sum_f64(<double*>p + start, min(SUM_BLOCK, n - start))

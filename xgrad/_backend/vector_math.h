@@ -178,6 +178,18 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
         }                                                                        \
     }
 
+/* The sum of n elements, accumulated in double (a float32 input rounds once,
+ * at the end, when the caller casts the result). */
+#define XGRAD_SUM(T, sfx)                                                        \
+    XGRAD_CLONES static double xgrad_sum_##sfx(const T* restrict x, ptrdiff_t n) { \
+        double s = 0;                                                            \
+        XGRAD_SIMD_SUM(s)                                                        \
+        for (ptrdiff_t i = 0; i < n; i++) s += (double)x[i];                     \
+        return s;                                                                \
+    }
+XGRAD_SUM(float, f32)
+XGRAD_SUM(double, f64)
+
 XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf)
 XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs)
 

@@ -12,7 +12,7 @@ from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport math_dtype
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
-from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view
+from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view, sum_all
 from xgrad._errors import DimensionError, DtypeError
 from xgrad._backend import cuda
 
@@ -53,6 +53,17 @@ cdef object _keepdims_shape(tuple shape, tuple axes):
     return tuple([1 if i in axes else n for i, n in enumerate(shape)])
 
 
+cdef object _sum_of_all(object x, tuple axes, bint keepdims):
+    """The native sum (threads, float32 accumulated in double) when every
+    axis of a large float array goes; None otherwise."""
+    if len(axes) != x.ndim:
+        return None
+    y = sum_all(x)
+    if y is not None and keepdims:
+        y = y.reshape((1,) * x.ndim)
+    return y
+
+
 cdef class Sum(Op):
     op_name = 'sum'
     cdef tuple axes
@@ -63,6 +74,9 @@ cdef class Sum(Op):
         x = inputs[0]
         self.in_shape = x.shape
         if x.dtype.kind in 'fc':
+            y = _sum_of_all(x, self.axes, self.keepdims)
+            if y is not None:
+                return (y,)
             # add.reduce is sum() without NumPy's Python-level wrapper; axis
             # None takes its contiguous fast path when every axis goes.
             axes = None if len(self.axes) == x.ndim else self.axes
@@ -92,7 +106,9 @@ cdef class Mean(Op):
         for a in self.axes:
             self.count *= x.shape[a]
         if self.count and (x.dtype == numpy.float32 or x.dtype == numpy.float64):
-            y = as_result(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
+            y = _sum_of_all(x, self.axes, self.keepdims)
+            if y is None:
+                y = as_result(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
             return (numpy.true_divide(y, self.count, out=y),)
         return (as_result(x.mean(axis=self.axes, keepdims=self.keepdims)),)
 

@@ -1,0 +1,176 @@
+"""CPU kernels split over threads (OpenMP): same results as one thread.
+
+* Every native kernel family, on arrays large enough to split (sizes that are
+  not multiples of a chunk, float16/32/64), gives bit for bit the result of
+  one thread, and NumPy's within float tolerance.
+* The sum of a large float array is the same at every thread count, and
+  closer to the exact sum than NumPy's (float32 is accumulated in double).
+* OMP_NUM_THREADS is honoured, and a process forked after a parallel op
+  still runs ops (GNU OpenMP's pool does not survive fork: a child that
+  started a parallel region would wait forever).
+"""
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._backend import native_kernels as K
+
+# More than two grains of either kind: every op below splits on 2+ threads.
+N = 4 * 65536 + 37
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def one_thread_then_all():
+    """Run f with one thread and with every thread; both results."""
+    def run(f):
+        K.set_thread_limit(1)
+        try:
+            serial = f()
+        finally:
+            K.set_thread_limit(0)
+        return serial, f()
+    return run
+
+
+def _data(dtype, seed=0, n=N):
+    rng = numpy.random.default_rng(seed)
+    return rng.uniform(-3, 3, n).astype(dtype)
+
+
+UNARY = {
+    'tanh': (K.tanh_forward, numpy.tanh),
+    'exp': (K.exp_forward, numpy.exp),
+    'log': (lambda x: K.log_forward(abs(x) + 0.5), lambda x: numpy.log(abs(x) + 0.5)),
+    'sigmoid': (K.sigmoid_forward, lambda x: 1 / (1 + numpy.exp(-x))),
+    'negative': (K.negative, numpy.negative),
+    'relu': (K.relu_forward, lambda x: numpy.maximum(x, 0)),
+    'leaky_relu': (lambda x: K.leaky_relu_forward(x, 0.2), lambda x: numpy.where(x >= 0, x, 0.2 * x)),
+    'softmax': (lambda x: K.softmax_last_axis(x.reshape(-1, 31)[:, :], False),
+                lambda x: (lambda e: e / e.sum(-1, keepdims=True))(
+                    numpy.exp(x.reshape(-1, 31) - x.reshape(-1, 31).max(-1, keepdims=True)))),
+}
+BINARY = {
+    'multiply': (K.multiply, numpy.multiply),
+    'add': (K.add, numpy.add),
+    'subtract': (K.subtract, numpy.subtract),
+    'divide': (lambda a, b: K.divide(a, abs(b) + 1), lambda a, b: a / (abs(b) + 1)),
+    'tanh_grad': (K.tanh_grad, lambda gy, y: gy * (1 - y * y)),
+    'sigmoid_grad': (K.sigmoid_grad, lambda gy, y: gy * y * (1 - y)),
+    'softplus_grad': (lambda gy, x: K.softplus_grad(gy, x, 1.5),
+                      lambda gy, x: gy / (1 + numpy.exp(-1.5 * x))),
+    'bias_row': (lambda a, b: K.add(a[:256 * 1024].reshape(256, 1024), b[:1024]),
+                 lambda a, b: a[:256 * 1024].reshape(256, 1024) + b[:1024]),
+}
+
+
+def _tol(dtype):
+    return {'float16': 2e-3, 'float32': 2e-6, 'float64': 1e-13}[numpy.dtype(dtype).name]
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('name', sorted(UNARY))
+def test_unary_kernels_split_like_one_thread(name, dtype, one_thread_then_all):
+    kernel, reference = UNARY[name]
+    x = _data(dtype, n=N - N % 31 if name == 'softmax' else N)
+    serial, split = one_thread_then_all(lambda: kernel(x))
+    numpy.testing.assert_array_equal(split, serial)
+    numpy.testing.assert_allclose(split, reference(x), rtol=_tol(dtype) * 4, atol=_tol(dtype))
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('name', sorted(BINARY))
+def test_binary_kernels_split_like_one_thread(name, dtype, one_thread_then_all):
+    kernel, reference = BINARY[name]
+    a, b = _data(dtype, 1), _data(dtype, 2)
+    serial, split = one_thread_then_all(lambda: kernel(a, b))
+    numpy.testing.assert_array_equal(split, serial)
+    numpy.testing.assert_allclose(split, reference(a, b), rtol=_tol(dtype) * 4, atol=_tol(dtype))
+
+
+def test_float16_vector_kernel_splits_like_one_thread(one_thread_then_all):
+    x = _data('float16')
+    serial, split = one_thread_then_all(lambda: K.tanh_forward(x))
+    assert split.dtype == numpy.float16
+    numpy.testing.assert_array_equal(split, serial)
+    numpy.testing.assert_allclose(split, numpy.tanh(x.astype(numpy.float64)), atol=1e-3)
+
+
+def test_gradient_accumulation_splits_like_one_thread(one_thread_then_all):
+    g = _data('float32', 3)
+
+    def accumulate():
+        acc = _data('float32', 4)
+        assert K.add_into(acc, g)
+        return acc
+    serial, split = one_thread_then_all(accumulate)
+    numpy.testing.assert_array_equal(split, serial)
+    numpy.testing.assert_allclose(split, _data('float32', 4) + g, rtol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+def test_sum_is_the_same_at_every_thread_count_and_accurate(dtype, one_thread_then_all):
+    # Ill-conditioned for a float32 accumulator: a large constant plus noise.
+    x = (_data('float64', 5, n=3 * N) + 1000).astype(dtype)
+    exact = math.fsum(x.astype(numpy.float64).tolist())
+    serial, split = one_thread_then_all(lambda: K.sum_all(x))
+    assert split.dtype == numpy.dtype(dtype) and split.shape == ()
+    assert split.tobytes() == serial.tobytes()
+    # One rounding of the exact sum (float32), or a few ulps (float64).
+    ulp = numpy.spacing(numpy.asarray(exact, dtype=dtype))
+    assert abs(float(split) - exact) <= 4 * ulp
+    assert abs(float(split) - exact) <= abs(float(numpy.sum(x)) - exact) + ulp
+
+
+def test_sum_and_mean_ops_use_it_with_every_axis_and_keepdims():
+    x = _data('float32', 6, n=512 * 513).reshape(512, 513)
+    exact = math.fsum(x.astype(numpy.float64).ravel().tolist())
+    a = xgrad.array(x).require_grad()
+    s = xgrad.sum(a, axis=(0, 1), keepdims=True)
+    assert s.shape == (1, 1) and s.dtype == xgrad.float32
+    assert abs(float(xgrad.to_numpy(s)[0, 0]) - exact) <= numpy.spacing(numpy.float32(exact))
+    m = xgrad.mean(a)
+    numpy.testing.assert_allclose(float(xgrad.to_numpy(m)), exact / x.size, rtol=1e-6)
+    m.backward()
+    numpy.testing.assert_array_equal(xgrad.to_numpy(a.grad), numpy.full(x.shape, 1 / x.size, numpy.float32))
+    # A non-contiguous operand is summed from a contiguous copy.
+    t = xgrad.sum(xgrad.array(x.T))
+    assert abs(float(xgrad.to_numpy(t)) - exact) <= numpy.spacing(numpy.float32(exact))
+
+
+def _python(code, **env):
+    environment = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
+                       **env)
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], env=environment,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(K.max_threads() < 2, reason='built without OpenMP, or one core')
+def test_omp_num_threads_is_honoured():
+    code = 'from xgrad._backend import native_kernels as K; print(K.max_threads())'
+    assert _python(code, OMP_NUM_THREADS='1').stdout.strip() == '1'
+    assert _python(code, OMP_NUM_THREADS='3').stdout.strip() == '3'
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason='no fork')
+def test_a_forked_child_runs_ops_after_the_parent_ran_them_in_parallel():
+    result = _python('''
+        import os, numpy
+        from xgrad._backend import native_kernels as K
+        x = numpy.ones(1 << 20, numpy.float32)
+        K.tanh_forward(x)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if float(K.tanh_forward(x)[-1]) == float(numpy.tanh(numpy.float32(1))) else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), K.max_threads() > 0)
+    ''')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['0', 'True']
