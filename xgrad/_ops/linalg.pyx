@@ -8,6 +8,7 @@ from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport promote_dtypes
 from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._errors import DimensionError, DtypeError
+from xgrad._ops._xp import matmul_raw
 
 cdef tuple _RETAIN_01 = (0, 1)
 
@@ -25,7 +26,7 @@ cdef class Matmul(Op):
         self.dtype_b = b.dtype
         self._retain_in_idx = _RETAIN_01
         try:
-            y = numpy.matmul(a, b)
+            y = matmul_raw(a, b)
         except ValueError:
             raise DimensionError('matmul: shapes {} and {} are not aligned'.format(
                 a.shape, b.shape)) from None
@@ -42,6 +43,13 @@ cdef class Matmul(Op):
             for t in targets:
                 out.append(xp.cast(gy * (b if t == 0 else a),
                                    self.dtype_a if t == 0 else self.dtype_b))
+            return tuple(out)
+        if nda == 2 and ndb == 2:  # no broadcasting to undo
+            for t in targets:
+                if t == 0:
+                    out.append(xp.cast(xp.matmul(gy, xp.swapaxes(b, 0, 1)), self.dtype_a))
+                else:
+                    out.append(xp.cast(xp.matmul(xp.swapaxes(a, 0, 1), gy), self.dtype_b))
             return tuple(out)
         # Give 1-d operands their matrix shape back: (k,) @ (..., k, m) is
         # (1, k) @ ..., and (..., n, k) @ (k,) is ... @ (k, 1).
