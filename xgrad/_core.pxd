@@ -88,6 +88,7 @@ cdef class FunctionNode:
     cdef object _device
     cdef tuple _bw_inputs
     cdef tuple _bw_outputs
+    cdef bint _formula_only    # backward is xgrad's own formula (see Op)
 
     cpdef forward(self, inputs)
     cpdef backward(self, target_input_indexes, grad_outputs)

@@ -2556,11 +2556,15 @@ cdef class _BackwardPass:
     cdef object _retained_input(self, FunctionNode fn, int k, Py_ssize_t pos):
         """A retained input as the backward sees it: a view of the input if it
         is alive, else a view of its saved data re-attached to the op's input
-        nodes. Always a view, as ChainerX's GetRetainedInput: the re-attached
-        array is dropped at once, so what the backward does to the array it
-        gets (Chainer calls require_grad on it) does not reach the input's
-        node, whose gradient would otherwise be stored and later added in
-        again."""
+        nodes. A view, as ChainerX's GetRetainedInput: the re-attached array
+        is dropped at once, so what the backward does to the array it gets
+        (Chainer calls require_grad on it) does not reach the input's node,
+        whose gradient would otherwise be stored and later added in again.
+
+        xgrad's own formulas (``_formula_only``) only compute with what they
+        get and keep nothing: they get the array itself (or the re-attached
+        one), which saves a recorded view op per retained array in double
+        backprop, and its backward in the pass after."""
         cdef Py_ssize_t i = fn._retain_in_idx[pos], kk
         cdef PyObject* p
         cdef ndarray substitute
@@ -2569,13 +2573,13 @@ cdef class _BackwardPass:
             return None
         a = _alive_input(fn, i)
         if a is not None:
-            return _view_in_scope(<ndarray>a)
+            return a if fn._formula_only else _view_in_scope(<ndarray>a)
         substitute = _wrap(data, fn._device)
         for kk in range(fn._n_graphs):
             p = fn._in_nodes[kk * fn._n_in + i]
             if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
                 substitute._adopt(<ArrayNode>p)
-        return _view_in_scope(substitute)
+        return substitute if fn._formula_only else _view_in_scope(substitute)
 
     cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t pos):
         """A retained output as the backward sees it: a view of the output if
@@ -2589,6 +2593,8 @@ cdef class _BackwardPass:
         if data is None:
             return None
         if p != NULL and (<ArrayNode>p)._array != NULL:
+            if fn._formula_only:
+                return <ndarray>(<ArrayNode>p)._array
             return _view_in_scope(<ndarray>(<ArrayNode>p)._array)
         substitute = _wrap(data, fn._device)
         for kk in range(fn._n_graphs):
@@ -2601,7 +2607,7 @@ cdef class _BackwardPass:
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
-        return _view_in_scope(substitute)  # a view, as for inputs
+        return substitute if fn._formula_only else _view_in_scope(substitute)
 
     # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
 

@@ -19,6 +19,11 @@ cdef object XG = xgrad_ns
 
 cdef class Op(FunctionNode):
 
+    def __cinit__(self):
+        # The formula computes with the retained arrays and keeps none: the
+        # engine may hand it the arrays themselves (see _retained_input).
+        self._formula_only = True
+
     cpdef backward(self, target_input_indexes, grad_outputs):
         return self._grads(XG, tuple(target_input_indexes), tuple(grad_outputs),
                            self._bw_inputs, self._bw_outputs)
@@ -47,6 +52,9 @@ cdef class PyOp(Op):
     a GradientError that names the op.
     """
     twice_differentiable = True
+
+    def __cinit__(self):
+        self._formula_only = False  # Python code may keep what it is given
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return tuple(self.grads(xp, targets, gys, xs, ys))
