@@ -174,3 +174,28 @@ def test_a_forked_child_runs_ops_after_the_parent_ran_them_in_parallel():
     ''')
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ['0', 'True']
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('shape', [(0, 3), (1,), (7, 5), (64, 65), (3, 4096 + 5)])
+def test_sum_and_mean_of_every_element_are_accurate(shape, dtype):
+    """float32: the exact value rounded once (the double accumulator's own
+    error is far below a float32 ulp); float64: within a few ulps of the
+    sum of magnitudes (the usual bound for a blocked sum)."""
+    x = (_data('float64', 7, n=int(numpy.prod(shape))) * 1e3 + 0.1).astype(dtype).reshape(shape)
+    exact = math.fsum(x.astype(numpy.float64).ravel().tolist())
+    magnitude = math.fsum(abs(x.astype(numpy.float64)).ravel().tolist())
+
+    def bound(value, scale=1):
+        if dtype == 'float32':
+            return numpy.spacing(numpy.float32(abs(value)))
+        return 8 * numpy.finfo(numpy.float64).eps * magnitude / scale
+
+    a = xgrad.array(x)
+    s = xgrad.to_numpy(xgrad.sum(a))
+    assert s.dtype == numpy.dtype(dtype) and s.shape == ()
+    assert abs(float(s) - exact) <= (bound(exact) if x.size else 0)
+    if x.size:
+        m = xgrad.to_numpy(xgrad.mean(a, keepdims=True))
+        assert m.shape == (1,) * x.ndim and m.dtype == numpy.dtype(dtype)
+        assert abs(float(m.ravel()[0]) - exact / x.size) <= bound(exact / x.size, x.size)

@@ -995,52 +995,66 @@ cpdef object softmax_last_axis_grad(object gy, object y, bint log):
 
 # -- sum of every element ---------------------------------------------------------
 
-# Arrays from this size on are summed here (at every thread count, so that a
-# result does not depend on it): blocks of SUM_BLOCK elements, in parallel,
-# each in double; then the block sums in order, compensated (Neumaier).
-cdef Py_ssize_t SUM_MIN = 65536
+# Contiguous float32/64 arrays are summed here, at every size and thread
+# count: blocks of SUM_BLOCK elements (in parallel on large arrays), each in
+# double; then the block sums in order, compensated (Neumaier). A result
+# therefore does not depend on the number of threads.
 cdef Py_ssize_t SUM_BLOCK = 4096
 
 
-cpdef object sum_all(object x):
-    """The sum of all elements of a large float32/64 array, as a 0-d array of
-    its dtype; None for other arrays (NumPy sums those). More accurate than
-    NumPy's pairwise sum for float32 (double accumulation), and split over
-    threads."""
+cpdef object sum_all(object x, double divisor=1):
+    """The sum of all elements of a float32/64 array (divided by ``divisor``,
+    before the one rounding to float32: the mean), as a 0-d array of its
+    dtype; None for other arrays (NumPy sums those). More accurate than
+    NumPy's pairwise sum for float32 (double accumulation), split over
+    threads on large arrays, and without NumPy's reduction set-up on small
+    ones (0.06 us where add.reduce takes 1.4)."""
     cdef int t = _vector_dtype(x)
-    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE or cnp.PyArray_SIZE(<cnp.ndarray>x) < SUM_MIN:
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
         return None
     cdef cnp.ndarray a = _contiguous(x)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(a), blocks = (n + SUM_BLOCK - 1) // SUM_BLOCK, b
-    cdef double* sums = <double*>PyMem_Malloc(blocks * sizeof(double))
-    if sums == NULL:
-        raise MemoryError()
     cdef char* p = <char*>cnp.PyArray_DATA(a)
-    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
-    cdef double total = 0, carry = 0, v, s
-    with nogil:
-        if nt == 1:
-            _block_sums(t, p, n, sums, 0, blocks)
-        else:
-            for b in prange(blocks, num_threads=nt, schedule='static'):
-                _block_sums(t, p, n, sums, b, b + 1)
-        for b in range(blocks):
-            v = sums[b]
-            s = total + v
-            if (total if total >= 0 else -total) >= (v if v >= 0 else -v):
-                carry += (total - s) + v
+    cdef double total = 0, carry = 0, v, s, one
+    cdef double* sums
+    cdef int nt
+    if blocks <= 1:
+        if n:
+            _block_sums(t, p, n, &total, 0, 1)
+    else:
+        sums = <double*>PyMem_Malloc(blocks * sizeof(double))
+        if sums == NULL:
+            raise MemoryError()
+        nt = _threads_for(n, GRAIN_ARITHMETIC)
+        with nogil:
+            if nt == 1:
+                _block_sums(t, p, n, sums, 0, blocks)
             else:
-                carry += (v - s) + total
-            total = s
-    PyMem_Free(sums)
-    out = numpy.empty((), dtype=a.dtype)
-    out[()] = total + carry
+                for b in prange(blocks, num_threads=nt, schedule='static'):
+                    _block_sums(t, p, n, sums, b, b + 1)
+            for b in range(blocks):
+                v = sums[b]
+                s = total + v
+                if (total if total >= 0 else -total) >= (v if v >= 0 else -v):
+                    carry += (total - s) + v
+                else:
+                    carry += (v - s) + total
+                total = s
+        PyMem_Free(sums)
+        total += carry
+    if divisor != 1:
+        total /= divisor
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(0, NULL, t, 0)
+    if t == cnp.NPY_FLOAT:
+        (<float*>cnp.PyArray_DATA(out))[0] = <float>total
+    else:
+        (<double*>cnp.PyArray_DATA(out))[0] = total
     return out
 
 
 cdef inline void _block_sums(int t, char* p, Py_ssize_t n, double* sums,
                              Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
-    """sums[b] for the blocks b0 to b1 of ``_sum_all``."""
+    """sums[b] for the blocks b0 to b1 of ``sum_all``."""
     cdef Py_ssize_t b, start
     for b in range(b0, b1):
         start = b * SUM_BLOCK

@@ -24,11 +24,14 @@ def _gpu_sum_to(x, shape):
     return cuda.kernels().sum_to(cuda.cupy(), x, shape)
 
 
+cdef list _ALL_AXES = [tuple(range(n)) for n in range(33)]
+
+
 cdef tuple normalize_axes(object axis, Py_ssize_t ndim, str name='axis'):
     """``axis`` (None, int or sequence) as a sorted tuple of non-negative axes."""
     cdef list axes
     if axis is None:
-        return tuple(range(ndim))
+        return _ALL_AXES[ndim] if ndim < 33 else tuple(range(ndim))
     items = (axis,) if isinstance(axis, (int, numpy.integer)) else axis
     try:
         items = tuple(items)
@@ -53,12 +56,13 @@ cdef object _keepdims_shape(tuple shape, tuple axes):
     return tuple([1 if i in axes else n for i, n in enumerate(shape)])
 
 
-cdef object _sum_of_all(object x, tuple axes, bint keepdims):
-    """The native sum (threads, float32 accumulated in double) when every
-    axis of a large float array goes; None otherwise."""
+cdef object _sum_of_all(object x, tuple axes, bint keepdims, double divisor=1):
+    """The native sum (float32 accumulated in double, threads on large
+    arrays; divided by ``divisor``) when every axis of a float32/64 array
+    goes; None otherwise."""
     if len(axes) != x.ndim:
         return None
-    y = sum_all(x)
+    y = sum_all(x, divisor)
     if y is not None and keepdims:
         y = y.reshape((1,) * x.ndim)
     return y
@@ -87,7 +91,8 @@ cdef class Sum(Op):
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         gy = gys[0]
-        if not self.keepdims:
+        # A 0-d gradient (every axis summed) broadcasts as it is.
+        if not self.keepdims and len(self.axes) != len(self.in_shape):
             gy = xp.reshape(gy, _keepdims_shape(self.in_shape, self.axes))
         return (xp.broadcast_to(gy, self.in_shape),)
 
@@ -105,16 +110,19 @@ cdef class Mean(Op):
         self.count = 1
         for a in self.axes:
             self.count *= x.shape[a]
+        if self.count:
+            y = _sum_of_all(x, self.axes, self.keepdims, self.count)
+            if y is not None:
+                return (y,)
         if self.count and (x.dtype == numpy.float32 or x.dtype == numpy.float64):
-            y = _sum_of_all(x, self.axes, self.keepdims)
-            if y is None:
-                y = as_result(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
+            y = as_result(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
             return (numpy.true_divide(y, self.count, out=y),)
         return (as_result(x.mean(axis=self.axes, keepdims=self.keepdims)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         gy = gys[0] * (1.0 / self.count) if self.count else gys[0]
-        if not self.keepdims:
+        # A 0-d gradient (every axis summed) broadcasts as it is.
+        if not self.keepdims and len(self.axes) != len(self.in_shape):
             gy = xp.reshape(gy, _keepdims_shape(self.in_shape, self.axes))
         return (xp.broadcast_to(gy, self.in_shape),)
 
