@@ -175,7 +175,9 @@ cdef class Tanh(_Unary):
         return K.tanh_forward(x) if not on_gpu(x) else _gpu_unary('tanh', x)
 
     cdef object _grad(self, xp, gy, x, y):
-        return K.tanh_grad(gy, y) if xp is NP else gy * (1 - y * y)
+        if xp is NP:
+            return K.tanh_grad(gy, y)
+        return apply2(TanhGrad.__new__(TanhGrad), <ndarray>gy, <ndarray>y)
 
 
 cdef class Sigmoid(_Unary):
@@ -186,7 +188,85 @@ cdef class Sigmoid(_Unary):
         return K.sigmoid_forward(x) if not on_gpu(x) else _gpu_unary('sigmoid', x)
 
     cdef object _grad(self, xp, gy, x, y):
-        return K.sigmoid_grad(gy, y) if xp is NP else gy * (y * (1 - y))
+        if xp is NP:
+            return K.sigmoid_grad(gy, y)
+        return apply2(SigmoidGrad.__new__(SigmoidGrad), <ndarray>gy, <ndarray>y)
+
+
+cdef class _OutputGrad(Op):
+    """gx = gy * f'(y) for an activation whose derivative is a function of
+    its output y (tanh, sigmoid), recorded as one op in double backprop
+    where the formula would record three, and computed by one fused kernel.
+    Its own gradients: for gy, g * f'(y) (this op again); for y,
+    g * gy * f''(y) written with f'' as a function of y."""
+
+    cpdef forward(self, inputs):
+        gy, y = inputs
+        self._retain_in_idx = _RETAIN_01
+        if on_gpu(gy) or on_gpu(y):
+            return (self._formula(gy, y),)
+        return (self._fused(gy, y),)
+
+    cdef object _fused(self, gy, y):
+        raise NotImplementedError
+
+    cdef object _formula(self, gy, y):
+        raise NotImplementedError
+
+    cdef object _second(self, y):
+        """f''(y) as a function of y (arrays of the namespace of y)."""
+        raise NotImplementedError
+
+    cdef _OutputGrad _same(self):
+        raise NotImplementedError
+
+    cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
+        g = gys[0]
+        gy, y = xs
+        out = []
+        for t in targets:
+            if t == 0:
+                if xp is NP:
+                    out.append(self._fused(g, y))
+                elif xp.raw:
+                    out.append(self._formula(g, y))
+                else:
+                    out.append(apply2(self._same(), <ndarray>g, <ndarray>y))
+            else:
+                out.append(g * gy * self._second(y))
+        return tuple(out)
+
+
+cdef class TanhGrad(_OutputGrad):
+    op_name = 'tanh_grad'
+
+    cdef object _fused(self, gy, y):
+        return K.tanh_grad(gy, y)
+
+    cdef object _formula(self, gy, y):
+        return gy * (1 - y * y)
+
+    cdef object _second(self, y):
+        return y * -2  # d/dy (1 - y*y)
+
+    cdef _OutputGrad _same(self):
+        return TanhGrad.__new__(TanhGrad)
+
+
+cdef class SigmoidGrad(_OutputGrad):
+    op_name = 'sigmoid_grad'
+
+    cdef object _fused(self, gy, y):
+        return K.sigmoid_grad(gy, y)
+
+    cdef object _formula(self, gy, y):
+        return gy * (y * (1 - y))
+
+    cdef object _second(self, y):
+        return 1 - y * 2  # d/dy y(1 - y)
+
+    cdef _OutputGrad _same(self):
+        return SigmoidGrad.__new__(SigmoidGrad)
 
 
 cdef class Relu(_Unary):
