@@ -73,36 +73,6 @@ extensions = [
 
 
 
-# Modules whose loops split large arrays over threads (cython.parallel.prange
-# and parallel.h), built with OpenMP where the compiler has it; without it
-# (or with XGRAD_OPENMP=0) the same loops run on one thread.
-OPENMP_MODULES = {'xgrad._backend.native_kernels'}
-
-
-def _openmp_flags(compiler):
-    """['-fopenmp'] when this compiler builds and links an OpenMP program
-    (GCC, Clang with libomp), else [] with a note."""
-    if os.environ.get('XGRAD_OPENMP', '1') == '0':
-        return []
-    import tempfile
-    try:
-        from setuptools.errors import CompileError, LinkError
-    except ImportError:  # setuptools < 59
-        from distutils.errors import CompileError, LinkError
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, 'omp_probe.c')
-        with open(src, 'w') as f:
-            f.write('#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n')
-        try:
-            objects = compiler.compile([src], output_dir=tmp, extra_postargs=['-fopenmp'])
-            compiler.link_executable(objects, 'omp_probe', output_dir=tmp,
-                                     extra_postargs=['-fopenmp'])
-        except (CompileError, LinkError):
-            print('note: the compiler has no OpenMP; xgrad\'s CPU kernels will use one thread')
-            return []
-    return ['-fopenmp']
-
-
 class ReusingBuildExt(build_ext):
     """Reuse an extension module already built in the source tree when it is
     newer than everything it is built from: its .pyx, xgrad's .pxd and .h
@@ -113,14 +83,6 @@ class ReusingBuildExt(build_ext):
     cythonize regenerates it all, and without this a second ``pip install -e
     .`` with unchanged sources compiled everything again (minutes). The
     generated C is not a criterion for the same reason."""
-
-    def build_extensions(self):
-        flags = _openmp_flags(self.compiler)
-        for ext in self.extensions:
-            if ext.name in OPENMP_MODULES:
-                ext.extra_compile_args = ext.extra_compile_args + flags
-                ext.extra_link_args = ext.extra_link_args + flags
-        super().build_extensions()
 
     def build_extension(self, ext):
         target = self.get_ext_fullpath(ext.name)

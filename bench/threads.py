@@ -53,7 +53,7 @@ def main():
     args = parser.parse_args()
     threads = K.max_threads()
     if threads < 2:
-        sys.exit('only one thread (no OpenMP, or OMP_NUM_THREADS=1): nothing to measure')
+        sys.exit('only one thread (one CPU, or OMP_NUM_THREADS=1): nothing to measure')
     old = K._set_grains(1, 1)
     rng = numpy.random.default_rng(0)
     rows = []

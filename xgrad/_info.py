@@ -88,7 +88,7 @@ def report(out=sys.stdout):
     from xgrad._backend import native_kernels
     threads = native_kernels.max_threads()
     line('CPU threads', '{} ({})'.format(threads, 'OMP_NUM_THREADS' if 'OMP_NUM_THREADS' in os.environ
-                                           else 'OpenMP, the cores' if threads > 1 else 'one'))
+                                           else 'the CPUs this process may use'))
     cp, why = _cupy()
     if cp is None:
         line('CuPy', why)

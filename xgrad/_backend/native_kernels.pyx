@@ -14,7 +14,6 @@ cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF
-from cython.parallel cimport prange
 
 cdef extern from "select_loops.h" nogil:
     void xgrad_relu_f32(const float* x, float* out, Py_ssize_t n)
@@ -27,8 +26,6 @@ cdef extern from "numpy/arrayobject.h":
     object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr,
                                 int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
                                 void* data, int flags, PyObject* obj)
-
-import os
 
 import numpy
 
@@ -44,31 +41,123 @@ cdef Py_ssize_t SMALL = 4096
 cdef Py_ssize_t NOGIL_SIZE = 32768
 
 
+cdef extern from "vector_math.h" nogil:
+    ctypedef void (*xgrad_unary_f32)(const float*, float*, Py_ssize_t, double)
+    ctypedef void (*xgrad_unary_f64)(const double*, double*, Py_ssize_t, double)
+    ctypedef void (*xgrad_grad_f32)(const float*, const float*, const float*, float*,
+                                    Py_ssize_t, double)
+    ctypedef void (*xgrad_grad_f64)(const double*, const double*, const double*, double*,
+                                    Py_ssize_t, double)
+    ctypedef struct xgrad_f16:
+        pass
+    enum: XGRAD_HAS_FLOAT16
+    void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y, Py_ssize_t n,
+                         double p)
+    void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
+                        const xgrad_f16* y, xgrad_f16* out, Py_ssize_t n, double p)
+    void xgrad_exp_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_exp_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_log_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_log_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_tanh_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_tanh_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_sigmoid_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_sigmoid_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_softplus_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_softplus_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_leaky_relu_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_leaky_relu_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_elu_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_elu_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_softplus_grad_f32(const float*, const float*, const float*, float*,
+                                 Py_ssize_t, double)
+    void xgrad_softplus_grad_f64(const double*, const double*, const double*, double*,
+                                 Py_ssize_t, double)
+    void xgrad_leaky_relu_grad_f32(const float*, const float*, const float*, float*,
+                                   Py_ssize_t, double)
+    void xgrad_leaky_relu_grad_f64(const double*, const double*, const double*, double*,
+                                   Py_ssize_t, double)
+    void xgrad_elu_grad_f32(const float*, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void xgrad_elu_grad_f64(const double*, const double*, const double*, double*,
+                            Py_ssize_t, double)
+    void xgrad_tanh_grad_f32(const float*, const float*, const float*, float*,
+                             Py_ssize_t, double)
+    void xgrad_tanh_grad_f64(const double*, const double*, const double*, double*,
+                             Py_ssize_t, double)
+    void xgrad_sigmoid_grad_f32(const float*, const float*, const float*, float*,
+                                Py_ssize_t, double)
+    void xgrad_sigmoid_grad_f64(const double*, const double*, const double*, double*,
+                                Py_ssize_t, double)
+    double xgrad_sum_f32(const float*, Py_ssize_t)
+    double xgrad_sum_f64(const double*, Py_ssize_t)
+    void xgrad_softmax_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
+    void xgrad_softmax_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
+    void xgrad_softmax_grad_rows_f32(const float*, const float*, float*, Py_ssize_t,
+                                     Py_ssize_t, int)
+    void xgrad_softmax_grad_rows_f64(const double*, const double*, double*, Py_ssize_t,
+                                     Py_ssize_t, int)
+
+
+cdef extern from "numpy/arrayobject.h":
+    enum: NPY_HALF
+
+
+cdef struct UnaryKernel:
+    xgrad_unary_f32 f32
+    xgrad_unary_f64 f64
+
+
+cdef struct GradKernel:
+    xgrad_grad_f32 f32
+    xgrad_grad_f64 f64
+
+
+cdef UnaryKernel K_EXP = UnaryKernel(xgrad_exp_f32, xgrad_exp_f64)
+cdef UnaryKernel K_LOG = UnaryKernel(xgrad_log_f32, xgrad_log_f64)
+cdef UnaryKernel K_TANH = UnaryKernel(xgrad_tanh_f32, xgrad_tanh_f64)
+cdef UnaryKernel K_SIGMOID = UnaryKernel(xgrad_sigmoid_f32, xgrad_sigmoid_f64)
+cdef UnaryKernel K_SOFTPLUS = UnaryKernel(xgrad_softplus_f32, xgrad_softplus_f64)
+cdef UnaryKernel K_LEAKY_RELU = UnaryKernel(xgrad_leaky_relu_f32, xgrad_leaky_relu_f64)
+cdef UnaryKernel K_ELU = UnaryKernel(xgrad_elu_f32, xgrad_elu_f64)
+cdef GradKernel G_SOFTPLUS = GradKernel(xgrad_softplus_grad_f32, xgrad_softplus_grad_f64)
+cdef GradKernel G_LEAKY_RELU = GradKernel(xgrad_leaky_relu_grad_f32,
+                                          xgrad_leaky_relu_grad_f64)
+cdef GradKernel G_ELU = GradKernel(xgrad_elu_grad_f32, xgrad_elu_grad_f64)
+cdef GradKernel G_TANH = GradKernel(xgrad_tanh_grad_f32, xgrad_tanh_grad_f64)
+cdef GradKernel G_SIGMOID = GradKernel(xgrad_sigmoid_grad_f32, xgrad_sigmoid_grad_f64)
+
+
 # -- threads ------------------------------------------------------------------
 #
-# A large array is cut into one contiguous chunk per thread (OpenMP, see
-# parallel.h); each chunk runs the same serial loop, so a result does not
-# depend on the number of threads. An op splits only when every thread gets
-# at least a grain of elements: below that, starting the threads costs more
-# than it saves (bench/threads.py measures where the split starts to pay).
+# A large array is cut into one contiguous chunk per thread (our worker pool,
+# see thread_pool.h); each chunk runs the same serial loop, so a result does
+# not depend on the number of threads. An op splits only when every thread
+# gets at least a grain of elements: below that, waking the workers costs
+# more than it saves (bench/threads.py measures where the split starts to
+# pay).
 
-cdef extern from "parallel.h" nogil:
-    enum: XGRAD_HAS_OPENMP
-    int xgrad_max_threads()
+cdef extern from "thread_pool.h" nogil:
+    ctypedef void (*xgrad_task)(void* ctx, Py_ssize_t chunk) noexcept nogil
+    enum: XGRAD_HAS_POOL
+    int xgrad_pool_threads()
+    void xgrad_pool_set_limit(int n)
+    void xgrad_pool_init()
+    void xgrad_pool_run(xgrad_task task, void* ctx, Py_ssize_t chunks)
+
+xgrad_pool_init()
 
 # Elements per thread, at least: arithmetic is memory-bound and cheap per
 # element, the vector kernels (exp, tanh, ...) cost several times more.
 cdef Py_ssize_t GRAIN_ARITHMETIC = 65536
 cdef Py_ssize_t GRAIN_VECTOR = 16384
-# 0: OpenMP's own count (the cores, or OMP_NUM_THREADS); else this many.
-cdef int thread_limit = 0
 
 
 cdef inline int _threads_for(Py_ssize_t n, Py_ssize_t grain) noexcept nogil:
     """How many threads an op on ``n`` elements uses."""
     if n < 2 * grain:
         return 1
-    cdef int nt = thread_limit if thread_limit > 0 else xgrad_max_threads()
+    cdef int nt = xgrad_pool_threads()
     if nt > n // grain:
         nt = <int>(n // grain)
     return nt if nt > 1 else 1
@@ -80,8 +169,9 @@ cdef inline Py_ssize_t _chunk(Py_ssize_t n, int nt) noexcept nogil:
 
 
 def max_threads():
-    """The number of threads a large CPU op runs on (1 without OpenMP)."""
-    return _threads_for(<Py_ssize_t>1 << 62, 1) if XGRAD_HAS_OPENMP else 1
+    """The number of threads a large CPU op runs on: OMP_NUM_THREADS when it
+    is set, else the CPUs this process may use (1 without pthreads)."""
+    return xgrad_pool_threads()
 
 
 def _set_grains(Py_ssize_t arithmetic, Py_ssize_t vector):
@@ -93,22 +183,45 @@ def _set_grains(Py_ssize_t arithmetic, Py_ssize_t vector):
     return old
 
 
-def _one_thread_after_fork():
-    set_thread_limit(1)
-
-
-if XGRAD_HAS_OPENMP:
-    os.register_at_fork(after_in_child=_one_thread_after_fork)
-
-
 def set_thread_limit(int n):
-    """Use at most ``n`` threads (0: OpenMP's count again). A forked child
-    sets 1: GNU OpenMP's thread pool does not survive fork, and a parallel
-    region in the child of a parent that had one would wait forever."""
-    global thread_limit
+    """Use at most ``n`` threads (0: no limit; for tests and benchmarks)."""
     if n < 0:
         raise ValueError(f'thread limit must be >= 0, got {n}')
-    thread_limit = n
+    xgrad_pool_set_limit(n)
+
+
+# What a split op hands each chunk: the operands and the chunk's size. ``n``
+# counts elements (rows, blocks for the row and block kernels), ``chunk``
+# how many of them a chunk takes.
+cdef struct Span:
+    int t
+    Py_ssize_t n, chunk, item
+    int f              # a Formula
+    UnaryKernel uk
+    GradKernel gk
+    double p
+    bint sa, sb, flag
+    char* a
+    char* b
+    char* c
+    char* out
+    Py_ssize_t m, step
+    double* sums
+
+
+cdef inline void _split(xgrad_task task, Span* s, int nt) noexcept nogil:
+    """Run ``task`` over ``s.n`` elements in ``nt`` chunks (one per thread)."""
+    s.chunk = _chunk(s.n, nt)
+    xgrad_pool_run(task, s, (s.n + s.chunk - 1) // s.chunk)
+
+
+cdef inline void _split_rows(xgrad_task task, Span* s, int nt) noexcept nogil:
+    """Run ``task`` over ``s.n`` rows (or blocks) in ``nt`` chunks of rows."""
+    if nt > s.n:
+        nt = <int>s.n
+    s.chunk = (s.n + nt - 1) // nt
+    xgrad_pool_run(task, s, (s.n + s.chunk - 1) // s.chunk)
+
 
 cdef enum Formula:
     MUL, ADD, SUB, DIV,              # a op b
@@ -320,13 +433,17 @@ cdef void _split_run2(int t, Formula f, char* pa, bint sa, char* pb, bint sb,
     if nt == 1:
         _run2(t, f, pa, sa, pb, sb, po, n)
         return
-    cdef Py_ssize_t item = 4 if t == cnp.NPY_FLOAT else 8
-    cdef Py_ssize_t chunk = _chunk(n, nt), c, start
-    for c in prange(nt, num_threads=nt, schedule='static'):
-        start = c * chunk
-        if start < n:
-            _run2(t, f, pa if sa else pa + start * item, sa, pb if sb else pb + start * item, sb,
-                  po + start * item, min(chunk, n - start))
+    cdef Span s
+    s.t, s.f, s.n, s.item = t, f, n, (4 if t == cnp.NPY_FLOAT else 8)
+    s.a, s.sa, s.b, s.sb, s.out = pa, sa, pb, sb, po
+    _split(_binary_chunk, &s, nt)
+
+
+cdef void _binary_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t start = c * s.chunk, at = start * s.item
+    _run2(s.t, <Formula>s.f, s.a if s.sa else s.a + at, s.sa, s.b if s.sb else s.b + at, s.sb,
+          s.out + at, min(s.chunk, s.n - start))
 
 
 cdef bint _is_row_of(cnp.ndarray row, cnp.ndarray big):
@@ -361,13 +478,21 @@ cdef object _binary_rows(Formula f, cnp.ndarray a, Py_ssize_t na,
     cdef char* po = <char*>cnp.PyArray_DATA(out)
     cdef Py_ssize_t step = m * cnp.PyArray_ITEMSIZE(big)
     cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
+    cdef Span s
     with nogil:
         if nt == 1:
             _rows2(t, f, a_is_row, prow, pbig, po, step, m, 0, rows)
         else:
-            for r in prange(rows, num_threads=nt, schedule='static'):
-                _rows2(t, f, a_is_row, prow, pbig, po, step, m, r, r + 1)
+            s.t, s.f, s.flag, s.a, s.b, s.out = t, f, a_is_row, prow, pbig, po
+            s.step, s.m, s.n = step, m, rows
+            _split_rows(_rows_chunk, &s, nt)
     return out
+
+
+cdef void _rows_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t r0 = c * s.chunk
+    _rows2(s.t, <Formula>s.f, s.flag, s.a, s.b, s.out, s.step, s.m, r0, min(r0 + s.chunk, s.n))
 
 
 cdef inline void _rows2(int t, Formula f, bint a_is_row, char* prow, char* pbig, char* po,
@@ -405,20 +530,25 @@ cdef object _unary(Formula f, object a, Py_ssize_t limit):
     cdef void* pa = cnp.PyArray_DATA(arr)
     cdef void* po = cnp.PyArray_DATA(out)
     cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(arr), chunk = _chunk(n, nt), c, start
+    cdef Span span
     if nt > 1:
+        span.t, span.f, span.n, span.item = t, f, n, cnp.PyArray_ITEMSIZE(arr)
+        span.a, span.out = <char*>pa, <char*>po
         with nogil:
-            for c in prange(nt, num_threads=nt, schedule='static'):
-                start = c * chunk
-                if start < n:
-                    _run1(t, f, <char*>pa + start * item, <char*>po + start * item,
-                          min(chunk, n - start))
+            _split(_unary_chunk, &span, nt)
     elif n >= NOGIL_SIZE:
         with nogil:
             _run1(t, f, pa, po, n)
     else:
         _run1(t, f, pa, po, n)
     return out
+
+
+cdef void _unary_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t start = c * s.chunk
+    _run1(s.t, <Formula>s.f, s.a + start * s.item, s.out + start * s.item,
+          min(s.chunk, s.n - start))
 
 
 cdef inline void _run1(int t, Formula f, void* pa, void* po, Py_ssize_t n) noexcept nogil:
@@ -682,93 +812,6 @@ cdef void _sum_rows(int t, void* src, void* dst, Py_ssize_t rows, Py_ssize_t m) 
 # operand that is not contiguous is copied to a contiguous one first; a result
 # is always a new C-contiguous array.
 
-cdef extern from "vector_math.h" nogil:
-    ctypedef void (*xgrad_unary_f32)(const float*, float*, Py_ssize_t, double)
-    ctypedef void (*xgrad_unary_f64)(const double*, double*, Py_ssize_t, double)
-    ctypedef void (*xgrad_grad_f32)(const float*, const float*, const float*, float*,
-                                    Py_ssize_t, double)
-    ctypedef void (*xgrad_grad_f64)(const double*, const double*, const double*, double*,
-                                    Py_ssize_t, double)
-    ctypedef struct xgrad_f16:
-        pass
-    enum: XGRAD_HAS_FLOAT16
-    void xgrad_unary_f16(xgrad_unary_f32 f, const xgrad_f16* x, xgrad_f16* y, Py_ssize_t n,
-                         double p)
-    void xgrad_grad_f16(xgrad_grad_f32 f, const xgrad_f16* gy, const xgrad_f16* x,
-                        const xgrad_f16* y, xgrad_f16* out, Py_ssize_t n, double p)
-    void xgrad_exp_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_exp_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_log_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_log_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_tanh_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_tanh_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_sigmoid_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_sigmoid_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_softplus_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_softplus_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_leaky_relu_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_leaky_relu_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_elu_f32(const float*, float*, Py_ssize_t, double)
-    void xgrad_elu_f64(const double*, double*, Py_ssize_t, double)
-    void xgrad_softplus_grad_f32(const float*, const float*, const float*, float*,
-                                 Py_ssize_t, double)
-    void xgrad_softplus_grad_f64(const double*, const double*, const double*, double*,
-                                 Py_ssize_t, double)
-    void xgrad_leaky_relu_grad_f32(const float*, const float*, const float*, float*,
-                                   Py_ssize_t, double)
-    void xgrad_leaky_relu_grad_f64(const double*, const double*, const double*, double*,
-                                   Py_ssize_t, double)
-    void xgrad_elu_grad_f32(const float*, const float*, const float*, float*,
-                            Py_ssize_t, double)
-    void xgrad_elu_grad_f64(const double*, const double*, const double*, double*,
-                            Py_ssize_t, double)
-    void xgrad_tanh_grad_f32(const float*, const float*, const float*, float*,
-                             Py_ssize_t, double)
-    void xgrad_tanh_grad_f64(const double*, const double*, const double*, double*,
-                             Py_ssize_t, double)
-    void xgrad_sigmoid_grad_f32(const float*, const float*, const float*, float*,
-                                Py_ssize_t, double)
-    void xgrad_sigmoid_grad_f64(const double*, const double*, const double*, double*,
-                                Py_ssize_t, double)
-    double xgrad_sum_f32(const float*, Py_ssize_t)
-    double xgrad_sum_f64(const double*, Py_ssize_t)
-    void xgrad_softmax_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
-    void xgrad_softmax_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
-    void xgrad_softmax_grad_rows_f32(const float*, const float*, float*, Py_ssize_t,
-                                     Py_ssize_t, int)
-    void xgrad_softmax_grad_rows_f64(const double*, const double*, double*, Py_ssize_t,
-                                     Py_ssize_t, int)
-
-
-cdef extern from "numpy/arrayobject.h":
-    enum: NPY_HALF
-
-
-cdef struct UnaryKernel:
-    xgrad_unary_f32 f32
-    xgrad_unary_f64 f64
-
-
-cdef struct GradKernel:
-    xgrad_grad_f32 f32
-    xgrad_grad_f64 f64
-
-
-cdef UnaryKernel K_EXP = UnaryKernel(xgrad_exp_f32, xgrad_exp_f64)
-cdef UnaryKernel K_LOG = UnaryKernel(xgrad_log_f32, xgrad_log_f64)
-cdef UnaryKernel K_TANH = UnaryKernel(xgrad_tanh_f32, xgrad_tanh_f64)
-cdef UnaryKernel K_SIGMOID = UnaryKernel(xgrad_sigmoid_f32, xgrad_sigmoid_f64)
-cdef UnaryKernel K_SOFTPLUS = UnaryKernel(xgrad_softplus_f32, xgrad_softplus_f64)
-cdef UnaryKernel K_LEAKY_RELU = UnaryKernel(xgrad_leaky_relu_f32, xgrad_leaky_relu_f64)
-cdef UnaryKernel K_ELU = UnaryKernel(xgrad_elu_f32, xgrad_elu_f64)
-cdef GradKernel G_SOFTPLUS = GradKernel(xgrad_softplus_grad_f32, xgrad_softplus_grad_f64)
-cdef GradKernel G_LEAKY_RELU = GradKernel(xgrad_leaky_relu_grad_f32,
-                                          xgrad_leaky_relu_grad_f64)
-cdef GradKernel G_ELU = GradKernel(xgrad_elu_grad_f32, xgrad_elu_grad_f64)
-cdef GradKernel G_TANH = GradKernel(xgrad_tanh_grad_f32, xgrad_tanh_grad_f64)
-cdef GradKernel G_SIGMOID = GradKernel(xgrad_sigmoid_grad_f32, xgrad_sigmoid_grad_f64)
-
-
 cdef inline int _vector_dtype(object a):
     """NPY_HALF/FLOAT/DOUBLE for a NumPy array the vector kernels take, else -1."""
     if type(a) is not cnp.ndarray:
@@ -798,6 +841,13 @@ cdef inline void _run_unary(UnaryKernel k, int t, void* x, void* y, Py_ssize_t n
         xgrad_unary_f16(k.f32, <xgrad_f16*>x, <xgrad_f16*>y, n, p)
 
 
+cdef void _vector_unary_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t start = c * s.chunk
+    _run_unary(s.uk, s.t, s.a + start * s.item, s.out + start * s.item,
+               min(s.chunk, s.n - start), s.p)
+
+
 cdef object _vector_unary(UnaryKernel k, object x, double p):
     """k(x) as a new array, or None when x is not a float16/32/64 NumPy array."""
     cdef int t = _vector_dtype(x)
@@ -809,14 +859,11 @@ cdef object _vector_unary(UnaryKernel k, object x, double p):
     cdef char* px = <char*>cnp.PyArray_DATA(a)
     cdef char* po = <char*>cnp.PyArray_DATA(out)
     cdef int nt = _threads_for(n, GRAIN_VECTOR)
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(a), chunk = _chunk(n, nt), c, start
+    cdef Span s
     if nt > 1:
+        s.uk, s.t, s.n, s.item, s.a, s.out, s.p = k, t, n, cnp.PyArray_ITEMSIZE(a), px, po, p
         with nogil:
-            for c in prange(nt, num_threads=nt, schedule='static'):
-                start = c * chunk
-                if start < n:
-                    _run_unary(k, t, px + start * item, po + start * item,
-                               min(chunk, n - start), p)
+            _split(_vector_unary_chunk, &s, nt)
     elif n >= NOGIL_SIZE:
         with nogil:
             _run_unary(k, t, px, po, n, p)
@@ -833,6 +880,13 @@ cdef inline void _run_grad(GradKernel k, int t, void* gy, void* x, void* y, void
         k.f64(<double*>gy, <double*>x, <double*>y, <double*>out, n, p)
     else:
         xgrad_grad_f16(k.f32, <xgrad_f16*>gy, <xgrad_f16*>x, <xgrad_f16*>y, <xgrad_f16*>out, n, p)
+
+
+cdef void _vector_grad_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t at = c * s.chunk * s.item
+    _run_grad(s.gk, s.t, s.a + at, s.b + at if s.b != NULL else NULL,
+              s.c + at if s.c != NULL else NULL, s.out + at, min(s.chunk, s.n - c * s.chunk), s.p)
 
 
 cdef object _vector_grad(GradKernel k, object gy, object x, object y, double p):
@@ -855,16 +909,12 @@ cdef object _vector_grad(GradKernel k, object gy, object x, object y, double p):
     cdef char* py = <char*>cnp.PyArray_DATA(ya) if ya is not None else NULL
     cdef char* po = <char*>cnp.PyArray_DATA(out)
     cdef int nt = _threads_for(n, GRAIN_VECTOR)
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(g), chunk = _chunk(n, nt), c, start
+    cdef Span s
     if nt > 1:
+        s.gk, s.t, s.n, s.item, s.p = k, t, n, cnp.PyArray_ITEMSIZE(g), p
+        s.a, s.b, s.c, s.out = pg, px, py, po
         with nogil:
-            for c in prange(nt, num_threads=nt, schedule='static'):
-                start = c * chunk
-                if start < n:
-                    _run_grad(k, t, pg + start * item,
-                              px + start * item if px != NULL else NULL,
-                              py + start * item if py != NULL else NULL,
-                              po + start * item, min(chunk, n - start), p)
+            _split(_vector_grad_chunk, &s, nt)
     elif n >= NOGIL_SIZE:
         with nogil:
             _run_grad(k, t, pg, px, py, po, n, p)
@@ -944,20 +994,22 @@ cpdef object softmax_last_axis(object x, bint log):
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), t, 0)
     cdef void* px = cnp.PyArray_DATA(a)
     cdef void* po = cnp.PyArray_DATA(out)
-    cdef Py_ssize_t rows = n // m, per, c, r0
+    cdef Py_ssize_t rows = n // m
     cdef int nt = _threads_for(n, GRAIN_VECTOR)
-    if nt > rows:
-        nt = <int>rows
-    per = (rows + nt - 1) // nt
+    cdef Span s
     with nogil:
         if nt == 1:
             _softmax_rows(t, log, px, po, 0, rows, m)
         else:
-            for c in prange(nt, num_threads=nt, schedule='static'):
-                r0 = c * per
-                if r0 < rows:
-                    _softmax_rows(t, log, px, po, r0, min(per, rows - r0), m)
+            s.t, s.flag, s.a, s.out, s.n, s.m = t, log, <char*>px, <char*>po, rows, m
+            _split_rows(_softmax_chunk, &s, nt)
     return out
+
+
+cdef void _softmax_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t r0 = c * s.chunk
+    _softmax_rows(s.t, s.flag, s.a, s.out, r0, min(s.chunk, s.n - r0), s.m)
 
 
 cpdef object softmax_last_axis_grad(object gy, object y, bint log):
@@ -977,20 +1029,22 @@ cpdef object softmax_last_axis_grad(object gy, object y, bint log):
     cdef void* pg = cnp.PyArray_DATA(g)
     cdef void* py = cnp.PyArray_DATA(ya)
     cdef void* po = cnp.PyArray_DATA(out)
-    cdef Py_ssize_t rows = n // m, per, c, r0
+    cdef Py_ssize_t rows = n // m
     cdef int nt = _threads_for(n, GRAIN_VECTOR)
-    if nt > rows:
-        nt = <int>rows
-    per = (rows + nt - 1) // nt
+    cdef Span s
     with nogil:
         if nt == 1:
             _softmax_grad_rows(t, log, pg, py, po, 0, rows, m)
         else:
-            for c in prange(nt, num_threads=nt, schedule='static'):
-                r0 = c * per
-                if r0 < rows:
-                    _softmax_grad_rows(t, log, pg, py, po, r0, min(per, rows - r0), m)
+            s.t, s.flag, s.a, s.b, s.out, s.n, s.m = t, log, <char*>pg, <char*>py, <char*>po, rows, m
+            _split_rows(_softmax_grad_chunk, &s, nt)
     return out
+
+
+cdef void _softmax_grad_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t r0 = c * s.chunk
+    _softmax_grad_rows(s.t, s.flag, s.a, s.b, s.out, r0, min(s.chunk, s.n - r0), s.m)
 
 
 # -- sum of every element ---------------------------------------------------------
@@ -1018,6 +1072,7 @@ cpdef object sum_all(object x, double divisor=1):
     cdef double total = 0, carry = 0, v, s, one
     cdef double* sums
     cdef int nt
+    cdef Span span
     if blocks <= 1:
         if n:
             _block_sums(t, p, n, &total, 0, 1)
@@ -1030,8 +1085,8 @@ cpdef object sum_all(object x, double divisor=1):
             if nt == 1:
                 _block_sums(t, p, n, sums, 0, blocks)
             else:
-                for b in prange(blocks, num_threads=nt, schedule='static'):
-                    _block_sums(t, p, n, sums, b, b + 1)
+                span.t, span.a, span.m, span.sums, span.n = t, p, n, sums, blocks
+                _split_rows(_sum_chunk, &span, nt)
             for b in range(blocks):
                 v = sums[b]
                 s = total + v
@@ -1050,6 +1105,11 @@ cpdef object sum_all(object x, double divisor=1):
     else:
         (<double*>cnp.PyArray_DATA(out))[0] = total
     return out
+
+
+cdef void _sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx  # n: blocks; m: elements
+    _block_sums(s.t, s.a, s.m, s.sums, c * s.chunk, min((c + 1) * s.chunk, s.n))
 
 
 cdef inline void _block_sums(int t, char* p, Py_ssize_t n, double* sums,

@@ -11,10 +11,11 @@ and runs single-threaded.
 
 from libc.math cimport sqrt
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy
+
+from xgrad._backend.native_kernels import max_threads
 
 ctypedef fused real:
     float
@@ -25,7 +26,7 @@ PARALLEL_SIZE = 1 << 18
 # The kernels release the GIL, so plain threads run them in parallel; a
 # blocking hand-off (not OpenMP's spinning barrier) stays fast when the
 # cores are shared with other processes.
-_THREADS = max(1, min(os.cpu_count() or 1, 8))
+_THREADS = max(1, min(max_threads(), 8))  # OMP_NUM_THREADS, else the CPUs
 _pool = None
 
 
