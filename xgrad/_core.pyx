@@ -42,6 +42,7 @@ from xgrad._dtypes cimport check_inplace, inplace_casts
 
 import heapq
 import math
+import operator
 import threading
 
 import numpy
@@ -2163,6 +2164,9 @@ cdef object _checked_loss_scale(object loss_scale):
 
 
 @cython.final
+cdef object _rank_of_entry = operator.itemgetter(0)  # C, no Python frame per call
+
+
 cdef class _BackwardPass:
     """One run of backward/grad on one graph, in four phases:
 
@@ -2249,7 +2253,7 @@ cdef class _BackwardPass:
                 child = fn._input_node(k, i)
                 if child is not None:
                     stack.append(child)
-        ops.sort(key=lambda t: t[0])
+        ops.sort(key=_rank_of_entry)
         for _, k, fn_obj in ops:
             fn = <FunctionNode>fn_obj
             for i in range(fn._n_in):

@@ -55,7 +55,8 @@ cdef object as_result(object r):
 cdef bint on_gpu(object v):
     """Whether raw data is on a GPU (a CuPy array); NumPy arrays answer at
     C speed."""
-    return type(v) is not NPA and _is_device_array(v)
+    cdef type t = type(v)
+    return t is not NPA and t is not float and t is not int and _is_device_array(v)
 
 
 cdef inline bint _is_python_scalar(object v):
