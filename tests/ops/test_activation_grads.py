@@ -1,5 +1,6 @@
-"""tanh's and sigmoid's gradients are one recorded op each (TanhGrad,
-SigmoidGrad) in double backprop; their own gradients must give the higher
+"""Gradients recorded as single ops in double backprop (tanh's and
+sigmoid's as TanhGrad and SigmoidGrad, a 2-d product's as one Matmul of
+transposed operands); their own gradients must give the higher
 derivatives. Checked up to the third derivative against the closed forms,
 float32 and float64, on arrays and with a gradient that is not all ones."""
 
@@ -61,3 +62,36 @@ def test_second_order_against_numerical_differentiation():
     for f, _ in CASES.values():
         xgrad.check_double_backward(lambda xs, f=f: (f(xs[0]),), (x,), (gy,), (ggx,),
                                     atol=1e-7, rtol=1e-6)
+
+
+def test_matmul_gradients_to_the_third_order():
+    """The gradient of a 2-d product records products of transposed operands
+    (Matmul with ta/tb) and no transposes; their own gradients must give the
+    higher derivatives. With u = x @ W and c the column sums of W:
+    L1 = sum(u**3), g1 = dL1/dx = 3u**2 W.T, g2 = d sum(g1)/dx = 6 u c W.T,
+    g3 = d sum(g2)/dx = 6 c**2 W.T in every row; d sum(g2)/dW against central
+    differences of sum(6 (x @ W) c**2)."""
+    rng = numpy.random.default_rng(5)
+    x_np = rng.standard_normal((3, 4))
+    w_np = rng.standard_normal((4, 2)) * 0.5
+    x = xgrad.array(x_np).require_grad()
+    w = xgrad.array(w_np).require_grad()
+    u = x @ w
+    g1, = xgrad.grad([xgrad.sum(u * u * u)], [x], enable_double_backprop=True)
+    g2, = xgrad.grad([xgrad.sum(g1)], [x], enable_double_backprop=True)
+    g3x, g3w = xgrad.grad([xgrad.sum(g2)], [x, w])
+    un = x_np @ w_np
+    c = w_np.sum(axis=0)
+    numpy.testing.assert_allclose(xgrad.to_numpy(g1), 3 * un ** 2 @ w_np.T, rtol=1e-12)
+    numpy.testing.assert_allclose(xgrad.to_numpy(g2), (6 * un * c) @ w_np.T, rtol=1e-12)
+    numpy.testing.assert_allclose(xgrad.to_numpy(g3x),
+                                  numpy.tile(6 * c ** 2 @ w_np.T, (3, 1)), rtol=1e-12)
+
+    def third(wv):
+        return numpy.sum(6 * (x_np @ wv) * wv.sum(axis=0) ** 2)
+    numerical = numpy.zeros_like(w_np)
+    for index in numpy.ndindex(*w_np.shape):
+        step = numpy.zeros_like(w_np)
+        step[index] = 1e-6
+        numerical[index] = (third(w_np + step) - third(w_np - step)) / 2e-6
+    numpy.testing.assert_allclose(xgrad.to_numpy(g3w), numerical, rtol=1e-6, atol=1e-8)

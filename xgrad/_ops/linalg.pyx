@@ -14,9 +14,13 @@ cdef tuple _RETAIN_01 = (0, 1)
 
 
 cdef class Matmul(Op):
+    """a @ b with NumPy's rules. Gradients of 2-d products set ``ta``/``tb``
+    (2-d operands only): the op computes a.T @ b, a @ b.T or a.T @ b.T, so
+    that double backprop records one op per product and no transposes."""
     op_name = 'matmul'
     cdef tuple shape_a, shape_b, shape_y
     cdef object dtype_a, dtype_b
+    cdef bint ta, tb
 
     cpdef forward(self, inputs):
         a, b = inputs
@@ -25,6 +29,10 @@ cdef class Matmul(Op):
         self.dtype_a = a.dtype
         self.dtype_b = b.dtype
         self._retain_in_idx = _RETAIN_01
+        if self.ta:
+            a = a.T
+        if self.tb:
+            b = b.T
         try:
             y = matmul_raw(a, b)
         except ValueError:
@@ -45,11 +53,18 @@ cdef class Matmul(Op):
                                    self.dtype_a if t == 0 else self.dtype_b))
             return tuple(out)
         if nda == 2 and ndb == 2:  # no broadcasting to undo
+            # y = A @ B with A = a (a.T if ta), B likewise: dA = gy @ B.T and
+            # dB = A.T @ gy, transposed back where the operand was.
             for t in targets:
-                if t == 0:
-                    out.append(xp.cast(xp.matmul(gy, xp.swapaxes(b, 0, 1)), self.dtype_a))
+                if t == 0 and not self.ta:
+                    g = _product(xp, gy, False, b, not self.tb)
+                elif t == 0:
+                    g = _product(xp, b, self.tb, gy, True)
+                elif not self.tb:
+                    g = _product(xp, a, not self.ta, gy, False)
                 else:
-                    out.append(xp.cast(xp.matmul(xp.swapaxes(a, 0, 1), gy), self.dtype_b))
+                    g = _product(xp, gy, True, a, self.ta)
+                out.append(xp.cast(g, self.dtype_a if t == 0 else self.dtype_b))
             return tuple(out)
         # Give 1-d operands their matrix shape back: (k,) @ (..., k, m) is
         # (1, k) @ ..., and (..., n, k) @ (k,) is ... @ (k, 1).
@@ -69,6 +84,18 @@ cdef class Matmul(Op):
                 g = xp.reshape(xp.sum_to(g, b.shape), self.shape_b)
                 out.append(xp.cast(g, self.dtype_b))
         return tuple(out)
+
+
+cdef object _product(xp, x, bint tx, y, bint ty):
+    """op(x) @ op(y) of 2-d operands, op transposing where asked: raw on
+    raw arrays, one recorded Matmul on xgrad arrays."""
+    cdef Matmul op
+    if xp.raw:
+        return xp.matmul(x.T if tx else x, y.T if ty else y)
+    op = Matmul.__new__(Matmul)
+    op.ta = tx
+    op.tb = ty
+    return apply2(op, <ndarray>x, <ndarray>y)
 
 
 cdef ndarray _check_matrix_operand(object x, str name, object like):
