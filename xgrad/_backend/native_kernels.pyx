@@ -731,7 +731,9 @@ cpdef object broadcast_view(object a, tuple shape):
     """A read-only view of ``a`` broadcast to ``shape`` (strides 0 where ``a``
     has length 1): ``numpy.broadcast_to`` in C, without its Python overhead."""
     if type(a) is not cnp.ndarray:
-        return numpy.broadcast_to(a, shape)
+        if not isinstance(a, numpy.generic):
+            return numpy.broadcast_to(a, shape)
+        a = numpy.asarray(a)  # a NumPy scalar (0-d arithmetic gives those)
     cdef cnp.ndarray arr = <cnp.ndarray>a
     cdef int nd = len(shape), na = cnp.PyArray_NDIM(arr), i, j
     cdef cnp.npy_intp dims[32]
