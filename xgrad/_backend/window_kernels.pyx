@@ -114,6 +114,11 @@ cdef void _max_pool(const real* x, real* y, tap_t* taps, Py_ssize_t planes,
     cdef real best, v
     cdef real neg_inf = -1.0 / 0.0
     cdef const real* plane
+    cdef bint wins
+    if kh == 2 and kw == 2 and sh == 2 and sw == 2 and ph == 0 and pw == 0 and (
+            2 * oh <= h and 2 * ow <= w):
+        _max_pool_2x2(x, y, taps, planes, h, w, oh, ow)
+        return
     for p in range(planes):
         plane = x + p * h * w
         for oy in range(oh):
@@ -125,16 +130,48 @@ cdef void _max_pool(const real* x, real* y, tap_t* taps, Py_ssize_t planes,
                     for j in range(kw):
                         ix = ox * sw + j - pw
                         v = plane[iy * w + ix] if 0 <= iy < h and 0 <= ix < w else neg_inf
-                        if t == 0:
-                            best = v
-                        elif v > best:
-                            best = v
-                            best_t = t
-                        elif v != v:
-                            best = v
+                        # selects, not branches (the comparisons are data, not
+                        # predictable): greater wins, NaN sticks, taps keep order
+                        wins = t == 0 or v > best
+                        best_t = t if wins else best_t
+                        best = v if (wins or v != v) else best
                         t += 1
                 y[(p * oh + oy) * ow + ox] = best
                 taps[(p * oh + oy) * ow + ox] = <tap_t>best_t
+
+
+cdef void _max_pool_2x2(const real* x, real* y, tap_t* taps, Py_ssize_t planes,
+                        Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow) noexcept nogil:
+    """``_max_pool`` for 2x2 windows, stride 2, no padding (every window is
+    inside x): the same rule, four taps unrolled."""
+    cdef Py_ssize_t p, oy, ox, o
+    cdef const real* r0
+    cdef const real* r1
+    cdef real best, v
+    cdef int best_t
+    cdef bint gt
+    for p in range(planes):
+        for oy in range(oh):
+            r0 = x + (p * h + 2 * oy) * w
+            r1 = r0 + w
+            o = (p * oh + oy) * ow
+            for ox in range(ow):
+                best = r0[2 * ox]
+                best_t = 0
+                v = r0[2 * ox + 1]
+                gt = v > best
+                best_t = 1 if gt else best_t
+                best = v if (gt or v != v) else best
+                v = r1[2 * ox]
+                gt = v > best
+                best_t = 2 if gt else best_t
+                best = v if (gt or v != v) else best
+                v = r1[2 * ox + 1]
+                gt = v > best
+                best_t = 3 if gt else best_t
+                best = v if (gt or v != v) else best
+                y[o + ox] = best
+                taps[o + ox] = <tap_t>best_t
 
 
 cdef void _max_pool_scatter(const real* gy, const tap_t* taps, real* gx, Py_ssize_t planes,
