@@ -24,6 +24,11 @@ GEOMETRIES = [  # ksize, stride, pad, dilate, cover_all
     ((3, 3), (3, 3), (1, 0), (1, 2), True),
     ((1, 1), (1, 1), (0, 0), (1, 1), False),
     ((5, 5), (1, 1), (6, 6), (1, 1), False),
+    # stride 1 with the output the size of the input (the flat-copy path)
+    ((5, 5), (1, 1), (2, 2), (1, 1), False),
+    ((3, 1), (1, 1), (1, 0), (1, 1), False),
+    ((1, 5), (1, 1), (0, 2), (1, 1), False),
+    ((2, 2), (1, 1), (1, 1), (1, 1), True),
 ]
 
 
@@ -88,3 +93,17 @@ def test_native_max_pool_matches_the_numpy_path(monkeypatch, dtype, ksize, strid
     # overlapping windows add into gx in another order
     numpy.testing.assert_allclose(
         gx, gx0, rtol=0, atol=16 * numpy.finfo(dtype).eps * numpy.abs(results[0][3]).max())
+
+
+@pytest.mark.parametrize('shape', [(5, 3, 4, 4), (2, 1, 1, 1), (2, 2, 1, 5), (3, 2, 8, 8),
+                                   (2, 2, 2, 3)])
+@pytest.mark.parametrize('ksize, pad', [((3, 3), (1, 1)), ((5, 5), (2, 2)), ((7, 3), (3, 1))])
+def test_native_im2col_same_size_on_small_images(shape, ksize, pad):
+    """Windows reaching past every edge, and wider than the image."""
+    x = numpy.random.default_rng(1).standard_normal(shape).astype(numpy.float32)
+    geom = C.Geometry(ksize, (1, 1), pad, (1, 1), 1)
+    outsize = shape[2:]
+    want = _numpy_columns(x, geom, outsize)
+    got = numpy.full(want.shape, numpy.nan, numpy.float32)
+    assert im2col_2d(x, got, ksize, (1, 1), pad, (1, 1), outsize)
+    numpy.testing.assert_array_equal(got, want)

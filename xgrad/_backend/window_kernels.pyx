@@ -11,7 +11,7 @@ it is one pass over the outputs.
 """
 
 cimport numpy as cnp
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 cnp.import_array()
 
@@ -59,6 +59,47 @@ cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_s
                             row[oy * ow + ox] = 0
 
 
+cdef void _fill_same(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
+                     Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph,
+                     Py_ssize_t pw, Py_ssize_t m) noexcept nogil:
+    """``_fill`` for stride 1, dilation 1 and an output of the input's size
+    ("same" padding, 3x3 pad 1 say). A tap's block is then the plane shifted
+    by dy rows and dx columns: one flat copy of the overlap, zeros for the
+    rows outside and |dx| columns per row. On 4x4 and 8x8 images that beats
+    a copy per row of 4-8 elements by about 2x."""
+    cdef Py_ssize_t c, i, j, s, dy, dx, oy0, oy1, oy, a, n = h * w, start, length
+    cdef const real* plane
+    cdef real* block
+    for c in range(c_count):
+        for i in range(kh):
+            dy = i - ph
+            oy0 = -dy if dy < 0 else 0
+            oy1 = h - dy if dy > 0 else h
+            for j in range(kw):
+                dx = j - pw
+                for s in range(m):
+                    plane = x + (s * c_count + c) * n
+                    block = out + (((c * kh + i) * kw + j) * m + s) * n
+                    if oy1 <= oy0 or dx >= w or -dx >= w:
+                        memset(block, 0, n * sizeof(real))
+                        continue
+                    memset(block, 0, oy0 * w * sizeof(real))
+                    memset(block + oy1 * w, 0, (h - oy1) * w * sizeof(real))
+                    # block[k] = plane[k + dy*w + dx] over the rows inside;
+                    # the |dx| elements per row that wrap around are zeroed
+                    start = oy0 * w + (-dx if dx < 0 else 0)
+                    length = (oy1 - oy0) * w - (dx if dx > 0 else -dx)
+                    memcpy(block + start, plane + start + dy * w + dx, length * sizeof(real))
+                    if dx > 0:
+                        for oy in range(oy0, oy1):
+                            for a in range(w - dx, w):
+                                block[oy * w + a] = 0
+                    elif dx < 0:
+                        for oy in range(oy0, oy1):
+                            for a in range(-dx):
+                                block[oy * w + a] = 0
+
+
 def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple pad,
               tuple dilate, tuple outsize):
     """Fill ``out`` (C, kh, kw, m, oh, ow), C-contiguous, with the windows of
@@ -85,6 +126,13 @@ def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple p
             return False
     cdef void* px = cnp.PyArray_DATA(x)
     cdef void* po = cnp.PyArray_DATA(out)
+    if sh == 1 and sw == 1 and dh == 1 and dw == 1 and oh == h and ow == w:
+        with nogil:
+            if t == cnp.NPY_FLOAT:
+                _fill_same[float](<float*>px, <float*>po, c, h, w, kh, kw, ph, pw, m)
+            else:
+                _fill_same[double](<double*>px, <double*>po, c, h, w, kh, kw, ph, pw, m)
+        return True
     with nogil:
         if t == cnp.NPY_FLOAT:
             _fill[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
