@@ -215,6 +215,21 @@ cdef inline void _split(xgrad_task task, Span* s, int nt) noexcept nogil:
     xgrad_pool_run(task, s, (s.n + s.chunk - 1) // s.chunk)
 
 
+cdef void _run_span(xgrad_task task, Span* s, int nt):
+    """Run ``task`` over all ``s.n`` elements: split over ``nt`` threads, or
+    as one chunk; without the GIL from NOGIL_SIZE elements on."""
+    if nt > 1:
+        with nogil:
+            _split(task, s, nt)
+        return
+    s.chunk = s.n
+    if s.n >= NOGIL_SIZE:
+        with nogil:
+            task(s, 0)
+    else:
+        task(s, 0)
+
+
 cdef inline void _split_rows(xgrad_task task, Span* s, int nt) noexcept nogil:
     """Run ``task`` over ``s.n`` rows (or blocks) in ``nt`` chunks of rows."""
     if nt > s.n:
@@ -529,18 +544,10 @@ cdef object _unary(Formula f, object a, Py_ssize_t limit):
         cnp.PyArray_NDIM(arr), cnp.PyArray_DIMS(arr), t, 0)
     cdef void* pa = cnp.PyArray_DATA(arr)
     cdef void* po = cnp.PyArray_DATA(out)
-    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
     cdef Span span
-    if nt > 1:
-        span.t, span.f, span.n, span.item = t, f, n, cnp.PyArray_ITEMSIZE(arr)
-        span.a, span.out = <char*>pa, <char*>po
-        with nogil:
-            _split(_unary_chunk, &span, nt)
-    elif n >= NOGIL_SIZE:
-        with nogil:
-            _run1(t, f, pa, po, n)
-    else:
-        _run1(t, f, pa, po, n)
+    span.t, span.f, span.n, span.item = t, f, n, cnp.PyArray_ITEMSIZE(arr)
+    span.a, span.out = <char*>pa, <char*>po
+    _run_span(_unary_chunk, &span, _threads_for(n, GRAIN_ARITHMETIC))
     return out
 
 
@@ -860,17 +867,9 @@ cdef object _vector_unary(UnaryKernel k, object x, double p):
     cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
     cdef char* px = <char*>cnp.PyArray_DATA(a)
     cdef char* po = <char*>cnp.PyArray_DATA(out)
-    cdef int nt = _threads_for(n, GRAIN_VECTOR)
     cdef Span s
-    if nt > 1:
-        s.uk, s.t, s.n, s.item, s.a, s.out, s.p = k, t, n, cnp.PyArray_ITEMSIZE(a), px, po, p
-        with nogil:
-            _split(_vector_unary_chunk, &s, nt)
-    elif n >= NOGIL_SIZE:
-        with nogil:
-            _run_unary(k, t, px, po, n, p)
-    else:
-        _run_unary(k, t, px, po, n, p)
+    s.uk, s.t, s.n, s.item, s.a, s.out, s.p = k, t, n, cnp.PyArray_ITEMSIZE(a), px, po, p
+    _run_span(_vector_unary_chunk, &s, _threads_for(n, GRAIN_VECTOR))
     return out
 
 
@@ -910,18 +909,10 @@ cdef object _vector_grad(GradKernel k, object gy, object x, object y, double p):
     cdef char* px = <char*>cnp.PyArray_DATA(xa) if xa is not None else NULL
     cdef char* py = <char*>cnp.PyArray_DATA(ya) if ya is not None else NULL
     cdef char* po = <char*>cnp.PyArray_DATA(out)
-    cdef int nt = _threads_for(n, GRAIN_VECTOR)
     cdef Span s
-    if nt > 1:
-        s.gk, s.t, s.n, s.item, s.p = k, t, n, cnp.PyArray_ITEMSIZE(g), p
-        s.a, s.b, s.c, s.out = pg, px, py, po
-        with nogil:
-            _split(_vector_grad_chunk, &s, nt)
-    elif n >= NOGIL_SIZE:
-        with nogil:
-            _run_grad(k, t, pg, px, py, po, n, p)
-    else:
-        _run_grad(k, t, pg, px, py, po, n, p)
+    s.gk, s.t, s.n, s.item, s.p = k, t, n, cnp.PyArray_ITEMSIZE(g), p
+    s.a, s.b, s.c, s.out = pg, px, py, po
+    _run_span(_vector_grad_chunk, &s, _threads_for(n, GRAIN_VECTOR))
     return out
 
 
