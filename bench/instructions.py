@@ -46,9 +46,12 @@ def instructions(tree, benchmark, n):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, 'callgrind.out')
         code = CHILD.format(here=HERE, module=MODULES[benchmark], n=n)
+        # In the temporary directory: ``python -c`` puts the working directory
+        # first on sys.path, ahead of PYTHONPATH, so run from a checkout it
+        # would import that checkout's xgrad whatever the tree.
         env = dict(os.environ, PYTHONPATH=tree, **ENV)
         subprocess.run(['valgrind', '--tool=callgrind', '--callgrind-out-file=' + out,
-                        sys.executable, '-c', code], env=env, check=True,
+                        sys.executable, '-c', code], env=env, check=True, cwd=tmp,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(glob.glob(out + '*')[0]) as f:
             for line in f:
