@@ -120,6 +120,55 @@ def test_gradient_accumulation_splits_like_one_thread(one_thread_then_all):
 
 
 @pytest.mark.parametrize('dtype', ['float32', 'float64'])
+def test_batch_norm_kernels_split_channels_like_one_thread(dtype, one_thread_then_all):
+    """The batch-norm kernels (norm_kernels) run on the same pool, a chunk of
+    channels per thread: statistics, output and all three gradients as one
+    thread's, and as NumPy's two-pass formulas."""
+    from xgrad._backend import norm_kernels
+    n, c, l = 16, 7, 2347            # 262,864 elements: over PARALLEL_SIZE; 7 channels
+    assert n * c * l >= norm_kernels.PARALLEL_SIZE
+    rng = numpy.random.default_rng(5)
+    x = rng.normal(1, 2, (n, c, l)).astype(dtype)
+    gy = rng.normal(0, 1, (n, c, l)).astype(dtype)
+    gamma = rng.uniform(0.5, 2, c).astype(dtype)
+    beta = rng.uniform(-1, 1, c).astype(dtype)
+
+    def both():
+        y, mean, var = norm_kernels.batch_norm_forward(x, gamma, beta, 1e-5)
+        inv_std = (1 / numpy.sqrt(var.astype(numpy.float64) + 1e-5)).astype(dtype)
+        gx, ggamma, gbeta = norm_kernels.batch_norm_backward(gy, x, mean, inv_std, gamma)
+        return y, mean, var, gx, ggamma, gbeta
+    serial, split = one_thread_then_all(both)
+    for a, b in zip(split, serial):
+        numpy.testing.assert_array_equal(a, b)
+    x64, gy64 = x.astype(numpy.float64), gy.astype(numpy.float64)
+    mean = x64.mean(axis=(0, 2))
+    var = x64.var(axis=(0, 2))
+    inv_std = 1 / numpy.sqrt(var + 1e-5)
+    x_hat = (x64 - mean[:, None]) * inv_std[:, None]
+    gbeta = gy64.sum(axis=(0, 2))
+    ggamma = (gy64 * x_hat).sum(axis=(0, 2))
+    gx = gamma[:, None] * inv_std[:, None] * (gy64 - (x_hat * ggamma[:, None] + gbeta[:, None])
+                                              / (n * l))
+    rtol = 1e-4 if dtype == 'float32' else 1e-10
+    y, m, v, kgx, kggamma, kgbeta = split
+    numpy.testing.assert_allclose(m, mean, rtol=rtol)
+    numpy.testing.assert_allclose(v, var, rtol=rtol)
+    numpy.testing.assert_allclose(y, x_hat * gamma[:, None] + beta[:, None], rtol=rtol, atol=rtol)
+    numpy.testing.assert_allclose(kgbeta, gbeta, rtol=rtol, atol=rtol * n * l)
+    numpy.testing.assert_allclose(kggamma, ggamma, rtol=rtol, atol=rtol * n * l)
+    numpy.testing.assert_allclose(kgx, gx, rtol=rtol, atol=rtol)
+
+
+def test_batch_norm_kernels_refuse_other_dtypes():
+    from xgrad._backend import norm_kernels
+    x = numpy.ones((2, 3, 4), numpy.float16)
+    with pytest.raises(TypeError, match='float16'):
+        norm_kernels.batch_norm_forward(x, numpy.ones(3, numpy.float16),
+                                        numpy.zeros(3, numpy.float16), 1e-5)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
 def test_sum_is_the_same_at_every_thread_count_and_accurate(dtype, one_thread_then_all):
     # Ill-conditioned for a float32 accumulator: a large constant plus noise.
     x = (_data('float64', 5, n=3 * N) + 1000).astype(dtype)

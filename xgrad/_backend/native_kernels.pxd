@@ -1,3 +1,10 @@
+# The worker pool, for the other kernel modules: run ``task(ctx, k)`` for
+# k in [0, chunks) on xgrad's threads (see thread_pool.h), and how many
+# threads a split may use.
+ctypedef void (*chunk_task)(void* ctx, Py_ssize_t chunk) noexcept nogil
+cdef void run_chunks(chunk_task task, void* ctx, Py_ssize_t chunks) noexcept nogil
+cdef int pool_threads() noexcept nogil
+
 cpdef object tanh_forward(object x)
 cpdef object exp_forward(object x)
 cpdef object sigmoid_forward(object x)

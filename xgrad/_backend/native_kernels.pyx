@@ -147,6 +147,15 @@ cdef extern from "thread_pool.h" nogil:
 
 xgrad_pool_init()
 
+
+cdef void run_chunks(chunk_task task, void* ctx, Py_ssize_t chunks) noexcept nogil:
+    xgrad_pool_run(<xgrad_task>task, ctx, chunks)
+
+
+cdef int pool_threads() noexcept nogil:
+    return xgrad_pool_threads()
+
+
 # Elements per thread, at least: arithmetic is memory-bound and cheap per
 # element, the vector kernels (exp, tanh, ...) cost several times more.
 cdef Py_ssize_t GRAIN_ARITHMETIC = 65536
@@ -210,30 +219,35 @@ cdef struct Span:
 
 
 cdef inline void _split(xgrad_task task, Span* s, int nt) noexcept nogil:
-    """Run ``task`` over ``s.n`` elements in ``nt`` chunks (one per thread)."""
+    """Run ``task`` over ``s.n`` elements in ``nt`` chunks (one per thread);
+    one thread: the whole span as one chunk, in this thread."""
+    if nt <= 1:
+        s.chunk = s.n
+        task(s, 0)
+        return
     s.chunk = _chunk(s.n, nt)
     xgrad_pool_run(task, s, (s.n + s.chunk - 1) // s.chunk)
 
 
 cdef void _run_span(xgrad_task task, Span* s, int nt):
-    """Run ``task`` over all ``s.n`` elements: split over ``nt`` threads, or
-    as one chunk; without the GIL from NOGIL_SIZE elements on."""
-    if nt > 1:
+    """Run ``task`` over all ``s.n`` elements, split over ``nt`` threads;
+    without the GIL when split or from NOGIL_SIZE elements on."""
+    if nt > 1 or s.n >= NOGIL_SIZE:
         with nogil:
             _split(task, s, nt)
-        return
-    s.chunk = s.n
-    if s.n >= NOGIL_SIZE:
-        with nogil:
-            task(s, 0)
     else:
-        task(s, 0)
+        _split(task, s, 1)
 
 
 cdef inline void _split_rows(xgrad_task task, Span* s, int nt) noexcept nogil:
-    """Run ``task`` over ``s.n`` rows (or blocks) in ``nt`` chunks of rows."""
+    """Run ``task`` over ``s.n`` rows (or blocks) in ``nt`` chunks of rows;
+    one thread (or one row): all rows as one chunk, in this thread."""
     if nt > s.n:
         nt = <int>s.n
+    if nt <= 1:
+        s.chunk = s.n
+        task(s, 0)
+        return
     s.chunk = (s.n + nt - 1) // nt
     xgrad_pool_run(task, s, (s.n + s.chunk - 1) // s.chunk)
 
@@ -444,14 +458,10 @@ cdef object _binary(Formula f, object a, object b):
 cdef void _split_run2(int t, Formula f, char* pa, bint sa, char* pb, bint sb,
                       char* po, Py_ssize_t n) noexcept nogil:
     """``_run2`` over ``n`` elements, one chunk per thread."""
-    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
-    if nt == 1:
-        _run2(t, f, pa, sa, pb, sb, po, n)
-        return
     cdef Span s
     s.t, s.f, s.n, s.item = t, f, n, (4 if t == cnp.NPY_FLOAT else 8)
     s.a, s.sa, s.b, s.sb, s.out = pa, sa, pb, sb, po
-    _split(_binary_chunk, &s, nt)
+    _split(_binary_chunk, &s, _threads_for(n, GRAIN_ARITHMETIC))
 
 
 cdef void _binary_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
@@ -492,15 +502,11 @@ cdef object _binary_rows(Formula f, cnp.ndarray a, Py_ssize_t na,
     cdef char* prow = <char*>cnp.PyArray_DATA(row)
     cdef char* po = <char*>cnp.PyArray_DATA(out)
     cdef Py_ssize_t step = m * cnp.PyArray_ITEMSIZE(big)
-    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
     cdef Span s
+    s.t, s.f, s.flag, s.a, s.b, s.out = t, f, a_is_row, prow, pbig, po
+    s.step, s.m, s.n = step, m, rows
     with nogil:
-        if nt == 1:
-            _rows2(t, f, a_is_row, prow, pbig, po, step, m, 0, rows)
-        else:
-            s.t, s.f, s.flag, s.a, s.b, s.out = t, f, a_is_row, prow, pbig, po
-            s.step, s.m, s.n = step, m, rows
-            _split_rows(_rows_chunk, &s, nt)
+        _split_rows(_rows_chunk, &s, _threads_for(n, GRAIN_ARITHMETIC))
     return out
 
 
@@ -988,14 +994,10 @@ cpdef object softmax_last_axis(object x, bint log):
     cdef void* px = cnp.PyArray_DATA(a)
     cdef void* po = cnp.PyArray_DATA(out)
     cdef Py_ssize_t rows = n // m
-    cdef int nt = _threads_for(n, GRAIN_VECTOR)
     cdef Span s
+    s.t, s.flag, s.a, s.out, s.n, s.m = t, log, <char*>px, <char*>po, rows, m
     with nogil:
-        if nt == 1:
-            _softmax_rows(t, log, px, po, 0, rows, m)
-        else:
-            s.t, s.flag, s.a, s.out, s.n, s.m = t, log, <char*>px, <char*>po, rows, m
-            _split_rows(_softmax_chunk, &s, nt)
+        _split_rows(_softmax_chunk, &s, _threads_for(n, GRAIN_VECTOR))
     return out
 
 
@@ -1023,14 +1025,10 @@ cpdef object softmax_last_axis_grad(object gy, object y, bint log):
     cdef void* py = cnp.PyArray_DATA(ya)
     cdef void* po = cnp.PyArray_DATA(out)
     cdef Py_ssize_t rows = n // m
-    cdef int nt = _threads_for(n, GRAIN_VECTOR)
     cdef Span s
+    s.t, s.flag, s.a, s.b, s.out, s.n, s.m = t, log, <char*>pg, <char*>py, <char*>po, rows, m
     with nogil:
-        if nt == 1:
-            _softmax_grad_rows(t, log, pg, py, po, 0, rows, m)
-        else:
-            s.t, s.flag, s.a, s.b, s.out, s.n, s.m = t, log, <char*>pg, <char*>py, <char*>po, rows, m
-            _split_rows(_softmax_grad_chunk, &s, nt)
+        _split_rows(_softmax_grad_chunk, &s, _threads_for(n, GRAIN_VECTOR))
     return out
 
 
@@ -1064,7 +1062,6 @@ cpdef object sum_all(object x, double divisor=1):
     cdef char* p = <char*>cnp.PyArray_DATA(a)
     cdef double total = 0, carry = 0, v, s, one
     cdef double* sums
-    cdef int nt
     cdef Span span
     if blocks <= 1:
         if n:
@@ -1073,13 +1070,9 @@ cpdef object sum_all(object x, double divisor=1):
         sums = <double*>PyMem_Malloc(blocks * sizeof(double))
         if sums == NULL:
             raise MemoryError()
-        nt = _threads_for(n, GRAIN_ARITHMETIC)
+        span.t, span.a, span.m, span.sums, span.n = t, p, n, sums, blocks
         with nogil:
-            if nt == 1:
-                _block_sums(t, p, n, sums, 0, blocks)
-            else:
-                span.t, span.a, span.m, span.sums, span.n = t, p, n, sums, blocks
-                _split_rows(_sum_chunk, &span, nt)
+            _split_rows(_sum_chunk, &span, _threads_for(n, GRAIN_ARITHMETIC))
             for b in range(blocks):
                 v = sums[b]
                 s = total + v

@@ -11,11 +11,13 @@ and runs single-threaded.
 
 from libc.math cimport sqrt
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy
 
-from xgrad._backend.native_kernels import max_threads
+cimport numpy as cnp
+
+from xgrad._backend.native_kernels cimport chunk_task, pool_threads, run_chunks
+
+cnp.import_array()
 
 ctypedef fused real:
     float
@@ -23,27 +25,42 @@ ctypedef fused real:
 
 # Below this many elements a thread hand-off costs more than it saves.
 PARALLEL_SIZE = 1 << 18
-# The kernels release the GIL, so plain threads run them in parallel; a
-# blocking hand-off (not OpenMP's spinning barrier) stays fast when the
-# cores are shared with other processes.
-_THREADS = max(1, min(max_threads(), 8))  # OMP_NUM_THREADS, else the CPUs
-_pool = None
 
 
-def _split_channels(run, Py_ssize_t size, Py_ssize_t c):
-    """Call ``run(c0, c1)`` over [0, c) in one chunk per thread."""
-    global _pool
-    k = min(_THREADS, c) if size >= PARALLEL_SIZE else 1
-    if k <= 1:
-        run(0, c)
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix='xgrad-norm')
-    bounds = [c * i // k for i in range(k + 1)]
-    futures = [_pool.submit(run, bounds[i], bounds[i + 1]) for i in range(1, k)]
-    run(bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+# One call's operands, for the chunk callbacks: arrays of (N, C, L) or C
+# elements, of the dtype ``is_double`` says; a chunk takes ``per_chunk``
+# channels.
+cdef struct NormJob:
+    bint is_double
+    Py_ssize_t n, c, l, per_chunk
+    double eps
+    const char* x
+    const char* gy
+    const char* gamma
+    const char* beta
+    const char* mean
+    const char* inv_std
+    char* y
+    char* mean_out
+    char* var_out
+    char* gx
+    char* ggamma
+    char* gbeta
+
+
+cdef void _run(chunk_task task, NormJob* job, Py_ssize_t size):
+    """Run ``task`` over the job's channels: on xgrad's worker pool (see
+    native_kernels), one chunk of channels per thread, when ``size``
+    elements are worth it; else in one call here. Without the GIL."""
+    cdef Py_ssize_t k = min(<Py_ssize_t>pool_threads(), job.c) if size >= PARALLEL_SIZE else 1
+    if k < 1:
+        k = 1
+    job.per_chunk = (job.c + k - 1) // k
+    with nogil:
+        if k == 1:
+            task(job, 0)
+        else:
+            run_chunks(task, job, (job.c + job.per_chunk - 1) // job.per_chunk)
 
 
 cdef void _forward(const real* x, const real* gamma, const real* beta, real* y,
@@ -115,23 +132,46 @@ cdef void _backward(const real* gy, const real* x, const real* mean,
                     out[j] = <real>(grow[j] * scale + xrow[j] * a + b)
 
 
-# The inputs are const memoryviews, so that read-only data (a frozen
-# parameter, a broadcast or a NumPy array marked read-only) is accepted.
-def _forward_range(const real[:, :, ::1] x, const real[::1] gamma, const real[::1] beta,
-                   real[:, :, ::1] y, real[::1] mean, real[::1] var, double eps,
-                   Py_ssize_t c0, Py_ssize_t c1):
-    with nogil:
-        _forward(&x[0, 0, 0], &gamma[0], &beta[0], &y[0, 0, 0], &mean[0], &var[0],
-                 x.shape[0], x.shape[1], x.shape[2], eps, c0, c1)
+cdef void _forward_chunk(void* ctx, Py_ssize_t k) noexcept nogil:
+    cdef NormJob* j = <NormJob*>ctx
+    cdef Py_ssize_t c0 = k * j.per_chunk, c1 = min(c0 + j.per_chunk, j.c)
+    if j.is_double:
+        _forward(<const double*>j.x, <const double*>j.gamma, <const double*>j.beta,
+                 <double*>j.y, <double*>j.mean_out, <double*>j.var_out,
+                 j.n, j.c, j.l, j.eps, c0, c1)
+    else:
+        _forward(<const float*>j.x, <const float*>j.gamma, <const float*>j.beta,
+                 <float*>j.y, <float*>j.mean_out, <float*>j.var_out,
+                 j.n, j.c, j.l, j.eps, c0, c1)
 
 
-def _backward_range(const real[:, :, ::1] gy, const real[:, :, ::1] x, const real[::1] mean,
-                    const real[::1] inv_std, const real[::1] gamma, real[:, :, ::1] gx,
-                    real[::1] ggamma, real[::1] gbeta, Py_ssize_t c0, Py_ssize_t c1):
-    cdef real* gxp = NULL if gx is None else &gx[0, 0, 0]
-    with nogil:
-        _backward(&gy[0, 0, 0], &x[0, 0, 0], &mean[0], &inv_std[0], &gamma[0], gxp,
-                  &ggamma[0], &gbeta[0], x.shape[0], x.shape[1], x.shape[2], c0, c1)
+cdef void _backward_chunk(void* ctx, Py_ssize_t k) noexcept nogil:
+    cdef NormJob* j = <NormJob*>ctx
+    cdef Py_ssize_t c0 = k * j.per_chunk, c1 = min(c0 + j.per_chunk, j.c)
+    if j.is_double:
+        _backward(<const double*>j.gy, <const double*>j.x, <const double*>j.mean,
+                  <const double*>j.inv_std, <const double*>j.gamma, <double*>j.gx,
+                  <double*>j.ggamma, <double*>j.gbeta, j.n, j.c, j.l, c0, c1)
+    else:
+        _backward(<const float*>j.gy, <const float*>j.x, <const float*>j.mean,
+                  <const float*>j.inv_std, <const float*>j.gamma, <float*>j.gx,
+                  <float*>j.ggamma, <float*>j.gbeta, j.n, j.c, j.l, c0, c1)
+
+
+cdef bint _is_double(x) except -1:
+    if x.dtype == numpy.float64:
+        return True
+    if x.dtype == numpy.float32:
+        return False
+    raise TypeError('batch-norm kernels take float32 or float64, not {}'.format(x.dtype))
+
+
+cdef inline const char* _data(a):
+    return <const char*>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+cdef inline char* _out(a):
+    return <char*>cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
 def _contiguous(a, dtype):
@@ -150,9 +190,13 @@ def batch_norm_forward(x, gamma, beta, double eps):
     y = numpy.empty_like(x)
     mean = numpy.full(c, numpy.nan, x.dtype)
     var = numpy.full(c, numpy.nan, x.dtype)
+    cdef NormJob job
     if x.size:
-        _split_channels(lambda c0, c1: _forward_range(x, gamma, beta, y, mean, var, eps,
-                                                      c0, c1), x.size, c)
+        job.is_double = _is_double(x)
+        job.n, job.c, job.l, job.eps = n, c, l, eps
+        job.x, job.gamma, job.beta = _data(x), _data(gamma), _data(beta)
+        job.y, job.mean_out, job.var_out = _out(y), _out(mean), _out(var)
+        _run(_forward_chunk, &job, x.size)
     return y, mean, var
 
 
@@ -167,7 +211,13 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
     mean = _contiguous(mean, x.dtype)
     inv_std = _contiguous(inv_std, x.dtype)
     gamma = _contiguous(gamma, x.dtype).reshape(c)
+    cdef NormJob job
     if x.size:
-        _split_channels(lambda c0, c1: _backward_range(gy, x, mean, inv_std, gamma, gx,
-                                                       ggamma, gbeta, c0, c1), x.size, c)
+        job.is_double = _is_double(x)
+        job.n, job.c, job.l = n, c, l
+        job.gy, job.x, job.mean, job.inv_std, job.gamma = (
+            _data(gy), _data(x), _data(mean), _data(inv_std), _data(gamma))
+        job.gx = NULL if gx is None else _out(gx)
+        job.ggamma, job.gbeta = _out(ggamma), _out(gbeta)
+        _run(_backward_chunk, &job, x.size)
     return gx, ggamma, gbeta
