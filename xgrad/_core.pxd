@@ -56,7 +56,8 @@ cdef class ndarray:
     cdef void _prune_released(self)
     cdef Py_ssize_t _slot_of(self, ArrayNode node)
     cdef ArrayNode _add_node(self, BackpropId bp, FunctionNode creator,
-                             Py_ssize_t rank, int graph_index, int out_index)
+                             Py_ssize_t rank, int graph_index, int out_index,
+                             ArrayNode like=*)
     cdef bint _has_enabled_node(self)
     cdef void _attach(self, ArrayNode node)
     cdef void _adopt(self, ArrayNode node)
@@ -88,7 +89,6 @@ cdef class FunctionNode:
     cdef object _device
     cdef tuple _bw_inputs
     cdef tuple _bw_outputs
-    cdef bint _formula_only    # backward is xgrad's own formula (see Op)
 
     cpdef forward(self, inputs)
     cpdef backward(self, target_input_indexes, grad_outputs)
@@ -99,6 +99,7 @@ cdef class FunctionNode:
     cdef int _graph_index(self, BackpropId bp)
     cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i)
     cdef void _unchain_graph(self, int k)
+    cdef bint _formula_only(self)
 
 
 cdef ndarray _wrap(object data, object device)
@@ -107,3 +108,4 @@ cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device)
 cdef ndarray apply1(FunctionNode fn, ndarray x)
 cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b)
 cdef bint is_enabled(BackpropId bp)
+cdef bint raw_meta_matches(object data, ArrayNode node)

@@ -25,7 +25,6 @@ cycle (lists, dicts) does.
 
 cimport cython
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_REFCNT
 
 from cpython.dict cimport PyDict_GetItem
@@ -521,21 +520,29 @@ cdef inline Context _context_of(ndarray a):
 # ---------------------------------------------------------------------------
 
 cdef list _release_queue = []
-cdef set _draining_threads = set()
+
+cdef extern from *:
+    """
+    // Whether this thread is inside _drain_release_queue: a C thread-local,
+    // read on every op's release (a set of thread idents cost a Python int
+    // and two hashes each time).
+    static thread_local int xgrad_draining = 0;
+    """
+    int _draining "xgrad_draining"
 
 
 cdef void _drain_release_queue():
     """Free what the queue holds, one object at a time. A release nested in
     the drain only queues (bounded C stack); another thread drains too."""
-    cdef unsigned long ident = PyThread_get_thread_ident()
-    if ident in _draining_threads:
+    global _draining
+    if _draining:
         return
-    _draining_threads.add(ident)
+    _draining = 1
     try:
         while _release_queue:
             _release_queue.pop()
     finally:
-        _draining_threads.discard(ident)
+        _draining = 0
 
 
 # ---------------------------------------------------------------------------
@@ -590,6 +597,21 @@ cdef object _native_byte_order(object data):
     the kernels read raw memory by type number, so every xgrad array's data
     is in the machine's byte order."""
     return data.astype(data.dtype.newbyteorder('='))
+
+
+cdef object _last_native_device = None
+
+
+cdef inline bint _is_native(object device) except -1:
+    """``device.is_native``, remembering the last native device asked about
+    (devices are singletons): the backward loop asks once per op."""
+    global _last_native_device
+    if device is _last_native_device:
+        return True
+    if device.is_native:
+        _last_native_device = device
+        return True
+    return False
 
 
 cdef ndarray _wrap(object data, object device):
@@ -711,7 +733,11 @@ cdef class ndarray:
         return -1
 
     cdef ArrayNode _add_node(self, BackpropId bp, FunctionNode creator,
-                             Py_ssize_t rank, int graph_index, int out_index):
+                             Py_ssize_t rank, int graph_index, int out_index,
+                             ArrayNode like=None):
+        """A new node of this array on graph ``bp``. ``like``: an input's node,
+        whose shape tuple the new one shares when the shapes are equal (an
+        elementwise op's output), instead of building its own."""
         cdef ArrayNode node = ArrayNode.__new__(ArrayNode)
         node.backprop_id = bp
         node.creator = creator
@@ -719,8 +745,16 @@ cdef class ndarray:
         node.rank = rank
         node.graph_index = graph_index
         node.out_index = out_index
-        node.shape = self._data.shape
-        node.dtype = self._data.dtype
+        data = self._data
+        if type(data) is _NUMPY_NDARRAY:
+            node.dtype = <object>cnp.PyArray_DESCR(<cnp.ndarray>data)  # what .dtype returns
+            if like is not None and _shape_is(<cnp.ndarray>data, <tuple>like.shape):
+                node.shape = like.shape
+            else:
+                node.shape = data.shape
+        else:
+            node.shape = data.shape
+            node.dtype = data.dtype
         node.device = self._device
         self._attach(node)
         return node
@@ -1602,6 +1636,12 @@ cdef class FunctionNode:
                 return k
         return -1
 
+    cdef bint _formula_only(self):
+        """Whether backward only computes with the retained arrays it is
+        given and keeps none, so double backprop may hand it the arrays
+        themselves instead of views (True for xgrad's own ops, see Op)."""
+        return False
+
     cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i):
         cdef PyObject* p = self._in_nodes[k * self._n_in + i]
         return None if p == NULL else <ArrayNode>p
@@ -1657,7 +1697,8 @@ cdef tuple _normalize_outputs(object out, FunctionNode fn):
 cdef tuple _collect_graphs(tuple xs):
     """The enabled graphs that some input has a node on (None if none). The
     common one-graph answer is the ID's own 1-tuple: no allocation per op."""
-    cdef list graphs = None
+    cdef BackpropId first = None   # the first enabled graph found
+    cdef list more = None          # the others, in order, when there are
     cdef ArrayNode node
     cdef BackpropId bp
     cdef ndarray x
@@ -1674,25 +1715,29 @@ cdef tuple _collect_graphs(tuple xs):
             if bp._released:
                 pruned = True
                 continue
-            if graphs is None:
+            if bp is first:
+                continue
+            if first is None:
                 if is_enabled(bp):
-                    graphs = [bp]
+                    first = bp
                 continue
             seen = False
-            for b in graphs:
-                if b is bp:
-                    seen = True
-                    break
+            if more is not None:
+                for b in more:
+                    if b is bp:
+                        seen = True
+                        break
             if not seen and is_enabled(bp):
-                graphs.append(bp)
+                if more is None:
+                    more = []
+                more.append(bp)
         if pruned:
             x._prune_released()
-    if graphs is None:
+    if first is None:
         return None
-    if len(graphs) == 1:
-        solo = (<BackpropId>graphs[0])._solo
-        return solo if solo is not None else (graphs[0],)
-    return tuple(graphs)
+    if more is None:
+        return first._solo if first._solo is not None else (first,)
+    return (first,) + tuple(more)
 
 
 cdef extern from "Python.h":
@@ -1752,7 +1797,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
                                               'outputs')
     cdef tuple graphs = _collect_graphs(xs)
     cdef Py_ssize_t k, i, j, n_graphs, n_in, n_out, rank
-    cdef ArrayNode node
+    cdef ArrayNode node, like
     cdef ndarray out
     cdef BackpropId bp
     cdef bint any_float = False
@@ -1786,6 +1831,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     for k in range(n_graphs):
         bp = <BackpropId>graphs[k]
         rank = 0
+        like = None
         for i in range(n_in):
             x = xs[i]
             if x is None:
@@ -1797,12 +1843,14 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             fn._in_nodes[k * n_in + i] = <PyObject*>node
             if node.rank >= rank:
                 rank = node.rank + 1
+            if like is None:
+                like = node
         fn._ranks[k] = rank
         fn._chained[k] = 1
         for j in range(n_out):
             o = outs[j]
             if o is not None and _has_float_data((<ndarray>o)._data):
-                node = (<ndarray>o)._add_node(bp, fn, rank, <int>k, <int>j)
+                node = (<ndarray>o)._add_node(bp, fn, rank, <int>k, <int>j, like)
                 fn._out_nodes[k * n_out + j] = <PyObject*>node
     if n_graphs > 1:
         ctx = (<BackpropId>graphs[0]).context
@@ -2023,23 +2071,29 @@ cdef class _GradTable:
     (scaled by the loss scale), and nothing else. Gradient slots of arrays are
     neither read nor written here, so dropping the table undoes it."""
     cdef dict acc           # ArrayNode -> this pass's gradient
-    cdef set owned          # nodes whose buffer is ours to add into in place
+    # Nodes whose buffer in ``acc`` is ours to add into in place. Membership
+    # counts only while the node is in ``acc``: every store sets or clears it,
+    # and ``pop`` leaves it (a set's deletions leave dummies that make it
+    # resize every few adds).
+    cdef set owned
 
     def __cinit__(self):
         self.acc = {}
         self.owned = set()
 
-    cdef void put(self, ArrayNode node, object g, bint owned):
+    cdef inline void _store(self, ArrayNode node, object g, bint owned):
         self.acc[node] = g
         if owned:
             self.owned.add(node)
+        elif self.owned:
+            self.owned.discard(node)
+
+    cdef void put(self, ArrayNode node, object g, bint owned):
+        self._store(node, g, owned)
 
     cdef object pop(self, ArrayNode node):
         """The node's gradient, removed from the table; None if none flowed in."""
-        g = self.acc.pop(node, None)
-        if g is not None and self.owned:
-            self.owned.discard(node)
-        return g
+        return self.acc.pop(node, None)
 
     cdef void _add_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
         """``add`` on a GPU: in place into a buffer this pass owns (one
@@ -2051,8 +2105,7 @@ cdef class _GradTable:
                 ns.accumulate(old._data, g._data)
                 return
             total = ns.add(old._data, g._data)
-        self.acc[node] = _wrap(total, old._device)
-        self.owned.add(node)
+        self._store(node, _wrap(total, old._device), True)
 
     cdef void add_at(self, ArrayNode node, IndexedGradient g, object device) except *:
         """Add ``g`` (zero but at its key) to the node's gradient: in place
@@ -2074,27 +2127,22 @@ cdef class _GradTable:
         cdef ndarray old
         cdef PyObject* p = PyDict_GetItem(self.acc, node)
         if p == NULL:
-            self.acc[node] = g
-            if fresh and g._nodes is None:
-                self.owned.add(node)
+            self._store(node, g, fresh and g._nodes is None)
             return
         old = <ndarray>p
         if old._nodes is None and g._nodes is None:
-            if not old._device.is_native:
+            if not _is_native(old._device):
                 self._add_on_device(node, old, g)
                 return
             if node in self.owned and native_kernels.add_into(old._data, g._data):
                 return
             if fresh and native_kernels.add_into(g._data, old._data):
-                self.acc[node] = g
-                self.owned.add(node)
+                self._store(node, g, True)
                 return
-            self.acc[node] = _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
-                                   old._device)
-            self.owned.add(node)
+            self._store(node, _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
+                                    old._device), True)
         else:
-            self.acc[node] = _OPS.add(old, g)
-            self.owned.discard(node)
+            self._store(node, _OPS.add(old, g), False)
 
 
 # Commits of passes that may write the same gradient slot (a leaf shared by
@@ -2359,7 +2407,7 @@ cdef class _BackwardPass:
                 pop_heap(self.heap.begin(), self.heap.end())
                 fn = <FunctionNode>self.heap.back().second
                 self.heap.pop_back()
-                if fn._device is None or fn._device.is_native:
+                if fn._device is None or _is_native(fn._device):
                     self._process(fn, fn._graph_index(self.bp))
                 else:  # its gradients are computed on its GPU
                     with fn._device.scope():
@@ -2565,7 +2613,7 @@ cdef class _BackwardPass:
         (Chainer calls require_grad on it) does not reach the input's node,
         whose gradient would otherwise be stored and later added in again.
 
-        xgrad's own formulas (``_formula_only``) only compute with what they
+        xgrad's own formulas (``_formula_only()``) only compute with what they
         get and keep nothing: they get the array itself (or the re-attached
         one), which saves a recorded view op per retained array in double
         backprop, and its backward in the pass after."""
@@ -2577,13 +2625,13 @@ cdef class _BackwardPass:
             return None
         a = _alive_input(fn, i)
         if a is not None:
-            return a if fn._formula_only else _view_in_scope(<ndarray>a)
+            return a if fn._formula_only() else _view_in_scope(<ndarray>a)
         substitute = _wrap(data, fn._device)
         for kk in range(fn._n_graphs):
             p = fn._in_nodes[kk * fn._n_in + i]
             if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
                 substitute._adopt(<ArrayNode>p)
-        return substitute if fn._formula_only else _view_in_scope(substitute)
+        return substitute if fn._formula_only() else _view_in_scope(substitute)
 
     cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t pos):
         """A retained output as the backward sees it: a view of the output if
@@ -2597,7 +2645,7 @@ cdef class _BackwardPass:
         if data is None:
             return None
         if p != NULL and (<ArrayNode>p)._array != NULL:
-            if fn._formula_only:
+            if fn._formula_only():
                 return <ndarray>(<ArrayNode>p)._array
             return _view_in_scope(<ndarray>(<ArrayNode>p)._array)
         substitute = _wrap(data, fn._device)
@@ -2611,7 +2659,7 @@ cdef class _BackwardPass:
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
                 fn._out_nodes[kk * n_out + j] = <PyObject*>node
-        return substitute if fn._formula_only else _view_in_scope(substitute)
+        return substitute if fn._formula_only() else _view_in_scope(substitute)
 
     # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
 
@@ -2704,24 +2752,36 @@ cdef tuple _targets(FunctionNode fn, Py_ssize_t k, set sub_nodes):
     return tuple(out)
 
 
+cdef bint _shape_is(cnp.ndarray arr, tuple shape):
+    """Whether ``arr``'s shape is ``shape`` (a tuple of ints), without
+    building its shape tuple."""
+    cdef Py_ssize_t i, nd = cnp.PyArray_NDIM(arr)
+    if nd != len(shape):
+        return False
+    for i in range(nd):
+        if cnp.PyArray_DIM(arr, i) != <Py_ssize_t>shape[i]:
+            return False
+    return True
+
+
+cdef bint raw_meta_matches(object data, ArrayNode node):
+    """Whether ``data`` is a NumPy array with the node's dtype and shape, read
+    at C level; False for anything else, which the caller checks the slow way."""
+    if type(data) is not _NUMPY_NDARRAY:
+        return False
+    if (<object>cnp.PyArray_DESCR(<cnp.ndarray>data) is not node.dtype
+            and data.dtype != node.dtype):
+        return False
+    return _shape_is(<cnp.ndarray>data, <tuple>node.shape)
+
+
 cdef bint _meta_matches(ndarray g, ArrayNode node):
     """Whether ``g`` has the node's dtype, shape and device (fast checks first)."""
     cdef object data = g._data
-    cdef cnp.ndarray arr
-    cdef Py_ssize_t i, nd
     if g._device is not node.device:
         return False
     if type(data) is _NUMPY_NDARRAY:
-        arr = <cnp.ndarray>data
-        if <object>cnp.PyArray_DESCR(arr) is not node.dtype and data.dtype != node.dtype:
-            return False
-        nd = cnp.PyArray_NDIM(arr)
-        if nd != len(<tuple>node.shape):
-            return False
-        for i in range(nd):
-            if cnp.PyArray_DIM(arr, i) != <Py_ssize_t>(<tuple>node.shape)[i]:
-                return False
-        return True
+        return raw_meta_matches(data, node)
     return data.dtype == node.dtype and data.shape == node.shape
 
 

@@ -16,13 +16,27 @@ from xgrad._ops._xp import numpy_ns, xgrad_ns
 cdef object NP = numpy_ns
 cdef object XG = xgrad_ns
 
+# The last device whose raw namespace was looked up, and that namespace: a
+# device's ``ns`` never changes, and the fast path asks once per op.
+cdef object _ns_device = None
+cdef object _ns_of_device = None
+
+
+cdef inline object _raw_ns(object device):
+    global _ns_device, _ns_of_device
+    if device is not _ns_device:
+        ns = device.ns
+        _ns_of_device = ns   # (no other thread runs between these two)
+        _ns_device = device
+    return _ns_of_device
+
 
 cdef class Op(FunctionNode):
 
-    def __cinit__(self):
+    cdef bint _formula_only(self):
         # The formula computes with the retained arrays and keeps none: the
         # engine may hand it the arrays themselves (see _retained_input).
-        self._formula_only = True
+        return True
 
     cpdef backward(self, target_input_indexes, grad_outputs):
         return self._grads(XG, tuple(target_input_indexes), tuple(grad_outputs),
@@ -30,7 +44,7 @@ cdef class Op(FunctionNode):
 
     cdef object _backward_raw(self, tuple targets, tuple grad_outputs,
                               tuple xs, tuple ys):
-        return self._grads(self._device.ns, targets, grad_outputs, xs, ys)
+        return self._grads(_raw_ns(self._device), targets, grad_outputs, xs, ys)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         raise NotImplementedError(type(self).__name__)
@@ -53,8 +67,8 @@ cdef class PyOp(Op):
     """
     twice_differentiable = True
 
-    def __cinit__(self):
-        self._formula_only = False  # Python code may keep what it is given
+    cdef bint _formula_only(self):
+        return False  # Python code may keep what it is given
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return tuple(self.grads(xp, targets, gys, xs, ys))

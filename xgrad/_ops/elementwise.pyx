@@ -12,7 +12,7 @@ import math
 import numpy
 
 cimport numpy as cnp
-from xgrad._core cimport ndarray, ArrayNode, apply1, apply2, _wrap
+from xgrad._core cimport ndarray, ArrayNode, apply1, apply2, _wrap, raw_meta_matches
 from xgrad._dtypes cimport (
     promote_dtypes, array_scalar_dtype, math_dtype, scalar_for, is_scalar)
 from xgrad._ops._op cimport Op
@@ -176,9 +176,7 @@ cdef class Tanh(_Unary):
         return K.tanh_forward(x) if not on_gpu(x) else _gpu_unary('tanh', x)
 
     cdef object _grad(self, xp, gy, x, y):
-        if xp is NP:
-            return K.tanh_grad(gy, y)
-        return apply2(TanhGrad.__new__(TanhGrad), <ndarray>gy, <ndarray>y)
+        return _output_grad(_TANH_GRAD, xp, gy, y)
 
 
 cdef class Sigmoid(_Unary):
@@ -189,9 +187,7 @@ cdef class Sigmoid(_Unary):
         return K.sigmoid_forward(x) if not on_gpu(x) else _gpu_unary('sigmoid', x)
 
     cdef object _grad(self, xp, gy, x, y):
-        if xp is NP:
-            return K.sigmoid_grad(gy, y)
-        return apply2(SigmoidGrad.__new__(SigmoidGrad), <ndarray>gy, <ndarray>y)
+        return _output_grad(_SIGMOID_GRAD, xp, gy, y)
 
 
 cdef class _OutputGrad(Op):
@@ -218,24 +214,29 @@ cdef class _OutputGrad(Op):
         """f''(y) as a function of y (arrays of the namespace of y)."""
         raise NotImplementedError
 
-    cdef _OutputGrad _same(self):
-        raise NotImplementedError
-
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         g = gys[0]
         gy, y = xs
         out = []
         for t in targets:
             if t == 0:
-                if xp is NP:
-                    out.append(self._fused(g, y))
-                elif xp.raw:
-                    out.append(self._formula(g, y))
-                else:
-                    out.append(apply2(self._same(), <ndarray>g, <ndarray>y))
+                out.append(_output_grad(self, xp, g, y))
             else:
                 out.append(g * gy * self._second(y))
         return tuple(out)
+
+
+cdef object _output_grad(_OutputGrad op, xp, gy, y):
+    """gy * f'(y) for ``op``'s activation in namespace ``xp``: the fused
+    kernel on NumPy arrays, the formula on other raw arrays, and on xgrad
+    arrays a new op of ``op``'s class, recorded (``op`` itself only serves
+    as the formula's holder and is never applied here)."""
+    if xp is NP:
+        return op._fused(gy, y)
+    if xp.raw:
+        return op._formula(gy, y)
+    cdef type cls = type(op)
+    return apply2(cls.__new__(cls), <ndarray>gy, <ndarray>y)
 
 
 cdef class TanhGrad(_OutputGrad):
@@ -250,9 +251,6 @@ cdef class TanhGrad(_OutputGrad):
     cdef object _second(self, y):
         return y * -2  # d/dy (1 - y*y)
 
-    cdef _OutputGrad _same(self):
-        return TanhGrad.__new__(TanhGrad)
-
 
 cdef class SigmoidGrad(_OutputGrad):
     op_name = 'sigmoid_grad'
@@ -266,8 +264,10 @@ cdef class SigmoidGrad(_OutputGrad):
     cdef object _second(self, y):
         return 1 - y * 2  # d/dy y(1 - y)
 
-    cdef _OutputGrad _same(self):
-        return SigmoidGrad.__new__(SigmoidGrad)
+
+# Formula holders for Tanh and Sigmoid's first-order gradients.
+cdef TanhGrad _TANH_GRAD = TanhGrad.__new__(TanhGrad)
+cdef SigmoidGrad _SIGMOID_GRAD = SigmoidGrad.__new__(SigmoidGrad)
 
 
 cdef class Relu(_Unary):
@@ -444,10 +444,11 @@ cdef class _Binary(Op):
             p = 1 if (self.scalar_pos == 0 or t == 1) else 0
             g = self._grad(xp, p, gy, a, b, y)
             node = self._any_input_node(t)
-            if g.shape != node.shape:
-                g = xp.sum_to(g, node.shape)
-            if g.dtype != node.dtype:
-                g = xp.cast(g, node.dtype)
+            if not raw_meta_matches(g, node):
+                if g.shape != node.shape:
+                    g = xp.sum_to(g, node.shape)
+                if g.dtype != node.dtype:
+                    g = xp.cast(g, node.dtype)
             out.append(g)
         return tuple(out)
 
