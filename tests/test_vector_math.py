@@ -19,6 +19,8 @@ threshold, not a multiple of any vector width) and non-contiguous layouts
 (transposed, strided) give the same values as the contiguous path.
 """
 
+import math
+
 import numpy
 import pytest
 
@@ -40,11 +42,18 @@ def _softplus(beta):
     return lambda x: numpy.logaddexp(0, beta * x) / beta
 
 
+def _erf(x):
+    """libm's erf in double (no wider one: for float64 the bound includes its
+    own < 1 ULP error)."""
+    return numpy.vectorize(math.erf, otypes=[numpy.float64])(x.astype(numpy.float64))
+
+
 # name: (kernel, reference on the wide type, range of x, range for float16)
 FORWARD = {
     'exp': (K.exp_forward, numpy.exp, (-80, 80), (-10, 10)),
     'log': (K.log_forward, numpy.log, (1e-30, 1e30), (1e-4, 6e4)),
     'tanh': (K.tanh_forward, numpy.tanh, (-20, 20), (-8, 8)),
+    'erf': (K.erf_forward, _erf, (-6, 6), (-3, 3)),
     'sigmoid': (K.sigmoid_forward, _sigmoid, (-80, 80), (-10, 10)),
     'softplus': (lambda x: K.softplus_forward(x, 1.0), _softplus(1.0), (-80, 80), (-10, 10)),
     'softplus_beta2': (lambda x: K.softplus_forward(x, 2.0), _softplus(2.0), (-40, 40),
@@ -142,6 +151,7 @@ def _grad_cases(dtype):
     param = numpy.float64 if dtype == numpy.float64 else numpy.float32
     return [
         ('softplus_grad', K.softplus_grad(gy, x, 2.0), gw * _sigmoid(2 * xw)),
+        ('erf_grad', K.erf_grad(gy, x), gw * (2 / numpy.sqrt(w(numpy.pi))) * numpy.exp(-xw * xw)),
         ('leaky_relu_grad', K.leaky_relu_grad(gy, x, 0.1),
          numpy.where(xw >= 0, gw, gw * w(param(0.1)))),
         ('elu_grad', K.elu_grad(gy, x, elu_y, 0.7),
@@ -220,7 +230,7 @@ def _check_first_and_second_order(f, x, rng):
 @pytest.mark.parametrize('op, kwargs', [
     (xgrad.softplus, {'beta': 1.5}), (xgrad.leaky_relu, {'slope': 0.3}),
     (xgrad.elu, {'alpha': 0.8}), (xgrad.sigmoid, {}), (xgrad.tanh, {}), (xgrad.exp, {}),
-    (xgrad.log, {})])
+    (xgrad.log, {}), (xgrad.erf, {})])
 def test_ops_backward_and_double_backward_through_the_kernels(op, kwargs):
     rng = numpy.random.default_rng(4)
     x = rng.standard_normal((6, 7))

@@ -4,6 +4,9 @@ installed ``cupy`` package (importing it and inspecting its Python API needs
 no GPU):
 
     python tests/gpu/dump_cupy_api.py     # rewrites tests/gpu/cupy_api.json
+    python tests/gpu/dump_cupy_api.py cupy13_api.json   # (in a venv with CuPy 13)
+
+The stand-in keeps to what every file of its API_FILES has.
 
 Each signature is a list of ``[name, kind, has_default]`` (kind as in
 ``inspect.Parameter``), or null where CuPy's own signature cannot be read
@@ -13,6 +16,7 @@ import inspect
 import json
 import os
 import re
+import sys
 
 import cupy
 
@@ -67,7 +71,8 @@ def main():
         obj = getattr(cupy.ndarray, name)
         if callable(obj):
             api['methods'][name] = signature(obj, drop_self=True)
-    with open(os.path.join(HERE, 'cupy_api.json'), 'w') as f:
+    out = sys.argv[1] if len(sys.argv) > 1 else 'cupy_api.json'
+    with open(os.path.join(HERE, out), 'w') as f:
         f.write(_dumps(api) + '\n')
 
 

@@ -8,8 +8,9 @@ decide whether xgrad's cuda code is right on a real GPU:
   and ``numpy.asarray(device_array)`` raise TypeError, as CuPy's do; host
   arrays never mix with device arrays in one operation (TypeError);
 - only the functions, ufuncs, ndarray methods and keyword arguments that
-  real CuPy has: the signatures in cupy_api.json, read from an installed
-  CuPy by dump_cupy_api.py (NumPy's functions reach a device array only
+  real CuPy 13 and 14 both have: the signatures in cupy_api.json (14.2) and
+  cupy13_api.json, read from installed CuPys by dump_cupy_api.py (NumPy's
+  functions reach a device array only
   through ``__array_function__``/``__array_ufunc__`` where CuPy has a
   function of that name, as in CuPy);
 - two devices and a current one (``cuda.Device(n)`` as a context manager);
@@ -41,8 +42,58 @@ import numpy
 from kernels import emulator
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(_HERE, 'cupy_api.json')) as _f:
-    _API = json.load(_f)
+# The CuPy releases whose API the stand-in keeps to: what every one of them
+# has (xgrad's [cuda] extra takes CuPy 13 or 14).
+API_FILES = ('cupy_api.json', 'cupy13_api.json')
+
+
+def _common_params(a, b):
+    """The parameters two releases' signatures share (in a's order), each
+    with a default only where both have one; None is "unknown" (any). A
+    ``**kwargs`` on one side takes the other side's keywords."""
+    if a is None or b is None:
+        return b if a is None else a
+    in_a = {p[0]: p for p in a}
+    in_b = {p[0]: p for p in b}
+    a_any = any(kind == 'VAR_KEYWORD' for _, kind, _ in a)
+    b_any = any(kind == 'VAR_KEYWORD' for _, kind, _ in b)
+    out = []
+    for name, kind, has_default in a:
+        if name in in_b:
+            out.append([name, kind, has_default and in_b[name][2]])
+        elif b_any and kind in ('KEYWORD_ONLY', 'POSITIONAL_OR_KEYWORD') and has_default:
+            out.append([name, 'KEYWORD_ONLY', True])
+    if a_any:
+        out += [[name, 'KEYWORD_ONLY', True] for name, kind, has_default in b
+                if name not in in_a and kind == 'KEYWORD_ONLY' and has_default]
+    if a_any and b_any:
+        out = [p for p in out if p[1] != 'VAR_KEYWORD'] + [['kwargs', 'VAR_KEYWORD', False]]
+    return out
+
+
+def _common_api(apis):
+    """The functions, ufuncs and methods that every release in ``apis`` has,
+    with the keyword arguments they all take."""
+    out = dict(apis[0])
+    out['cupy_versions'] = [api['cupy_version'] for api in apis]
+    for api in apis[1:]:
+        for key in ('functions', 'methods'):
+            out[key] = {name: _common_params(params, api[key][name])
+                        for name, params in out[key].items() if name in api[key]}
+        out['ufuncs'] = {name: nio for name, nio in out['ufuncs'].items()
+                         if name in api['ufuncs']}
+    return out
+
+
+def _load_api():
+    apis = []
+    for name in API_FILES:
+        with open(os.path.join(_HERE, name)) as f:
+            apis.append(json.load(f))
+    return _common_api(apis)
+
+
+_API = _load_api()
 __version__ = _API['cupy_version']
 
 DEVICE_COUNT = 2
@@ -63,6 +114,9 @@ _HOST_METHODS = frozenset(['get', 'item', 'tolist', 'tobytes', 'tofile', 'dump',
 host_reads = []   # what read device data on the host, in order
 uploads = []      # host -> device transfers (shapes)
 cupy_calls = []   # CuPy routines run on device arrays (each at least one kernel of CuPy's)
+# NumPy functions and ufuncs called on device arrays, which reach CuPy only
+# through its dispatch protocols (xgrad's op library calls CuPy's namespace)
+numpy_dispatches = []
 
 
 class _NoImplicitConversion(TypeError, AttributeError):
@@ -245,6 +299,7 @@ class ndarray:
     # -- the dispatch protocols: NumPy's functions and ufuncs on device arrays
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        numpy_dispatches.append('numpy.' + ufunc.__name__)
         cupy_ufunc = _UFUNCS.get(ufunc.__name__) or _FUNCTIONS.get(ufunc.__name__)
         if cupy_ufunc is None:  # (NumPy's matmul is a ufunc, CuPy's a gufunc)
             return NotImplemented
@@ -253,6 +308,7 @@ class ndarray:
         return getattr(cupy_ufunc, method)(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        numpy_dispatches.append(func.__module__ + '.' + func.__name__)
         path = func.__module__.split('.')[1:] + [func.__name__]
         if path[:1] in (['_core'], ['core'], ['lib']) or path[:1] and path[0].startswith('_'):
             path = path[-1:]
@@ -792,5 +848,6 @@ def reset_counters():
     del host_reads[:]
     del uploads[:]
     del cupy_calls[:]
+    del numpy_dispatches[:]
     del emulator.launches[:]
     _current[0] = 0

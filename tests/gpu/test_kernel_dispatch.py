@@ -17,7 +17,7 @@ from xgrad._kernels import loader
 # unary functors but arctanh, which xgrad has no op for).
 UNARY = ['negative', 'absolute', 'exp', 'log', 'sqrt', 'square', 'tanh', 'sigmoid', 'relu',
          'sin', 'cos', 'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh',
-         'arccosh', 'expm1', 'log1p', 'log2', 'log10', 'exp2', 'reciprocal']
+         'arccosh', 'expm1', 'log1p', 'log2', 'log10', 'exp2', 'reciprocal', 'erf']
 DOMAIN = {'arcsin': (0.1, 0.9), 'arccos': (0.1, 0.9), 'arccosh': (1.5, 3.0), 'tan': (0.1, 1.2)}
 CTYPES = {'float16': 'xgrad::half', 'float32': 'float', 'float64': 'double'}
 FUNCTORS = {'multiply': 'Multiply', 'divide': 'Divide', 'add': 'Add',

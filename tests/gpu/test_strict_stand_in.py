@@ -46,6 +46,48 @@ def test_only_cupys_functions_and_keyword_arguments(fake):
     assert numpy.sum(a).shape == ()  # NumPy's function reaches CuPy's (a 0-d array)
 
 
+def test_only_what_cupy_13_and_14_both_have(fake):
+    """[cuda] takes CuPy 13 or 14: the stand-in offers what both have (their
+    signatures read from installed packages into cupy_api.json and
+    cupy13_api.json)."""
+    assert fake._API['cupy_versions'] == ['14.2.0', '13.6.0']
+    a = fake.ones((2, 2), dtype=numpy.float32)
+    with pytest.raises(TypeError, match='copy'):      # asarray(copy=) is new in 14
+        fake.asarray(a, copy=False)
+    with pytest.raises(TypeError, match='copy'):
+        a.reshape((4,), copy=False)
+    for name in ('acos', 'concat', 'permute_dims'):   # 14's array-API aliases
+        assert not hasattr(fake, name), name
+    assert hasattr(fake, 'arccos') and hasattr(fake, 'concatenate')
+    fake.matmul(a, a, out=fake.empty((2, 2), dtype=numpy.float32))   # 13: **kwargs
+
+
+def test_common_signature_of_two_releases(fake):
+    old = [['a', 'POSITIONAL_OR_KEYWORD', False], ['copy', 'KEYWORD_ONLY', True]]
+    new = [['a', 'POSITIONAL_OR_KEYWORD', False], ['order', 'KEYWORD_ONLY', True]]
+    assert fake._common_params(old, new) == [['a', 'POSITIONAL_OR_KEYWORD', False]]
+    assert fake._common_params(old, None) == old
+    anything = [['args', 'VAR_POSITIONAL', False], ['kwargs', 'VAR_KEYWORD', False]]
+    assert fake._common_params(new, anything) == [['order', 'KEYWORD_ONLY', True]]
+
+
+def test_erf_runs_our_kernel_on_the_gpu(fake):
+    """erf is one kernel forward and one backward, with no host round trip
+    (it had gone through the host: CuPy has no erf outside cupyx)."""
+    x = xgrad.array(numpy.linspace(-2, 2, 7, dtype=numpy.float32), device='cuda:0')
+    x.require_grad()
+    fake.reset_counters()
+    y = xgrad.erf(x)
+    gx, = xgrad.grad([y], [x], grad_outputs=[xgrad.ones_like(y)])
+    assert fake.host_reads == [] and fake.uploads == [] and fake.numpy_dispatches == []
+    import math
+    host = numpy.linspace(-2, 2, 7)
+    numpy.testing.assert_allclose(y.to_device('native:0').to_numpy(),
+                                  [math.erf(v) for v in host], rtol=1e-6, atol=1e-7)
+    numpy.testing.assert_allclose(gx.to_device('native:0').to_numpy(),
+                                  2 / math.sqrt(math.pi) * numpy.exp(-host * host), rtol=1e-6)
+
+
 def test_two_devices_and_a_current_one(fake):
     assert fake.cuda.runtime.getDeviceCount() == 2
     assert fake.cuda.Device().id == 0

@@ -10,6 +10,8 @@ and rounds once, so it is held to about 1e-3.
 import types
 import zlib
 
+import math
+
 import numpy
 import pytest
 
@@ -86,6 +88,8 @@ UNARY = {
     'exp2': ((-3, 3), numpy.exp2, lambda x: numpy.exp2(x) * numpy.log(2)),
     'reciprocal': ((0.3, 3), numpy.reciprocal, lambda x: -1 / (x * x)),
     'softplus': ((-5, 5), lambda x: numpy.logaddexp(0, x), _sigmoid),
+    'erf': ((-3, 3), numpy.vectorize(math.erf, otypes=[float]),
+            lambda x: 2 / math.sqrt(math.pi) * numpy.exp(-x * x)),
 }
 
 
@@ -172,7 +176,7 @@ def test_unary_backward_needs_the_operand_it_reads():
     with pytest.raises(ValueError):
         K.unary_backward(cp, 'log', x, numpy.ones(4, numpy.float32), None)
     with pytest.raises(ValueError, match='unknown'):
-        K.unary_forward(cp, 'erf', x)
+        K.unary_forward(cp, 'lgamma', x)
     with pytest.raises(TypeError, match='float16, float32 or float64'):
         K.unary_forward(cp, 'exp', numpy.ones(3, numpy.int32))
 

@@ -57,6 +57,12 @@ cdef extern from "vector_math.h" nogil:
                         const xgrad_f16* y, xgrad_f16* out, Py_ssize_t n, double p)
     void xgrad_exp_f32(const float*, float*, Py_ssize_t, double)
     void xgrad_exp_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_erf_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_erf_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_erf_grad_f32(const float*, const float*, const float*, float*,
+                            Py_ssize_t, double)
+    void xgrad_erf_grad_f64(const double*, const double*, const double*, double*,
+                            Py_ssize_t, double)
     void xgrad_log_f32(const float*, float*, Py_ssize_t, double)
     void xgrad_log_f64(const double*, double*, Py_ssize_t, double)
     void xgrad_tanh_f32(const float*, float*, Py_ssize_t, double)
@@ -115,6 +121,8 @@ cdef struct GradKernel:
 
 cdef UnaryKernel K_EXP = UnaryKernel(xgrad_exp_f32, xgrad_exp_f64)
 cdef UnaryKernel K_LOG = UnaryKernel(xgrad_log_f32, xgrad_log_f64)
+cdef UnaryKernel K_ERF = UnaryKernel(xgrad_erf_f32, xgrad_erf_f64)
+cdef GradKernel G_ERF = GradKernel(xgrad_erf_grad_f32, xgrad_erf_grad_f64)
 cdef UnaryKernel K_TANH = UnaryKernel(xgrad_tanh_f32, xgrad_tanh_f64)
 cdef UnaryKernel K_SIGMOID = UnaryKernel(xgrad_sigmoid_f32, xgrad_sigmoid_f64)
 cdef UnaryKernel K_SOFTPLUS = UnaryKernel(xgrad_softplus_f32, xgrad_softplus_f64)
@@ -928,6 +936,17 @@ cdef object np_log = numpy.log
 cpdef object log_forward(object x):
     r = _vector_unary(K_LOG, x, 0)
     return np_log(x) if r is None else r
+
+
+cpdef object erf_forward(object x):
+    """The error function of a float16/32/64 NumPy array (libm's erf, vector
+    variants where libmvec has them), or None for other operands."""
+    return _vector_unary(K_ERF, x, 0)
+
+
+cpdef object erf_grad(object gy, object x):
+    """gy * 2/sqrt(pi) * exp(-x*x), or None."""
+    return _vector_grad(G_ERF, gy, x, None, 0)
 
 
 cpdef object softplus_forward(object x, double beta):

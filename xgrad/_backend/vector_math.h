@@ -2,9 +2,9 @@
  * their gradients, and softmax rows, for float and double.
  *
  * Why C and not Cython loops: the loops must be vectorised, and a loop that
- * calls expf/tanhf/log1pf only vectorises when the compiler knows a vector
+ * calls expf/tanhf/log1pf/erff only vectorises when the compiler knows a vector
  * variant of the function exists. glibc's libmvec has them (_ZGVdN8v_expf
- * and so on, glibc >= 2.35 for tanh/log1p/expm1); glibc's math.h only
+ * and so on, glibc >= 2.35 for tanh/log1p/expm1/erf); glibc's math.h only
  * declares them under -ffast-math, which we do not want (it would drop NaN
  * and inf handling), so they are declared here with the same attribute
  * glibc uses, when setup.py found libmvec (XGRAD_LIBMVEC). Without it the
@@ -37,6 +37,8 @@ XGRAD_VEC_DECL float log1pf(float);
 XGRAD_VEC_DECL double log1p(double);
 XGRAD_VEC_DECL float expm1f(float);
 XGRAD_VEC_DECL double expm1(double);
+XGRAD_VEC_DECL float erff(float);
+XGRAD_VEC_DECL double erf(double);
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(XGRAD_NO_CLONES)
@@ -93,8 +95,12 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
 /* sigmoid: exp of -|x| never overflows, and each side keeps full relative
  * accuracy (e / (1 + e) for x < 0 is exact in the far tail, where
  * 1 - 1/(1 + e) would round to 0). */
-#define XGRAD_FAMILY(T, sfx, EXP, LOG, TANH, LOG1P, EXPM1, FABS)                       \
+#define XGRAD_FAMILY(T, sfx, EXP, LOG, TANH, LOG1P, EXPM1, FABS, ERF)                  \
     XGRAD_UNARY(exp, T, sfx, EXP(x))                                             \
+    XGRAD_UNARY(erf, T, sfx, ERF(x))                                             \
+    /* gy * 2/sqrt(pi) * exp(-x^2) */                                            \
+    XGRAD_GRAD(erf_grad, T, sfx,                                                 \
+        gy * ((T)1.1283791670955126 * EXP(-(xs[i] * xs[i]))))                    \
     XGRAD_UNARY(log, T, sfx, LOG(x))                                             \
     XGRAD_UNARY(tanh, T, sfx, TANH(x))                                           \
     XGRAD_UNARY(sigmoid, T, sfx, ({                                              \
@@ -190,8 +196,8 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
 XGRAD_SUM(float, f32)
 XGRAD_SUM(double, f64)
 
-XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf)
-XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs)
+XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf, erff)
+XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs, erf)
 
 /* float16: each chunk is widened to float, computed by the float kernel and
  * rounded back (one rounding of a result within the float kernel's bound).

@@ -48,7 +48,8 @@ UNARY_BACKWARD_READS = {
     'square': 'x', 'tanh': 'y', 'sigmoid': 'y', 'relu': 'y', 'sin': 'x', 'cos': 'x',
     'tan': 'y', 'arcsin': 'x', 'arccos': 'x', 'arctan': 'x', 'sinh': 'x', 'cosh': 'x',
     'arcsinh': 'x', 'arccosh': 'x', 'arctanh': 'x', 'expm1': 'y', 'log1p': 'x',
-    'log2': 'x', 'log10': 'x', 'exp2': 'y', 'reciprocal': 'y', 'softplus': 'x'}
+    'log2': 'x', 'log10': 'x', 'exp2': 'y', 'reciprocal': 'y', 'softplus': 'x',
+    'erf': 'x'}
 
 # Which operands (of 'ab') each binary gradient reads: (for ga, for gb).
 # An operand no requested gradient reads may be passed as None.

@@ -87,6 +87,7 @@ XGRAD_MATH1(tanh)
 XGRAD_MATH1(asinh)
 XGRAD_MATH1(acosh)
 XGRAD_MATH1(atanh)
+XGRAD_MATH1(erf)
 #undef XGRAD_MATH1
 
 template <class C> __device__ __forceinline__ C neg_inf();

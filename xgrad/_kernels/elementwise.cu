@@ -169,6 +169,13 @@ struct Softplus {  // reads x; log(1 + exp(x)) without overflow
     }
 };
 
+struct Erf {  // reads x
+    template <class C> __device__ static C forward(C x) { return math::erf(x); }
+    template <class C> __device__ static C backward(C gy, C x, C) {
+        return gy * (C(1.1283791670955126) * math::exp(-(x * x)));  // 2/sqrt(pi)
+    }
+};
+
 template <class T, class F>
 __global__ void unary_forward(const T* x, T* y, long long n) {
     XGRAD_FOR_EACH(i, n) y[i] = from_compute<T>(F::forward(to_compute(x[i])));

@@ -25,7 +25,7 @@ UNARY = (
     'negative', 'absolute', 'exp', 'log', 'sqrt', 'square', 'tanh', 'sigmoid', 'relu',
     'sin', 'cos', 'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh',
     'arccosh', 'arctanh', 'expm1', 'log1p', 'log2', 'log10', 'exp2', 'reciprocal',
-    'softplus')
+    'softplus', 'erf')
 BINARY = ('add', 'subtract', 'multiply', 'divide', 'maximum', 'minimum')
 
 

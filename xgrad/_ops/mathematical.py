@@ -199,17 +199,29 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _erf(x):
-    """erf elementwise (NumPy has none: ``math.erf`` per element); integer
-    input gives a float result. GPU data makes a round trip through the host
-    (CuPy's erf lives in cupyx.scipy, not in CuPy's stand-in)."""
-    if cuda.on_gpu(x):
-        return cuda.to_cuda(_erf(cuda.to_host(x)), x.device.id)
+    """erf elementwise (NumPy has none): our vector kernel on the host, our
+    CUDA kernel on a GPU; integer input gives a float result."""
     dtype = x.dtype if x.dtype.kind == 'f' else _args.promoted_float(x.dtype)
-    return numpy.asarray(numpy.frompyfunc(math.erf, 1, 1)(x), dtype=dtype)
+    x = x.astype(dtype, copy=False)
+    if cuda.on_gpu(x):
+        return cuda.unary('erf', x)
+    y = native_kernels.erf_forward(x)
+    if y is None:  # not a NumPy array of a float dtype the kernel takes
+        y = numpy.frompyfunc(math.erf, 1, 1)(x)
+    return numpy.asarray(y, dtype=dtype)
 
 
-erf = _unary('erf', _erf,
-             lambda xp, gy, x, y: gy * (xp.exp(-(x * x)) * _TWO_OVER_SQRT_PI),
+def _erf_grad(xp, gy, x, y):
+    """gy * 2/sqrt(pi) * exp(-x^2): one fused pass on NumPy arrays, else the
+    formula in ``xp`` (recorded in double backprop)."""
+    if xp.raw:
+        g = native_kernels.erf_grad(gy, x)  # None: not same-shape NumPy floats
+        if g is not None:
+            return g
+    return gy * (xp.exp(-(x * x)) * _TWO_OVER_SQRT_PI)
+
+
+erf = _unary('erf', _erf, _erf_grad,
              doc='The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x.')
 
 
