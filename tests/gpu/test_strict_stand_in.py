@@ -88,6 +88,31 @@ def test_erf_runs_our_kernel_on_the_gpu(fake):
                                   2 / math.sqrt(math.pi) * numpy.exp(-host * host), rtol=1e-6)
 
 
+@pytest.mark.parametrize('call', [
+    lambda a, b, i, j: xgrad.greater(a, b), lambda a, b, i, j: xgrad.less_equal(a, 0.5),
+    lambda a, b, i, j: xgrad.equal(a, b), lambda a, b, i, j: xgrad.logical_and(a > 0, b > 0),
+    lambda a, b, i, j: xgrad.logical_not(a > 0), lambda a, b, i, j: xgrad.isnan(a),
+    lambda a, b, i, j: xgrad.isfinite(a), lambda a, b, i, j: xgrad.bitwise_and(i, j),
+    lambda a, b, i, j: xgrad.left_shift(i, j), lambda a, b, i, j: xgrad.floor_divide(i, 3),
+    lambda a, b, i, j: xgrad.sign(a), lambda a, b, i, j: xgrad.floor(a),
+    lambda a, b, i, j: xgrad.fabs(a), lambda a, b, i, j: xgrad.matmul(a, b.T),
+    lambda a, b, i, j: xgrad.dot(a, b.T)],
+    ids=['greater', 'less_equal', 'equal', 'logical_and', 'logical_not', 'isnan',
+         'isfinite', 'bitwise_and', 'left_shift', 'floor_divide', 'sign', 'floor', 'fabs',
+         'matmul', 'dot'])
+def test_ops_call_cupys_namespace_not_numpys(fake, call):
+    """These ops call CuPy's functions on device data themselves: none reaches
+    CuPy through NumPy's dispatch (each did; ``fake.numpy_dispatches``)."""
+    rs = numpy.random.RandomState(0)
+    a, b = (xgrad.array(rs.uniform(-1, 1, (3, 4)).astype(numpy.float32), device='cuda:0')
+            for _ in range(2))
+    i, j = (xgrad.array(rs.randint(1, 4, (3, 4)), device='cuda:0') for _ in range(2))
+    fake.reset_counters()
+    y = call(a, b, i, j)
+    assert y.device.name == 'cuda:0'
+    assert fake.numpy_dispatches == []
+
+
 def test_two_devices_and_a_current_one(fake):
     assert fake.cuda.runtime.getDeviceCount() == 2
     assert fake.cuda.Device().id == 0

@@ -217,13 +217,38 @@ def scope(like):
     return like.device.scope()
 
 
+def array_module(*values):
+    """CuPy when one of the raw ``values`` is GPU data, else NumPy."""
+    for v in values:
+        if cuda.on_gpu(v):
+            return cuda.cupy()
+    return numpy
+
+
+_NUMPY_MODULES = frozenset(['numpy', 'numpy.linalg'])
+
+
+def in_module(compute, xp):
+    """``compute`` for raw data of array module ``xp``: for CuPy, a NumPy
+    ufunc or function becomes CuPy's of the same name, called directly (the
+    op library does not lean on NumPy's dispatch to reach CuPy)."""
+    if xp is numpy or not (isinstance(compute, numpy.ufunc)
+                           or getattr(compute, '__module__', None) in _NUMPY_MODULES):
+        return compute
+    if compute.__module__ == 'numpy.linalg':
+        xp = xp.linalg
+    return getattr(xp, compute.__name__, compute)
+
+
 def constant(like, compute, *args, **kwargs):
     """``compute(*args, **kwargs)`` on raw data of ``like``'s device, as a
     constant there: an op without a gradient. On a GPU it runs with that GPU
-    current (CuPy launches kernels and allocates on the current device)."""
+    current (CuPy launches kernels and allocates on the current device), and
+    a NumPy function is CuPy's (see in_module)."""
     device = like.device
     if device.is_native:
         return wrap(compute(*args, **kwargs), like)
+    compute = in_module(compute, device.xp)
     with device.scope():
         return wrap(compute(*args, **kwargs), like)
 
@@ -249,7 +274,7 @@ def operands(op, *values, names=None):
 
 def check_broadcast(op, *values):
     """DimensionError naming the shapes when ``values`` do not broadcast."""
-    shapes = [numpy.shape(v) if not isinstance(v, ndarray) else v.shape for v in values]
+    shapes = [v.shape if hasattr(v, 'shape') else numpy.shape(v) for v in values]
     try:
         numpy.broadcast_shapes(*shapes)
     except ValueError:
@@ -268,6 +293,7 @@ def constant_result(op, ufunc, values):
 def checked_ufunc(op, ufunc, *raw):
     """``ufunc(*raw)``, with NumPy's dtype and shape failures as xgrad errors."""
     check_broadcast(op, *raw)
+    ufunc = in_module(ufunc, array_module(*raw))
     try:
         return ufunc(*raw)
     except TypeError as e:

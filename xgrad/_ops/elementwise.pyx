@@ -685,12 +685,15 @@ cdef object _compare(object ufunc, object a, object b):
         raise DeviceError('Operands are on different devices: {} and {}'.format(
             (<ndarray>a)._device.name, (<ndarray>b)._device.name))
     try:
-        result = ufunc(raw_a, raw_b)
+        if on_gpu(raw_a) or on_gpu(raw_b):
+            result = _gpu_binary(ufunc.__name__, raw_a, raw_b)  # CuPy's ufunc
+        else:
+            result = ufunc(raw_a, raw_b)
     except ValueError as e:
         raise DimensionError('{}: operands with shapes {} and {} cannot be '
                              'broadcast together'.format(
-                                 ufunc.__name__, numpy.shape(raw_a),
-                                 numpy.shape(raw_b))) from None
+                                 ufunc.__name__, getattr(raw_a, 'shape', ()),
+                                 getattr(raw_b, 'shape', ()))) from None
     if ref is None:
             return array(result)
     return _wrap(as_result(result), ref._device)

@@ -8,6 +8,7 @@ from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport promote_dtypes
 from xgrad._ops.elementwise cimport as_array, as_result
 from xgrad._errors import DimensionError, DtypeError
+from xgrad._backend import cuda
 from xgrad._ops._xp import matmul_raw
 
 cdef tuple _RETAIN_01 = (0, 1)
@@ -34,7 +35,7 @@ cdef class Matmul(Op):
         if self.tb:
             b = b.T
         try:
-            y = matmul_raw(a, b)
+            y = matmul_raw(a, b) if not cuda.on_gpu(a) else cuda.cupy().matmul(a, b)
         except ValueError:
             raise DimensionError('matmul: shapes {} and {} are not aligned'.format(
                 a.shape, b.shape)) from None
