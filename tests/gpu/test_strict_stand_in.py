@@ -96,13 +96,19 @@ def test_erf_runs_our_kernel_on_the_gpu(fake):
     lambda a, b, i, j: xgrad.left_shift(i, j), lambda a, b, i, j: xgrad.floor_divide(i, 3),
     lambda a, b, i, j: xgrad.sign(a), lambda a, b, i, j: xgrad.floor(a),
     lambda a, b, i, j: xgrad.fabs(a), lambda a, b, i, j: xgrad.matmul(a, b.T),
-    lambda a, b, i, j: xgrad.dot(a, b.T)],
+    lambda a, b, i, j: xgrad.dot(a, b.T), lambda a, b, i, j: xgrad.amax(a, axis=1),
+    lambda a, b, i, j: xgrad.argmax(a, axis=0), lambda a, b, i, j: xgrad.cumsum(a, axis=1),
+    lambda a, b, i, j: xgrad.nansum(a), lambda a, b, i, j: xgrad.prod(a, axis=0),
+    lambda a, b, i, j: xgrad.var(a, axis=1), lambda a, b, i, j: xgrad.std(a),
+    lambda a, b, i, j: xgrad.logsumexp(a, axis=0)],
     ids=['greater', 'less_equal', 'equal', 'logical_and', 'logical_not', 'isnan',
          'isfinite', 'bitwise_and', 'left_shift', 'floor_divide', 'sign', 'floor', 'fabs',
-         'matmul', 'dot'])
+         'matmul', 'dot', 'amax', 'argmax', 'cumsum', 'nansum', 'prod', 'var', 'std',
+         'logsumexp'])
 def test_ops_call_cupys_namespace_not_numpys(fake, call):
-    """These ops call CuPy's functions on device data themselves: none reaches
-    CuPy through NumPy's dispatch (each did; ``fake.numpy_dispatches``)."""
+    """These ops' forwards call CuPy's functions on device data themselves:
+    none reaches CuPy through NumPy's dispatch (each did;
+    ``fake.numpy_dispatches``)."""
     rs = numpy.random.RandomState(0)
     a, b = (xgrad.array(rs.uniform(-1, 1, (3, 4)).astype(numpy.float32), device='cuda:0')
             for _ in range(2))

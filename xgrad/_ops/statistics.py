@@ -78,8 +78,9 @@ def _variance(x, axes, keepdims, ddof):
     if n == 0:
         return _args.module_of(x).full(_reduced_shape(x.shape, axes, keepdims), numpy.nan,
                                        dtype)
-    c = _args.array_result(x - numpy.add.reduce(x, axis=axes, keepdims=True) / n)
-    y = numpy.add.reduce(numpy.multiply(c, c, out=c), axis=axes, keepdims=keepdims)
+    xp = _args.module_of(x)
+    c = _args.array_result(x - xp.add.reduce(x, axis=axes, keepdims=True) / n)
+    y = xp.add.reduce(xp.multiply(c, c, out=c), axis=axes, keepdims=keepdims)
     if n > ddof:
         y = y / (n - ddof)
     else:
@@ -139,7 +140,7 @@ class Std(_Reduction):
 
     def reduce(self, x):
         v = _variance(x, self.axes, self.keepdims, self.ddof)
-        return numpy.sqrt(v, out=v)
+        return _args.module_of(v).sqrt(v, out=v)
 
     def grad(self, xp, x, gy, y):
         n = _count(x.shape, self.axes)
@@ -230,7 +231,7 @@ class Prod(_Reduction):
     op_name = 'prod'
 
     def reduce(self, x):
-        return numpy.prod(x, axis=self.axes, keepdims=self.keepdims)
+        return _args.module_of(x).prod(x, axis=self.axes, keepdims=self.keepdims)
 
     def grad(self, xp, x, gy, y):
         # Move the reduced axes last and flatten them into one.
@@ -266,7 +267,8 @@ class _Extremum(_Reduction):
     uses_output = True
 
     def reduce(self, x):
-        return type(self).reducer(x, axis=self.axes, keepdims=self.keepdims)
+        reducer = _args.in_module(type(self).reducer, _args.module_of(x))
+        return reducer(x, axis=self.axes, keepdims=self.keepdims)
 
     def grad(self, xp, x, gy, y):
         return xp.where(x == y, gy, 0)
@@ -317,8 +319,10 @@ def _arg_extremum(op, finder, what):
             raise _args.DimensionError(
                 '{}: cannot find the {} of an empty sequence (array of shape {}, '
                 'axis {})'.format(op, what, a.shape, axis))
+        raw = _args.raw(a)
+        found = _args.in_module(finder, _args.module_of(raw))
         return _args.constant(a, lambda: _args.array_result(
-            finder(_args.raw(a), axis=axis)).astype(numpy.int64, copy=False))
+            found(raw, axis=axis)).astype(numpy.int64, copy=False))
     find.__name__ = find.__qualname__ = op
     find.__doc__ = """The int64 index of the {what} of ``a`` along ``axis``
     (None: of the flattened array); the first one on ties. No gradient.""".format(
@@ -363,7 +367,7 @@ class Cumsum(PyOp):
 
     def forward(self, inputs):
         x = inputs[0]
-        return (numpy.cumsum(x, axis=self.axis, dtype=_sum_dtype(x.dtype)),)
+        return (_args.module_of(x).cumsum(x, axis=self.axis, dtype=_sum_dtype(x.dtype)),)
 
     def grads(self, xp, targets, gys, xs, ys):
         gy = gys[0]
@@ -388,8 +392,8 @@ class Nansum(_Reduction):
     op_name = 'nansum'
 
     def reduce(self, x):
-        return numpy.nansum(x, axis=self.axes, keepdims=self.keepdims,
-                            dtype=_sum_dtype(x.dtype))
+        return _args.module_of(x).nansum(x, axis=self.axes, keepdims=self.keepdims,
+                                         dtype=_sum_dtype(x.dtype))
 
     def grad(self, xp, x, gy, y):
         return xp.where(xp.isnan(x), 0, gy)
@@ -417,8 +421,9 @@ def _shifted(x, axes, dtype):
     if any(x.shape[i] == 0 for i in axes):
         m = _args.module_of(x).zeros(_kept_shape(x.shape, axes), work)
     else:
+        xp = _args.module_of(x)
         m = x.max(axis=axes, keepdims=True)
-        m = numpy.where(numpy.isfinite(m), m, work.type(0))
+        m = xp.where(xp.isfinite(m), m, work.type(0))
     return _args.array_result(x - m), m  # 0-d: an array, not a NumPy scalar
 
 
@@ -429,9 +434,9 @@ class LogSumExp(_Reduction):
 
     def reduce(self, x):
         z, m = _shifted(x, self.axes, self.dtype)
+        xp = _args.module_of(z)
         with numpy.errstate(divide='ignore'):  # log(0) = -inf over empty axes
-            y = numpy.log(numpy.add.reduce(numpy.exp(z, out=z), axis=self.axes,
-                                           keepdims=True)) + m
+            y = xp.log(xp.add.reduce(xp.exp(z, out=z), axis=self.axes, keepdims=True)) + m
         if not self.keepdims:
             y = y.reshape([n for i, n in enumerate(y.shape) if i not in self.axes])
         return y.astype(self.dtype, copy=False)
@@ -455,8 +460,9 @@ class Softmax(PyOp):
         if y is not None:
             return (y,)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
-        e = numpy.exp(z, out=z)
-        e /= numpy.add.reduce(e, axis=self.axes, keepdims=True)
+        xp = _args.module_of(z)
+        e = xp.exp(z, out=z)
+        e /= xp.add.reduce(e, axis=self.axes, keepdims=True)
         return (e.astype(self.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
@@ -486,8 +492,9 @@ class LogSoftmax(PyOp):
         if y is not None:
             return (y,)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
+        xp = _args.module_of(z)
         with numpy.errstate(divide='ignore'):  # log(0) over empty axes
-            z -= numpy.log(numpy.add.reduce(numpy.exp(z), axis=self.axes, keepdims=True))
+            z -= xp.log(xp.add.reduce(xp.exp(z), axis=self.axes, keepdims=True))
         return (z.astype(self.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
