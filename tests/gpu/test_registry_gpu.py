@@ -3,7 +3,9 @@ tests are (tests/ops/test_registry.py):
 
 * ``test_forward``: the same inputs give the same outputs on cuda:0 as on
   native:0 (shape, dtype; values within the op's forward tolerance, exact for
-  integers and bools), and the outputs are device data on cuda:0;
+  integers and bools), and the outputs are device data on cuda:0; on the
+  stand-in, no NumPy function reached the device data through NumPy's
+  dispatch (the op library calls CuPy's namespace);
 * ``test_gradients``: first and second derivatives on cuda:0 against float64
   central differences, through the driver of ``python -m xgrad check``.
 
@@ -58,6 +60,9 @@ def test_forward(cuda_runtime, info, sample, dtype):
         assert y.device.name == 'cuda:0'
         assert cuda.is_device_array(xgrad._core._raw_data(y)), type(xgrad._core._raw_data(y))
     info.assert_forward_matches(actual, expected)
+    if cuda_runtime == 'emulated':  # the op called CuPy's functions, none through NumPy's
+        from gpu import fake_cupy
+        assert fake_cupy.numpy_dispatches == []
 
 
 GRADIENT_CASES = _driver.cases(devices=('cuda:0',))

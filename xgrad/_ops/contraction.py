@@ -135,9 +135,9 @@ class Linear(PyOp):
         x, w = inputs[0], inputs[1]
         self.dtypes = tuple(v.dtype for v in inputs)
         self.x_shape = x.shape
-        y = numpy.matmul(x.reshape(_prod(self.batch_shape), self.n_features), w.T)
+        y = _args.module_of(x).matmul(x.reshape(_prod(self.batch_shape), self.n_features), w.T)
         if len(inputs) == 3:
-            if y.dtype == numpy.result_type(y, inputs[2]):
+            if y.dtype == numpy.result_type(y.dtype, inputs[2].dtype):
                 y += inputs[2]
             else:
                 y = y + inputs[2]

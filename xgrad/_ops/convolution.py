@@ -103,7 +103,7 @@ def pad_input(x, geom, outsize, fill=0):
     full = tuple(max(e, p + n) for e, p, n in zip(extent(geom, outsize), geom.pad, spatial))
     if full == spatial:  # no pad, no overhang
         return x
-    out = numpy.empty(x.shape[:2] + full, dtype=x.dtype, like=x)
+    out = _args.module_of(x).empty(x.shape[:2] + full, dtype=x.dtype)
     out[inner(geom.pad, spatial)] = x
     for axis, (p, n) in enumerate(zip(geom.pad, spatial)):  # fill the borders only
         before = (slice(None),) * (2 + axis)
@@ -177,12 +177,13 @@ def _column_chunks(x, geom, outsize):
         return
     # (C, k.., m, l..): sample and window position side by side in a row.
     order = (1,) + tuple(range(2, 2 + nk)) + (0,) + tuple(range(2 + nk, win.ndim))
-    buf = numpy.empty(tuple(win.shape[i] for i in order[:1 + nk]) + (ranges[0][1],)
-                      + tuple(outsize), x.dtype, like=x)
+    xp = _args.module_of(x)
+    buf = xp.empty(tuple(win.shape[i] for i in order[:1 + nk]) + (ranges[0][1],)
+                   + tuple(outsize), x.dtype)
     for lo, hi in ranges:
         m = hi - lo
         part = buf[(slice(None),) * (1 + nk) + (slice(0, m),)]
-        numpy.copyto(part, win[lo:hi].transpose(order))
+        xp.copyto(part, win[lo:hi].transpose(order))
         yield lo, hi, part.reshape(g, rows, m * _prod(outsize))
 
 
@@ -221,7 +222,7 @@ def _padded_zeros(shape, geom, outsize, dtype, like):
     """Zeros shaped like ``pad_input`` pads an array of ``shape`` (on the
     device of ``like``)."""
     full = tuple(max(e, p + d) for e, p, d in zip(extent(geom, outsize), geom.pad, shape[2:]))
-    return numpy.zeros(tuple(shape[:2]) + full, dtype, like=like)
+    return _args.module_of(like).zeros(tuple(shape[:2]) + full, dtype)
 
 
 def col2im(cols, geom, outsize, spatial):
@@ -259,14 +260,15 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
-    y = numpy.empty((n, g, o // g, _prod(outsize)), work, like=x)
+    xp = _args.module_of(x)
+    y = xp.empty((n, g, o // g, _prod(outsize)), work)
     chunks = 0
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         chunks += 1
         if hi - lo == 1:
-            numpy.matmul(wm, cols, out=y[lo])
+            xp.matmul(wm, cols, out=y[lo])
         else:  # columns are (.., sample, position): put the samples first
-            part = numpy.matmul(wm, cols).reshape(g, o // g, hi - lo, _prod(outsize))
+            part = xp.matmul(wm, cols).reshape(g, o // g, hi - lo, _prod(outsize))
             y[lo:hi] = part.transpose(2, 0, 1, 3)
     if keep_columns is not None and chunks == 1:  # (one chunk: its buffer is not reused)
         keep_columns.append(cols)
@@ -296,7 +298,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work, x)
     per_sample = o * _prod(geom.ksize) * _prod(spatial)
     for lo, hi in _chunks(n, per_sample):
-        cols = numpy.matmul(wt, xm[lo:hi])  # (m, g, o/g * prod(k), prod(l))
+        cols = _args.module_of(wt).matmul(wt, xm[lo:hi])  # (m, g, o/g * prod(k), prod(l))
         _col2im_add(out[lo:hi], cols.reshape((hi - lo, o) + geom.ksize + spatial),
                     geom, spatial)
     return _add_bias(unpad(out, geom, outsize), b).astype(dtype, copy=False)

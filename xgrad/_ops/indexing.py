@@ -50,7 +50,7 @@ class Take(LinearPair):
 
     def compute(self, x):
         p = self.plan
-        return _args.array_result(numpy.take(x, p.indices_for(x), axis=p.axis))
+        return _args.array_result(_args.module_of(x).take(x, p.indices_for(x), axis=p.axis))
 
 
 class TakeGrad(LinearPair):
@@ -139,11 +139,11 @@ def take(a, indices, axis=None, mode=None):
             if bad.any():
                 raise _args.IndexError('take: index {} is out of bounds for axis {} with '
                                        'size {}'.format(idx[bad].flat[0], ax, n))
-            idx = numpy.where(idx < 0, idx + n, idx)
+            idx = _args.module_of(idx).where(idx < 0, idx + n, idx)
         elif mode == 'wrap':
             idx = idx % n
         else:
-            idx = numpy.clip(idx, 0, n - 1)
+            idx = _args.module_of(idx).clip(idx, 0, n - 1)
     idx = idx.astype(numpy.intp, copy=False)
     if axis is None:
         x = reshape(x, (n,))
@@ -162,7 +162,7 @@ def nonzero(a) -> Tuple[_core.ndarray, ...]:
                                    'index an array with at least one dimension')
     with _args.scope(x):
         return tuple(_args.wrap(i.astype(numpy.int64, copy=False), x)
-                     for i in numpy.nonzero(_args.raw(x)))
+                     for i in _args.module_of(_args.raw(x)).nonzero(_args.raw(x)))
 
 
 # ---------------------------------------------------------------------------

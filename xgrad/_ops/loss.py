@@ -145,8 +145,9 @@ class SigmoidCrossEntropy(PyOp):
         self.target = (self.t * keep).astype(work)
         self.keep = keep.astype(work)
         xw = x.astype(work, copy=False)
-        loss = numpy.log1p(numpy.exp(-numpy.abs(xw)))
-        loss += numpy.maximum(xw, 0)
+        xp = _args.module_of(xw)
+        loss = xp.log1p(xp.exp(-xp.abs(xw)))
+        loss += xp.maximum(xw, 0)
         loss -= xw * self.target
         loss *= self.keep
         return (loss.astype(x.dtype, copy=False),)
@@ -341,7 +342,8 @@ def _accuracy(y, t, ignore_label=None):
     counted = t != ignore_label
     hit &= counted
     total = counted.sum()  # on the device: no host read
-    return numpy.where(total > 0, hit.sum() / numpy.maximum(total, 1), 0.0).astype(y.dtype)
+    xp = _args.module_of(total)
+    return xp.where(total > 0, hit.sum() / xp.maximum(total, 1), 0.0).astype(y.dtype)
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ scatters the gradient back, accumulating repeated indices.
 import numpy
 
 from xgrad import _device as _device_module
+from xgrad._backend import cuda
 from xgrad._backend.cuda import device_key as _device_key
 
 from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap, IndexedGradient
@@ -129,13 +130,14 @@ cdef class Scatter(Op):
 
     cpdef forward(self, inputs):
         gy = inputs[0]
-        out = numpy.zeros(self.shape, dtype=gy.dtype, like=gy)
+        xp = cuda.cupy() if on_gpu(gy) else numpy  # (CuPy's own, not by dispatch)
+        out = xp.zeros(self.shape, dtype=gy.dtype)
         if on_gpu(gy):
             self.key = _device_key(self.key)
         if _is_basic(self.key):
             out[self.key] = gy
         else:
-            numpy.add.at(out, self.key, gy)
+            xp.add.at(out, self.key, gy)
         return (out,)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):

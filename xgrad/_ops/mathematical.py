@@ -288,7 +288,8 @@ def _softplus(x, beta=1.0):
     if y is not None:
         return y
     bx = x * x.dtype.type(beta) if x.dtype.kind == 'f' else x * beta
-    return numpy.logaddexp(0, bx) / (x.dtype.type(beta) if x.dtype.kind == 'f' else beta)
+    xp = _args.module_of(x)
+    return xp.logaddexp(0, bx) / (x.dtype.type(beta) if x.dtype.kind == 'f' else beta)
 
 
 def _softplus_grad(xp, gy, x, y, beta=1.0):
@@ -308,7 +309,7 @@ def _leaky_relu(x, slope=0.2):
     y = native_kernels.leaky_relu_forward(x, slope)
     if y is not None:
         return y
-    return numpy.where(x >= 0, x, x * x.dtype.type(slope))
+    return _args.module_of(x).where(x >= 0, x, x * x.dtype.type(slope))
 
 
 def _leaky_relu_grad(xp, gy, x, y, slope=0.2):
@@ -337,7 +338,8 @@ def _elu(x, alpha=1.0):
     y = native_kernels.elu_forward(x, alpha)
     if y is not None:
         return y
-    return numpy.where(x >= 0, x, numpy.expm1(numpy.minimum(x, 0)) * x.dtype.type(alpha))
+    xp = _args.module_of(x)
+    return xp.where(x >= 0, x, xp.expm1(xp.minimum(x, 0)) * x.dtype.type(alpha))
 
 
 def _elu_grad(xp, gy, x, y, alpha=1.0):
@@ -353,7 +355,8 @@ elu = _unary('elu', _elu, _elu_grad, public=_scalar_parameter('alpha', 1.0), use
 
 
 def _clipped_relu(x, z=20.0):
-    return numpy.minimum(numpy.maximum(x, x.dtype.type(0)), x.dtype.type(z))
+    xp = _args.module_of(x)
+    return xp.minimum(xp.maximum(x, x.dtype.type(0)), x.dtype.type(z))
 
 
 def _clipped_relu_grad(xp, gy, x, y, z=20.0):
@@ -368,7 +371,7 @@ clipped_relu = _unary(
 
 
 def _clip(a, a_min, a_max):
-    return numpy.clip(a, a_min, a_max)
+    return _args.module_of(a).clip(a, a_min, a_max)
 
 
 def _clip_grad(xp, gy, x, y, a_min, a_max):

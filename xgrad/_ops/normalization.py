@@ -76,7 +76,8 @@ class _Layout:
         """Raw per-channel ``v`` (``keep`` shape) against ``view``."""
         if self.rows is None:
             return v
-        return numpy.broadcast_to(v, self.merged[:-1] + (1,)).reshape(self.rows[0], 1)
+        return _args.module_of(v).broadcast_to(v, self.merged[:-1] + (1,)).reshape(
+            self.rows[0], 1)
 
     def reduce(self, a):
         """sum of raw ``a`` (``view``) over the reduced axes, ``keep`` shape."""
@@ -87,8 +88,9 @@ class _Layout:
         without a temporary (einsum)."""
         letters = 'abcdefghijklmnopqrstuvwxyz'[:len(self.merged)]
         kept = ''.join(c for i, c in enumerate(letters) if i not in self.merged_axes)
-        return numpy.einsum('{0},{0}->{1}'.format(letters, kept), a.reshape(self.merged),
-                            b.reshape(self.merged)).reshape(self.keep)
+        return _args.module_of(a).einsum('{0},{0}->{1}'.format(letters, kept),
+                                         a.reshape(self.merged),
+                                         b.reshape(self.merged)).reshape(self.keep)
 
 
 def _layout(op, x, gamma, axis):
@@ -157,9 +159,10 @@ class BatchNorm(PyOp):
             self.mean = mean = lay.reduce(xv) / lay.count
             self.xc = xc = xv - lay.per_row(mean)
             self.var = var = lay.dot(xc, xc) / lay.count
-        self.inv_std = 1 / numpy.sqrt(var + self.eps)
+        xp = _args.module_of(xc)
+        self.inv_std = 1 / xp.sqrt(var + self.eps)
         self.scale = gamma.reshape(lay.keep).astype(work, copy=False) * self.inv_std
-        y = numpy.multiply(xc, lay.per_row(self.scale))
+        y = xp.multiply(xc, lay.per_row(self.scale))
         y += lay.per_row(beta.reshape(lay.keep))
         return (y.reshape(lay.shape).astype(x.dtype, copy=False),)
 
@@ -289,7 +292,7 @@ class FixedBatchNorm(PyOp):
         work = self.work = _args.compute_dtype(*self.dtypes)
         gamma, beta, mean, var = [a.reshape(lay.keep).astype(work, copy=False)
                                   for a in (gamma, beta, mean, var)]
-        scale = gamma / numpy.sqrt(var + self.eps)
+        scale = gamma / _args.module_of(var).sqrt(var + self.eps)
         y = lay.view(x) * lay.per_row(scale)
         y += lay.per_row(beta - mean * scale)
         return (y.reshape(lay.shape).astype(x.dtype, copy=False),)

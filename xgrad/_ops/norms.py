@@ -49,7 +49,8 @@ class L2Norm(PyOp):
         self.retain_inputs((0,))
         self.retain_outputs((0,))
         work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
-        y = numpy.sqrt(numpy.add.reduce(work * work, axis=self.axes, keepdims=self.keepdims))
+        xp = _args.module_of(work)
+        y = xp.sqrt(xp.add.reduce(work * work, axis=self.axes, keepdims=self.keepdims))
         return (_args.array_result(y).astype(x.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
@@ -90,7 +91,8 @@ class Svd(PyOp):
         a, = inputs
         self.retain_outputs((0, 1, 2))
         work = numpy.float32 if a.dtype == numpy.float16 else a.dtype
-        u, s, vt = numpy.linalg.svd(a.astype(work, copy=False), full_matrices=False)
+        u, s, vt = _args.module_of(a).linalg.svd(a.astype(work, copy=False),
+                                                 full_matrices=False)
         return tuple(v.astype(a.dtype, copy=False) for v in (u, s, vt))
 
     def grads(self, xp, targets, gys, xs, ys):

@@ -103,10 +103,11 @@ class _MaxPool(PyOp):
             v = xpad[index]
             if y is None:
                 y = v.copy()
-                tap = numpy.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)), like=y)
+                xp = _args.module_of(y)
+                tap = xp.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
             else:  # strictly greater wins: ties keep the first tap
-                tap = numpy.where(v > y, tap.dtype.type(t), tap)
-                y = numpy.maximum(y, v)  # (NaN propagates to y)
+                tap = xp.where(v > y, tap.dtype.type(t), tap)
+                y = xp.maximum(y, v)  # (NaN propagates to y)
         self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
         return (y,)
 
@@ -195,7 +196,7 @@ class _AveragePool(LinearPair):
     def compute(self, x):
         a = self.plan
         xpad = pad_input(x.astype(_args.compute_dtype(x.dtype), copy=False), a.geom, a.outsize)
-        y = numpy.zeros(x.shape[:2] + a.outsize, xpad.dtype, like=xpad)
+        y = _args.module_of(xpad).zeros(x.shape[:2] + a.outsize, xpad.dtype)
         for _, index in window_offsets(a.geom, a.outsize):
             y += xpad[index]
         with numpy.errstate(invalid='ignore', divide='ignore'):  # windows all padding

@@ -19,6 +19,14 @@ from xgrad._backend import cuda
 cdef object np_add_reduce = numpy.add.reduce
 
 
+cdef object _add_reduce(x, axes, bint keepdims):
+    """add.reduce of the array module of ``x`` (CuPy's on a GPU, called
+    directly rather than through NumPy's dispatch)."""
+    if on_gpu(x):
+        return cuda.cupy().add.reduce(x, axis=axes, keepdims=keepdims)
+    return np_add_reduce(x, axis=axes, keepdims=keepdims)
+
+
 def _gpu_sum_to(x, shape):
     """Our broadcast-reduction kernel."""
     return cuda.kernels().sum_to(cuda.cupy(), x, shape)
@@ -84,7 +92,7 @@ cdef class Sum(Op):
             # add.reduce is sum() without NumPy's Python-level wrapper; axis
             # None takes its contiguous fast path when every axis goes.
             axes = None if len(self.axes) == x.ndim else self.axes
-            return (as_result(np_add_reduce(x, axis=axes, keepdims=self.keepdims)),)
+            return (as_result(_add_reduce(x, axes, self.keepdims)),)
         # ChainerX sums bool and ints (uint8 too) into int64.
         return (as_result(x.sum(axis=self.axes, keepdims=self.keepdims,
                                 dtype=numpy.int64 if x.dtype.kind in 'biu' else None)),)
@@ -115,8 +123,9 @@ cdef class Mean(Op):
             if y is not None:
                 return (y,)
         if self.count and (x.dtype == numpy.float32 or x.dtype == numpy.float64):
-            y = as_result(np_add_reduce(x, axis=self.axes, keepdims=self.keepdims))
-            return (numpy.true_divide(y, self.count, out=y),)
+            y = as_result(_add_reduce(x, self.axes, self.keepdims))
+            y /= self.count
+            return (y,)
         return (as_result(x.mean(axis=self.axes, keepdims=self.keepdims)),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
@@ -151,6 +160,8 @@ cdef class BroadcastTo(Op):
     cpdef forward(self, inputs):
         self.in_shape = inputs[0].shape
         try:
+            if on_gpu(inputs[0]):
+                return (cuda.cupy().broadcast_to(inputs[0], self.shape),)
             return (broadcast_view(inputs[0], self.shape),)
         except ValueError:
             raise DimensionError('broadcast_to: shape {} cannot be broadcast to {}'

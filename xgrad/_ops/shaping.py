@@ -57,7 +57,7 @@ class Concatenate(PyOp):
         self.dtypes = dtypes
 
     def forward(self, inputs):
-        return (numpy.concatenate(inputs, axis=self.axis),)
+        return (_args.module_of(inputs[0]).concatenate(inputs, axis=self.axis),)
 
     def grads(self, xp, targets, gys, xs, ys):
         pieces = xp.split(gys[0], self.offsets, self.axis)
@@ -386,7 +386,7 @@ class Repeat(PyOp):
         self.in_shape = in_shape
 
     def forward(self, inputs):
-        return (numpy.repeat(inputs[0], self.repeats, axis=self.axis),)
+        return (_args.module_of(inputs[0]).repeat(inputs[0], self.repeats, axis=self.axis),)
 
     def grads(self, xp, targets, gys, xs, ys):
         axis, shape = self.axis, self.in_shape
