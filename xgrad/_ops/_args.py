@@ -36,9 +36,13 @@ def on_device_of(ref, a):
     return cuda.device_key(a) if cuda.on_gpu(ref) else a
 
 
-def module_of(r):
-    """NumPy or CuPy: the array module of raw data ``r``."""
-    return cuda.cupy() if cuda.on_gpu(r) else numpy
+def module_of(*raw):
+    """NumPy or CuPy: the array module of raw data (CuPy when one of the
+    values is GPU data)."""
+    for r in raw:
+        if cuda.on_gpu(r):
+            return cuda.cupy()
+    return numpy
 
 
 def _named(name, op):
@@ -217,14 +221,6 @@ def scope(like):
     return like.device.scope()
 
 
-def array_module(*values):
-    """CuPy when one of the raw ``values`` is GPU data, else NumPy."""
-    for v in values:
-        if cuda.on_gpu(v):
-            return cuda.cupy()
-    return numpy
-
-
 _NUMPY_MODULES = frozenset(['numpy', 'numpy.linalg'])
 
 
@@ -293,7 +289,7 @@ def constant_result(op, ufunc, values):
 def checked_ufunc(op, ufunc, *raw):
     """``ufunc(*raw)``, with NumPy's dtype and shape failures as xgrad errors."""
     check_broadcast(op, *raw)
-    ufunc = in_module(ufunc, array_module(*raw))
+    ufunc = in_module(ufunc, module_of(*raw))
     try:
         return ufunc(*raw)
     except TypeError as e:

@@ -35,7 +35,7 @@ class _Binary(PyOp):
         a, b = self._operands(inputs)
         # The operands share ChainerX's result dtype (``promoted``); NumPy
         # 1.x's value-based casting can widen a 0-d result, so keep it.
-        compute = _args.in_module(type(self).compute, _args.array_module(a, b))
+        compute = _args.in_module(type(self).compute, _args.module_of(a, b))
         return (_args.array_result(compute(a, b)).astype(
             inputs[0].dtype, copy=False),)
 

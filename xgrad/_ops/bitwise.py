@@ -40,7 +40,7 @@ def _bitwise(name, ufunc):
         _args.check_broadcast(name, *raws)
         # (NumPy 1.x widens a 0-d array with a scalar by value; the bits are
         # the same, so the cast back is exact.)
-        result = _args.array_result(_args.in_module(ufunc, _args.array_module(*raws))(*raws))
+        result = _args.array_result(_args.in_module(ufunc, _args.module_of(*raws))(*raws))
         return _args.wrap(result.astype(dtype, copy=False), arrays[0])
     op.__name__ = op.__qualname__ = name
     op.__doc__ = 'x1 {} x2, elementwise, on bool and integer operands.'.format(

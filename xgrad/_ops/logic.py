@@ -36,7 +36,7 @@ class Where(PyOp):
             (x, self.x_scalar), (y, self.y_scalar))])
         x, y = [_args.promoted_scalar('where', v, dtype) if s is not None else v
                 for v, s in ((x, self.x_scalar), (y, self.y_scalar))]
-        result = _args.array_module(self.condition, x, y).where(self.condition, x, y)
+        result = _args.module_of(self.condition, x, y).where(self.condition, x, y)
         if result.dtype != dtype:
             result = result.astype(dtype)
         return (_args.array_result(result),)

@@ -57,7 +57,7 @@ class _Unary(PyOp):
             self.retain_outputs((0,))
         if self._our_gpu_kernel(inputs[0]):
             return (cuda.unary(self.op_name, inputs[0]),)
-        compute = _args.in_module(type(self).compute, _args.array_module(inputs[0]))
+        compute = _args.in_module(type(self).compute, _args.module_of(inputs[0]))
         y = _args.array_result(_checked(compute, self.op_name, inputs[0], **self.kwargs))
         if self.promotion == 'float' and y.dtype != inputs[0].dtype:
             # NumPy 1.x's value-based casting can widen 0-d results.
