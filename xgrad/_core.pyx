@@ -599,19 +599,38 @@ cdef object _native_byte_order(object data):
     return data.astype(data.dtype.newbyteorder('='))
 
 
-cdef object _last_native_device = None
+# The last device whose attributes the hot path asked for, and those
+# attributes: devices are singletons whose ``is_native`` and ``ns`` never
+# change, and the backward loop asks once per op.
+cdef object _known_device = None
+cdef bint _known_is_native = False
+cdef object _known_ns = None
+
+
+cdef int _learn_device(object device) except -1:
+    global _known_device, _known_is_native, _known_ns
+    is_native = device.is_native
+    ns = device.ns
+    # (no other thread runs between these three assignments)
+    _known_is_native = is_native
+    _known_ns = ns
+    _known_device = device
+    return 0
 
 
 cdef inline bint _is_native(object device) except -1:
-    """``device.is_native``, remembering the last native device asked about
-    (devices are singletons): the backward loop asks once per op."""
-    global _last_native_device
-    if device is _last_native_device:
-        return True
-    if device.is_native:
-        _last_native_device = device
-        return True
-    return False
+    """``device.is_native``, for the last device asked about at C speed."""
+    if device is not _known_device:
+        _learn_device(device)
+    return _known_is_native
+
+
+cdef object device_ns(object device):
+    """``device.ns`` (NumPy, or CuPy for a cuda device), for the last device
+    asked about at C speed: the namespace of the backward fast path."""
+    if device is not _known_device:
+        _learn_device(device)
+    return _known_ns
 
 
 cdef ndarray _wrap(object data, object device):

@@ -9,26 +9,12 @@ with ``xp`` = xgrad on xgrad arrays otherwise, so the same formula is also the
 double-backprop graph.
 """
 
-from xgrad._core cimport FunctionNode, apply
+from xgrad._core cimport FunctionNode, apply, device_ns
 from xgrad._errors import GradientError
 from xgrad._ops._xp import numpy_ns, xgrad_ns
 
 cdef object NP = numpy_ns
 cdef object XG = xgrad_ns
-
-# The last device whose raw namespace was looked up, and that namespace: a
-# device's ``ns`` never changes, and the fast path asks once per op.
-cdef object _ns_device = None
-cdef object _ns_of_device = None
-
-
-cdef inline object _raw_ns(object device):
-    global _ns_device, _ns_of_device
-    if device is not _ns_device:
-        ns = device.ns
-        _ns_of_device = ns   # (no other thread runs between these two)
-        _ns_device = device
-    return _ns_of_device
 
 
 cdef class Op(FunctionNode):
@@ -44,7 +30,7 @@ cdef class Op(FunctionNode):
 
     cdef object _backward_raw(self, tuple targets, tuple grad_outputs,
                               tuple xs, tuple ys):
-        return self._grads(_raw_ns(self._device), targets, grad_outputs, xs, ys)
+        return self._grads(device_ns(self._device), targets, grad_outputs, xs, ys)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         raise NotImplementedError(type(self).__name__)
