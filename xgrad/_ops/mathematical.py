@@ -57,8 +57,8 @@ class _Unary(PyOp):
             self.retain_outputs((0,))
         if self._our_gpu_kernel(inputs[0]):
             return (cuda.unary(self.op_name, inputs[0]),)
-        compute = _args.in_module(type(self).compute, _args.module_of(inputs[0]))
-        y = _args.array_result(_checked(compute, self.op_name, inputs[0], **self.kwargs))
+        y = _args.array_result(_checked(type(self).compute, self.op_name, inputs[0],
+                                        **self.kwargs))
         if self.promotion == 'float' and y.dtype != inputs[0].dtype:
             # NumPy 1.x's value-based casting can widen 0-d results.
             y = y.astype(inputs[0].dtype)
@@ -99,8 +99,7 @@ def _unary(name, compute, derivative=None, uses='x', domain=real, ref=None,
         if promotion == 'float' and x.dtype.kind != 'f':
             x = x.astype(_args.promoted_float(x.dtype))
         if derivative is None:
-            return _args.constant(x, _checked, _args.in_module(compute, x.device.xp), name,
-                                  _args.raw(x), **kwargs)
+            return _args.constant(x, _checked, compute, name, _args.raw(x), **kwargs)
         return _args.apply(cls(kwargs), x)
 
     op.__name__ = op.__qualname__ = name
@@ -138,9 +137,12 @@ def _accepted(compute, dtypes):
     return tuple(ok)
 
 
-def _checked(compute, name, *args, **kwargs):
+def _checked(compute, name, x, **kwargs):
+    """``compute`` (NumPy's function, or CuPy's for GPU data ``x``) on raw
+    ``x``, a TypeError from it as a DtypeError naming the op."""
+    compute = _args.in_module(compute, _args.module_of(x))
     try:
-        return compute(*args, **kwargs)
+        return compute(x, **kwargs)
     except TypeError as e:
         raise _args.DtypeError('{}: {}'.format(name, e)) from None
 
