@@ -7,7 +7,9 @@ tests are (tests/ops/test_registry.py):
   stand-in, no NumPy function reached the device data through NumPy's
   dispatch (the op library calls CuPy's namespace);
 * ``test_gradients``: first and second derivatives on cuda:0 against float64
-  central differences, through the driver of ``python -m xgrad check``.
+  central differences, through the driver of ``python -m xgrad check``; on
+  the stand-in, neither the op's backward nor the check's own computations
+  reached device data through NumPy's dispatch.
 
 Each runs on the CPU stand-in for CuPy (our kernels under the emulator) and,
 when one is present, on a real GPU.
@@ -73,3 +75,6 @@ def test_gradients(cuda_runtime, case):
     _skip_composite_on_emulator(cuda_runtime, case.info, case.sample, case.order)
     result = _driver.run_case(case, seed=0)
     assert result.passed, result.message
+    if cuda_runtime == 'emulated':  # backward called CuPy's functions, none through NumPy's
+        from gpu import fake_cupy
+        assert fake_cupy.numpy_dispatches == []

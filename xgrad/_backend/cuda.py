@@ -1,9 +1,10 @@
 """The CUDA backend: arrays on ``cuda:N`` devices hold CuPy arrays.
 
 The arithmetic runs in our kernels (``xgrad/_kernels``) where we have one,
-and in CuPy's routines otherwise (CuPy arrays take NumPy's functions through
-``__array_ufunc__``/``__array_function__``, so most op code is shared with
-the native backend). CuPy is imported on first use of a cuda device, never by
+and in CuPy's routines otherwise, called through CuPy's own namespace
+(:func:`module_of`, :data:`cuda_ns`): the op code is shared with the native
+backend, but never calls NumPy's functions on device data and leaves it to
+NumPy's dispatch to find CuPy's. CuPy is imported on first use of a cuda device, never by
 ``import xgrad``. Tests may substitute a module with CuPy's API
 (:func:`use_cupy`), e.g. a CPU stand-in that runs our kernels under an
 emulator.
@@ -14,7 +15,6 @@ import importlib
 import numpy
 
 from xgrad._errors import DeviceError
-from xgrad._ops._xp import _NumpyNamespace
 
 _cupy = None         # the cupy module (or a stand-in) once imported
 _kernels = None      # xgrad._kernels, loaded with the first cuda device
@@ -89,6 +89,16 @@ def on_gpu(data):
     return type(data) is not numpy.ndarray and is_device_array(data)
 
 
+def module_of(*raw):
+    """NumPy or CuPy: the array module of raw data (CuPy when one of the
+    values is GPU data). The op library calls this module's functions on the
+    data, never NumPy's on device data through NumPy's dispatch."""
+    for r in raw:
+        if on_gpu(r):
+            return _cupy
+    return numpy
+
+
 def to_host(data):
     """A NumPy copy of a CuPy array (waits for the GPU: an explicit transfer)."""
     return _cupy.asnumpy(data)
@@ -114,13 +124,15 @@ def device_key(key):
     return key
 
 
-class CudaNamespace(_NumpyNamespace):
-    """The raw-array namespace gradient formulas see on cuda devices: the
-    native namespace's helpers (NumPy's functions reach CuPy arrays through
-    NumPy's dispatch protocols), CuPy's functions for the names it does not
-    bind (creation functions must make device arrays), and our kernels for
-    ``sum_to``, ``sigmoid``, ``relu`` and the fused gradients
-    (``unary_grad``, ``binary_grads``, ``accumulate``)."""
+class CudaNamespace:
+    """The raw-array namespace gradient formulas see on cuda devices: CuPy's
+    functions under their own names (never NumPy's, which would reach CuPy
+    arrays only through NumPy's dispatch), the helpers of the native
+    namespace (``sum_to``, ``scatter``, ``cast``, ``constant``, ...), and our
+    kernels for ``sum_to``, ``sigmoid``, ``relu``, ``negative``, ``add`` and
+    the fused gradients (``unary_grad``, ``binary_grads``, ``accumulate``)."""
+
+    raw = True  # computes on raw arrays: nothing is recorded
 
     def __getattr__(self, name):
         try:
@@ -128,6 +140,19 @@ class CudaNamespace(_NumpyNamespace):
         except AttributeError:
             raise AttributeError('CuPy has no {!r} for a gradient formula on a cuda '
                                  'device'.format(name)) from None
+
+    @staticmethod
+    def cast(a, dtype):
+        return a if a.dtype == dtype else a.astype(dtype)
+
+    @staticmethod
+    def getitem(a, key):
+        return a[device_key(key)]
+
+    @staticmethod
+    def to_device(a, device):
+        from xgrad._device import transfer
+        return transfer(a, device)
 
     @staticmethod
     def sum_to(a, shape):
@@ -151,6 +176,10 @@ class CudaNamespace(_NumpyNamespace):
     @staticmethod
     def relu(x):
         return unary('relu', x)
+
+    @staticmethod
+    def negative(x):
+        return unary('negative', x)
 
     @staticmethod
     def unary_grad(name, gy, x, y):

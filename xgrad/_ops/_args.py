@@ -10,7 +10,7 @@ import numpy
 
 from xgrad import _core, _dtypes
 from xgrad._backend import cuda
-from xgrad._backend.cuda import is_device_array
+from xgrad._backend.cuda import is_device_array, module_of  # NOQA (the ops' import point)
 from xgrad._errors import DeviceError, DimensionError, DtypeError, IndexError  # NOQA
 from xgrad._ops.creation import array
 from xgrad._ops.reduction import _normalize_axes
@@ -34,15 +34,6 @@ def on_device_of(ref, a):
     """Host data ``a`` (index arrays, masks; tuples of them) moved to where
     raw ``ref`` lives: the GPU for CuPy data, nowhere for NumPy data."""
     return cuda.device_key(a) if cuda.on_gpu(ref) else a
-
-
-def module_of(*raw):
-    """NumPy or CuPy: the array module of raw data (CuPy when one of the
-    values is GPU data)."""
-    for r in raw:
-        if cuda.on_gpu(r):
-            return cuda.cupy()
-    return numpy
 
 
 def _named(name, op):

@@ -313,14 +313,15 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
-    gw = numpy.zeros((g, og, _prod(wshape[1:])), work, like=x)
+    xp = _args.module_of(x)
+    gw = xp.zeros((g, og, _prod(wshape[1:])), work)
     if columns is not None and columns.dtype == work:
         chunks = [(0, n, columns)]
     else:
         chunks = _column_chunks(x.astype(work, copy=False), geom, gy.shape[2:])
     for lo, hi, cols in chunks:
         rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
-        gw += numpy.matmul(rows, cols.swapaxes(1, 2))
+        gw += xp.matmul(rows, cols.swapaxes(1, 2))
     return gw.reshape(wshape).astype(dtype, copy=False)
 
 

@@ -82,7 +82,7 @@ def _add_at(gy, indices, axis, shape):
     inner = int(numpy.prod(shape[axis + 1:], dtype=numpy.int64))
     flat = ((xp.arange(outer)[:, None, None] * shape[axis]
              + indices.reshape(1, -1, 1)) * inner + xp.arange(inner))
-    numpy.add.at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
+    xp.add.at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
     return out
 
 

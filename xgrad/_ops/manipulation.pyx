@@ -130,9 +130,9 @@ cdef class Scatter(Op):
 
     cpdef forward(self, inputs):
         gy = inputs[0]
-        xp = cuda.cupy() if on_gpu(gy) else numpy  # (CuPy's own, not by dispatch)
+        xp = cuda.module_of(gy)
         out = xp.zeros(self.shape, dtype=gy.dtype)
-        if on_gpu(gy):
+        if xp is not numpy:
             self.key = _device_key(self.key)
         if _is_basic(self.key):
             out[self.key] = gy

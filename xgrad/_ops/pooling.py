@@ -128,8 +128,9 @@ class _MaxPoolGrad(LinearPair):
                                                   False):
                 return gx
         gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype, gy)
+        xp = _args.module_of(gy)
         for mask, index in a.taps():
-            gxpad[index] += numpy.where(mask, gy, gy.dtype.type(0))
+            gxpad[index] += xp.where(mask, gy, gy.dtype.type(0))
         return unpad(gxpad, a.geom, a.spatial)
 
 
@@ -147,9 +148,10 @@ class _MaxPoolGather(LinearPair):
                                                   True):
                 return out
         gxpad = pad_input(gx, a.geom, a.outsize)
-        out = numpy.zeros(gx.shape[:2] + a.outsize, gx.dtype, like=gx)
+        xp = _args.module_of(gx)
+        out = xp.zeros(gx.shape[:2] + a.outsize, gx.dtype)
         for mask, index in a.taps():
-            out = numpy.where(mask, gxpad[index], out)
+            out = xp.where(mask, gxpad[index], out)
         return out
 
 
@@ -211,12 +213,13 @@ class _AveragePoolGrad(LinearPair):
 
     def compute(self, gy):
         a = self.plan
+        xp = _args.module_of(gy)
         with numpy.errstate(invalid='ignore', divide='ignore'):
             count = _args.on_device_of(gy, a.count)
-            g = numpy.divide(gy, count, dtype=_args.compute_dtype(gy.dtype))
+            g = xp.divide(gy, count, dtype=_args.compute_dtype(gy.dtype))
         nk = len(a.geom.ksize)
-        cols = numpy.broadcast_to(g.reshape(gy.shape[:2] + (1,) * nk + a.outsize),
-                                  gy.shape[:2] + a.geom.ksize + a.outsize)
+        cols = xp.broadcast_to(g.reshape(gy.shape[:2] + (1,) * nk + a.outsize),
+                               gy.shape[:2] + a.geom.ksize + a.outsize)
         return col2im(cols, a.geom, a.outsize, a.spatial).astype(gy.dtype, copy=False)
 
 

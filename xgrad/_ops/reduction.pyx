@@ -16,15 +16,9 @@ from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_vi
 from xgrad._errors import DimensionError, DtypeError
 from xgrad._backend import cuda
 
-cdef object np_add_reduce = numpy.add.reduce
-
-
 cdef object _add_reduce(x, axes, bint keepdims):
-    """add.reduce of the array module of ``x`` (CuPy's on a GPU, called
-    directly rather than through NumPy's dispatch)."""
-    if on_gpu(x):
-        return cuda.cupy().add.reduce(x, axis=axes, keepdims=keepdims)
-    return np_add_reduce(x, axis=axes, keepdims=keepdims)
+    """add.reduce of the array module of ``x`` (CuPy's on a GPU)."""
+    return cuda.module_of(x).add.reduce(x, axis=axes, keepdims=keepdims)
 
 
 def _gpu_sum_to(x, shape):

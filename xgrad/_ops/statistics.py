@@ -182,15 +182,16 @@ variance is 0."""
 # prod
 
 def _exclusive_raw(x):
-    """E[..., i] = prod_{k != i} x[..., k] on a NumPy array, by products from
+    """E[..., i] = prod_{k != i} x[..., k] on raw data (NumPy or CuPy), by products from
     the left times products from the right: exact when some x are 0, unlike
     prod(x) / x[i]. float16 works in float32."""
+    xp = _args.module_of(x)
     work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
-    left = numpy.ones_like(work)
-    right = numpy.ones_like(work)
+    left = xp.ones_like(work)
+    right = xp.ones_like(work)
     if work.shape[-1] > 1:
-        numpy.cumprod(work[..., :-1], axis=-1, out=left[..., 1:])
-        right[..., :-1] = numpy.cumprod(work[..., :0:-1], axis=-1)[..., ::-1]
+        xp.cumprod(work[..., :-1], axis=-1, out=left[..., 1:])
+        right[..., :-1] = xp.cumprod(work[..., :0:-1], axis=-1)[..., ::-1]
     return (left * right).astype(x.dtype, copy=False)
 
 
