@@ -1,5 +1,7 @@
 """What runs on the device: our kernels, one launch per elementwise forward
-and one per backward, and no host reads while recording or backpropagating.
+and one per backward, and no host reads while recording or backpropagating
+(a classifier's step, and every differentiable op's backward and double
+backward).
 
 Counted in the CPU stand-in for CuPy (fake_cupy.py): ``emulator.launches``
 lists our kernels, ``cupy_calls`` CuPy's routines, ``host_reads`` every read
@@ -172,3 +174,43 @@ def test_labels_out_of_range_give_nan_rows_without_a_host_read(fake):
     # On the host the same labels are refused, naming the label.
     with pytest.raises(xgrad.IndexError, match='label 3'):
         xgrad.softmax_cross_entropy(x.to_device('native:0'), t.to_device('native:0'))
+
+
+# Ops whose forward reads device data on the host by design (README, "No hidden
+# synchronisation"): the read is what the result needs.
+READS_THE_DATA = {
+    'take': "mode='raise' checks indices on the GPU against the bounds",
+}
+DIFFERENTIABLE = [info for info in xgrad.registered_ops() if info.differentiable]
+
+
+@pytest.mark.parametrize('info', DIFFERENTIABLE, ids=[i.name for i in DIFFERENTIABLE])
+def test_no_op_reads_the_device_in_backward_or_double_backward(fake, info):
+    """Every differentiable op's first sample: forward, backward recorded for
+    double backprop, and the second-order pass make no host read (a
+    synchronisation on a real GPU), apart from the forwards listed above."""
+    sample = info.samples[0]
+    dtype = numpy.float32 if numpy.dtype(numpy.float32) in info.dtypes else info.dtypes[0]
+    data = info.sample_data(sample, dtype, numpy.random.RandomState(0))
+    xs = [xgrad.array(a, device='cuda:0') for a in data]
+    xs = [x.require_grad() if x.dtype.kind == 'f' else x for x in xs]
+    fake.reset_counters()
+    with numpy.errstate(all='ignore'):
+        ys = info(xs, sample)
+    if info.name not in READS_THE_DATA:
+        assert fake.host_reads == [], 'forward: {}'.format(fake.host_reads)
+    ys = ys if isinstance(ys, (tuple, list)) else (ys,)
+    ys = [y for y in ys if y is not None and y.dtype.kind == 'f' and y.is_backprop_required()]
+    if not ys:
+        pytest.skip('{}: its first sample has no differentiable output'.format(info.name))
+    leaves = [x for x in xs if x.is_grad_required()]
+    fake.reset_counters()
+    with numpy.errstate(all='ignore'):
+        grads = xgrad.grad(ys, leaves, grad_outputs=[xgrad.ones_like(y) for y in ys],
+                           enable_double_backprop=True)
+    assert fake.host_reads == [], 'backward: {}'.format(fake.host_reads)
+    grads = [g for g in grads if g is not None and g.is_backprop_required()]
+    if grads:
+        with numpy.errstate(all='ignore'):
+            xgrad.grad([xgrad.sum(g * g) for g in grads], leaves)
+        assert fake.host_reads == [], 'double backward: {}'.format(fake.host_reads)

@@ -126,10 +126,6 @@ class _XgradNamespace:
         return a if a.dtype == dtype else a.astype(dtype)
 
     @staticmethod
-    def sign(a):
-        return _array_of(numpy.sign(a.to_numpy()), a.device)
-
-    @staticmethod
     def constant(raw, like):
         return _array_of(raw, like.device)
 
