@@ -2,10 +2,10 @@
 
 The arithmetic runs in our kernels (``xgrad/_kernels``) where we have one,
 and in CuPy's routines otherwise, called through CuPy's own namespace
-(:func:`module_of`, :data:`cuda_ns`): the op code is shared with the native
-backend, but never calls NumPy's functions on device data and leaves it to
-NumPy's dispatch to find CuPy's. CuPy is imported on first use of a cuda device, never by
-``import xgrad``. Tests may substitute a module with CuPy's API
+(:func:`module_of`, :data:`cuda_ns`). The op code is shared with the native
+backend, but it never calls NumPy's functions on device data for NumPy's
+dispatch to pass on to CuPy. CuPy is imported on first use of a cuda device,
+never by ``import xgrad``. Tests may substitute a module with CuPy's API
 (:func:`use_cupy`), e.g. a CPU stand-in that runs our kernels under an
 emulator.
 """
@@ -15,6 +15,7 @@ import importlib
 import numpy
 
 from xgrad._errors import DeviceError
+from xgrad._ops._xp import cast
 
 _cupy = None         # the cupy module (or a stand-in) once imported
 _kernels = None      # xgrad._kernels, loaded with the first cuda device
@@ -141,9 +142,7 @@ class CudaNamespace:
             raise AttributeError('CuPy has no {!r} for a gradient formula on a cuda '
                                  'device'.format(name)) from None
 
-    @staticmethod
-    def cast(a, dtype):
-        return a if a.dtype == dtype else a.astype(dtype)
+    cast = staticmethod(cast)
 
     @staticmethod
     def getitem(a, key):

@@ -54,6 +54,11 @@ def matmul_raw(a, b):
     return _np_matmul(a, b)
 
 
+def cast(a, dtype):
+    """``a`` as ``dtype`` (itself when it has that dtype already)."""
+    return a if a.dtype == dtype else a.astype(dtype)
+
+
 def _scatter(gy, key, shape):
     """Zeros of ``shape`` with ``gy`` added at ``key`` (repeats accumulate)."""
     out = numpy.zeros(shape, dtype=gy.dtype)
@@ -86,9 +91,7 @@ class _NumpyNamespace:
     sigmoid = staticmethod(_sigmoid)
     relu = staticmethod(_relu)
 
-    @staticmethod
-    def cast(a, dtype):
-        return a if a.dtype == dtype else a.astype(dtype)
+    cast = staticmethod(cast)
 
     @staticmethod
     def sign(a):
@@ -121,9 +124,7 @@ class _XgradNamespace:
             raise AttributeError('xgrad has no op {!r} for gradient formulas'
                                  .format(name)) from None
 
-    @staticmethod
-    def cast(a, dtype):
-        return a if a.dtype == dtype else a.astype(dtype)
+    cast = staticmethod(cast)
 
     @staticmethod
     def constant(raw, like):
