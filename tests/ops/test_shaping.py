@@ -311,6 +311,21 @@ def test_diag_gradients():
     numpy.testing.assert_array_equal(g, numpy.eye(3, 4, -1) * [[1], [1], [2]])
 
 
+@pytest.mark.parametrize('k', [4, -3, 2 ** 31, -2 ** 40])
+def test_diag_of_a_matrix_past_its_corner_is_empty(k):
+    # NumPy's diagonal() takes a C int offset: 2**31 would overflow it.
+    m = _leaf((3, 4))
+    y = xgrad.diag(m, k=k)
+    assert y.shape == (0,) and y.dtype == numpy.float32
+    g = _grad(xgrad.sum(y), m, numpy.float32(1))
+    numpy.testing.assert_array_equal(g, numpy.zeros((3, 4)))
+
+
+def test_diag_of_a_vector_too_far_off_the_diagonal_names_k():
+    with pytest.raises(xgrad.DimensionError, match='diag: the matrix for k=1099511627776'):
+        xgrad.diag(xgrad.array(numpy.ones(3, numpy.float32)), k=2 ** 40)
+
+
 def test_diag_of_a_list_on_a_device():
     y = xgrad.diag([1.0, 2.0], device='native:0')
     assert y.device.name == 'native:0'

@@ -510,7 +510,10 @@ class Diagonal(PyOp):
         self.in_shape = in_shape
 
     def forward(self, inputs):
-        return (inputs[0].diagonal(self.k),)
+        # An offset past the matrix gives the empty diagonal; clamped, it
+        # also fits the C int that NumPy's and CuPy's diagonal take.
+        rows, cols = self.in_shape
+        return (inputs[0].diagonal(max(-rows, min(self.k, cols))),)
 
     def grads(self, xp, targets, gys, xs, ys):
         return (xp.scatter(gys[0], self.key, self.in_shape),)
@@ -527,6 +530,7 @@ def diag(v, k=0, device=None):
     row0, col0 = max(-k, 0), max(k, 0)
     if v.ndim == 1:
         n = v.shape[0] + abs(k)
+        _args.check_result_size((n, n), v.dtype, 'diag', 'the matrix for k={}'.format(k))
         i = numpy.arange(v.shape[0])
         return scatter(v, (i + row0, i + col0), (n, n))
     if v.ndim == 2:
