@@ -633,10 +633,26 @@ cdef object device_ns(object device):
     return _known_ns
 
 
+cdef object _canonical_dtype(object data):
+    """NumPy data whose dtype equals a built-in dtype but is another object
+    (``dtype('float16').newbyteorder('=')``, a dtype with metadata) as a view
+    with the built-in one: ChainerX's dtypes are an enum, and code that picks
+    a path by dtype identity (fast checks of ``a.dtype is b.dtype``) must see
+    one object per dtype, or equal inputs take different paths."""
+    cdef int type_num = cnp.PyArray_TYPE(<cnp.ndarray>data)
+    if <object>cnp.PyArray_DESCR(<cnp.ndarray>data) is <object>cnp.PyArray_DescrFromType(type_num):
+        return data
+    if not cnp.PyTypeNum_ISNUMBER(type_num):
+        return data  # (not bool or a number: left to the dtype checks)
+    return data.view(cnp.PyArray_DescrFromType(type_num))
+
+
 cdef ndarray _wrap(object data, object device):
     cdef ndarray a = ndarray.__new__(ndarray)
-    if cnp.PyArray_Check(data) and not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>data):
-        data = _native_byte_order(data)
+    if cnp.PyArray_Check(data):
+        if not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>data):
+            data = _native_byte_order(data)
+        data = _canonical_dtype(data)
     a._data = data
     a._device = device
     return a
