@@ -247,5 +247,17 @@ def test_qr_no_gradient_for_a_non_square_r_or_raw():
         xgrad.grad([xgrad.sum(h)], [x])
 
 
+@pytest.mark.parametrize('double', [False, True], ids=['raw', 'recorded'])
+def test_qr_gradient_of_dependent_columns_is_a_linalg_error(double):
+    # Every row equal: rank 1, R singular; NumPy's own LinAlgError must not
+    # escape the backward pass, and the leaf keeps no gradient.
+    x = xgrad.array(numpy.tile(numpy.array([[1.0, 2.0, 3.0]]), (3, 1))).require_grad()
+    q, r = linalg.qr(x)
+    with pytest.raises(linalg.LinAlgError, match='qr: no gradient where R is singular'):
+        xgrad.grad([q, r], [x], grad_outputs=[xgrad.ones_like(q), xgrad.ones_like(r)],
+                   enable_double_backprop=double)
+    assert x.grad is None
+
+
 def test_lapack_is_available():
     assert linalg._is_lapack_available() is True

@@ -85,8 +85,15 @@ def _inv(xp, a):
     return xp.linalg.inv(a) if xp.raw else inv(a)
 
 
-def _solve(xp, a, b):
-    return xp.linalg.solve(a, b) if xp.raw else solve(a, b)
+def _solve(xp, a, b, why):
+    """a^-1 b in a gradient formula; a singular ``a`` is xgrad's LinAlgError
+    starting with ``why`` (the op, and what is singular)."""
+    if xp.raw:
+        return _lapack(why, lambda la, m, v: la.solve(m, v), a, b)
+    try:
+        return solve(a, b)
+    except LinAlgError as e:
+        raise LinAlgError('{}: {}'.format(why, e)) from None
 
 
 def _add(a, b):
@@ -136,7 +143,7 @@ class Solve(PyOp):
 
     def grads(self, xp, targets, gys, xs, ys):
         a, x = xs[0], ys[0]
-        gb = _solve(xp, _t(xp, a), gys[0])
+        gb = _solve(xp, _t(xp, a), gys[0], 'solve: no gradient where a is singular')
         out = []
         for t in targets:
             if t == 0:
@@ -246,7 +253,8 @@ class Qr(PyOp):
             m = _add(m, -xp.matmul(_t(xp, gq), q))
         m_sym = xp.tril(m, 0) + _t(xp, xp.tril(m, -1))
         rhs = _add(gq, xp.matmul(q, m_sym))
-        return (_t(xp, _solve(xp, r, _t(xp, rhs))),)
+        return (_t(xp, _solve(xp, r, _t(xp, rhs), 'qr: no gradient where R is singular '
+                                                  '(the columns of a are linearly dependent)')),)
 
 
 class _QrRaw(PyOp):
