@@ -78,8 +78,13 @@ def _check(info, sample, dtype, layouts, seed):
     for i in diff:
         xs[i].require_grad()
     with numpy.errstate(all='ignore'):
-        expected = [numpy.asarray(e) for e in _as_tuple(
-            info.expected_forward(plain, sample, dtype))]
+        try:
+            expected = [numpy.asarray(e) for e in _as_tuple(
+                info.expected_forward(plain, sample, dtype))]
+        except ValueError as e:  # e.g. an all-NaN slice that 'broadcast' made
+            with pytest.raises(type(e)):
+                info(xs, sample)
+            return
         ys = _as_tuple(info(xs, sample))
     info.assert_forward_matches(ys, expected)
     if diff and info.differentiable:
@@ -93,11 +98,17 @@ def _check(info, sample, dtype, layouts, seed):
             rs = numpy.random.RandomState(seed + 1)
             weights = [xgrad.array(rs.uniform(-1, 1, y.shape).astype(y.dtype))
                        for y, _ in pairs]
-            got = xgrad.grad([y for y, _ in pairs], [xs[i] for i in diff],
-                             grad_outputs=weights)
-            want = xgrad.grad([r for _, r in pairs], [ref_xs[i] for i in diff],
-                              grad_outputs=weights)
-            for g, w in zip(got, want):
+            try:
+                want = xgrad.grad([r for _, r in pairs], [ref_xs[i] for i in diff],
+                                  grad_outputs=weights)
+            except xgrad.XgradError as e:  # e.g. a singular matrix that 'broadcast' made
+                with pytest.raises(type(e)):
+                    xgrad.grad([y for y, _ in pairs], [xs[i] for i in diff],
+                               grad_outputs=weights)
+                want = None
+            got = [] if want is None else xgrad.grad(
+                [y for y, _ in pairs], [xs[i] for i in diff], grad_outputs=weights)
+            for g, w in zip(got, want or []):
                 assert (g is None) == (w is None)
                 if g is not None:
                     assert g.dtype == w.dtype and g.shape == w.shape
@@ -135,3 +146,33 @@ def _cases(draw):
 def test_layouts_property(case):
     info, sample, dtype, layouts, seed = case
     _check(info, sample, dtype, layouts, seed)
+
+
+F16_OPS = [info for info in OPS if info.differentiable and numpy.dtype('float16') in info.dtypes]
+
+
+@pytest.mark.parametrize('name', [info.name for info in F16_OPS])
+def test_an_equal_dtype_object_takes_the_same_path(name):
+    """float16 inputs whose dtype equals float16 but is another object
+    (``newbyteorder('=')``: NumPy treats it as a cast, and sums it in other
+    blocks) give bit-identical outputs and gradients: xgrad arrays hold the
+    built-in dtype (as ChainerX's dtype enum)."""
+    info = BY_NAME[name]
+    for sample in info.samples:
+        data = info.sample_data(sample, numpy.dtype('float16'),
+                                numpy.random.RandomState(sample_seed('dtype-object', name,
+                                                                     sample.name)))
+        results = []
+        for convert in (lambda a: a, lambda a: a.astype(a.dtype.newbyteorder('='))):
+            xs = [xgrad.asarray(convert(a)) for a in data]
+            assert all(x.dtype is numpy.dtype(x.dtype.name) for x in xs)
+            diff = [x for x in xs if x.dtype.kind == 'f']
+            for x in diff:
+                x.require_grad()
+            with numpy.errstate(all='ignore'):
+                ys = [y for y in _as_tuple(info(xs, sample)) if y.dtype.kind == 'f']
+                seeds = [xgrad.ones_like(y) for y in ys]
+                grads = xgrad.grad(ys, diff, grad_outputs=seeds) if ys else []
+            results.append([a.to_numpy() for a in ys + [g for g in grads if g is not None]])
+        for a, b in zip(*results):
+            numpy.testing.assert_array_equal(a, b)
