@@ -633,18 +633,38 @@ cdef object device_ns(object device):
     return _known_ns
 
 
-cdef object _canonical_dtype(object data):
+# NumPy's built-in dtype objects by type number (bool and the numbers: the
+# dtypes xgrad arrays hold), for a pointer comparison in _wrap.
+cdef PyObject* _BUILTIN_DTYPES[32]
+cdef list _builtin_dtypes = []  # (their references)
+
+
+cdef void _find_builtin_dtypes():
+    cdef object dtype
+    cdef int type_num
+    for type_num in range(32):
+        _BUILTIN_DTYPES[type_num] = NULL
+        if cnp.PyTypeNum_ISNUMBER(type_num):
+            dtype = cnp.PyArray_DescrFromType(type_num)
+            _builtin_dtypes.append(dtype)
+            _BUILTIN_DTYPES[type_num] = <PyObject*>dtype
+
+
+_find_builtin_dtypes()
+
+
+cdef inline object _canonical_dtype(object data):
     """NumPy data whose dtype equals a built-in dtype but is another object
     (``dtype('float16').newbyteorder('=')``, a dtype with metadata) as a view
     with the built-in one: ChainerX's dtypes are an enum, and code that picks
     a path by dtype identity (fast checks of ``a.dtype is b.dtype``) must see
     one object per dtype, or equal inputs take different paths."""
     cdef int type_num = cnp.PyArray_TYPE(<cnp.ndarray>data)
-    if <object>cnp.PyArray_DESCR(<cnp.ndarray>data) is <object>cnp.PyArray_DescrFromType(type_num):
-        return data
-    if not cnp.PyTypeNum_ISNUMBER(type_num):
+    if type_num >= 32 or _BUILTIN_DTYPES[type_num] == NULL:
         return data  # (not bool or a number: left to the dtype checks)
-    return data.view(cnp.PyArray_DescrFromType(type_num))
+    if <PyObject*>cnp.PyArray_DESCR(<cnp.ndarray>data) == _BUILTIN_DTYPES[type_num]:
+        return data
+    return data.view(<object>_BUILTIN_DTYPES[type_num])
 
 
 cdef ndarray _wrap(object data, object device):
