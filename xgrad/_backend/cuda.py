@@ -15,6 +15,7 @@ import importlib
 import numpy
 
 from xgrad._errors import DeviceError
+from xgrad._device import transfer
 from xgrad._ops._xp import cast
 
 _cupy = None         # the cupy module (or a stand-in) once imported
@@ -148,10 +149,7 @@ class CudaNamespace:
     def getitem(a, key):
         return a[device_key(key)]
 
-    @staticmethod
-    def to_device(a, device):
-        from xgrad._device import transfer
-        return transfer(a, device)
+    to_device = staticmethod(transfer)
 
     @staticmethod
     def sum_to(a, shape):

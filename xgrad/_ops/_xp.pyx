@@ -97,9 +97,7 @@ class _NumpyNamespace:
     def sign(a):
         return numpy.sign(a)
 
-    @staticmethod
-    def to_device(a, device):
-        return _device_module.transfer(a, device)
+    to_device = staticmethod(_device_module.transfer)
 
     @staticmethod
     def getitem(a, key):

@@ -14,7 +14,7 @@ from xgrad._backend.cuda import device_key as _device_key
 
 from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap, IndexedGradient
 from xgrad._ops._op cimport Op
-from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
+from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
 from xgrad._ops.reduction cimport normalize_axes
 from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError
 
@@ -130,7 +130,7 @@ cdef class Scatter(Op):
 
     cpdef forward(self, inputs):
         gy = inputs[0]
-        xp = cuda.module_of(gy)
+        xp = raw_module(gy)
         out = xp.zeros(self.shape, dtype=gy.dtype)
         if xp is not numpy:
             self.key = _device_key(self.key)

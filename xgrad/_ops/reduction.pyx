@@ -11,14 +11,14 @@ import numpy
 from xgrad._core cimport ndarray, apply1
 from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport math_dtype
-from xgrad._ops.elementwise cimport as_array, as_result, on_gpu
+from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
 from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view, sum_all
 from xgrad._errors import DimensionError, DtypeError
 from xgrad._backend import cuda
 
 cdef object _add_reduce(x, axes, bint keepdims):
     """add.reduce of the array module of ``x`` (CuPy's on a GPU)."""
-    return cuda.module_of(x).add.reduce(x, axis=axes, keepdims=keepdims)
+    return raw_module(x).add.reduce(x, axis=axes, keepdims=keepdims)
 
 
 def _gpu_sum_to(x, shape):
