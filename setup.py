@@ -1,4 +1,5 @@
-"""Build the Cython extensions (the engine in xgrad/_core.pyx and the ops)."""
+"""Build the Cython extensions (the engine, xgrad/_context.pyx ... _backward.pyx,
+and the ops)."""
 
 import ctypes
 import os
@@ -18,7 +19,11 @@ MODULES = [
     'xgrad._backend.norm_kernels',
     'xgrad._dtypes',
     'xgrad._backend.window_kernels',
-    'xgrad._core',
+    'xgrad._context',
+    'xgrad._graph',
+    'xgrad._array',
+    'xgrad._function_node',
+    'xgrad._backward',
     'xgrad._ops._xp',
     'xgrad._ops._op',
     'xgrad._ops.elementwise',
@@ -27,8 +32,8 @@ MODULES = [
     'xgrad._ops.manipulation',
 ]
 
-# The engine uses C++ containers (a heap of ops) from Cython.
-CPP_MODULES = {'xgrad._core'}
+# The backward pass uses C++ containers (a heap of ops) from Cython.
+CPP_MODULES = {'xgrad._backward'}
 # Kernels whose long sums may be reordered (vectorized); NaN and inf still
 # propagate.
 REASSOCIATING_MODULES = {'xgrad._backend.norm_kernels'}

@@ -14,7 +14,7 @@ import numpy
 import pytest
 
 import xgrad
-from xgrad import _dtypes
+from xgrad import _dtype_docs, _dtypes
 
 SCALARS = {'Sb': True, 'Si': 1, 'Sf': 1.0}
 
@@ -123,7 +123,7 @@ def test_docs_table_is_generated_from_the_code():
     """docs/dtype_promotion.md is ``markdown_table()``'s output; regenerate
     it with ``python -m xgrad dtypes > docs/dtype_promotion.md``."""
     path = pathlib.Path(__file__).resolve().parents[1] / 'docs' / 'dtype_promotion.md'
-    assert path.read_text() == _dtypes.markdown_table(), (
+    assert path.read_text() == _dtype_docs.markdown_table(), (
         'docs/dtype_promotion.md is stale: python -m xgrad dtypes > docs/dtype_promotion.md')
 
 

@@ -28,6 +28,10 @@ STUB = ROOT / 'xgrad' / '__init__.pyi'
 # Public names re-exported from a module whose own types mypy reads.
 MODULES = ('xgrad._core', 'xgrad._errors', 'xgrad._device', 'xgrad._ops.registry',
            'xgrad.testing._checks')
+# The engine's modules, whose names the stub takes from xgrad._core (typed by
+# xgrad/_core.pyi), as xgrad/__init__.py does.
+ENGINE = ('xgrad._context', 'xgrad._graph', 'xgrad._array', 'xgrad._function_node',
+          'xgrad._backward')
 
 
 def _type(annotation):
@@ -84,6 +88,8 @@ def stub_text():
     for name in names:
         obj = getattr(xgrad, name)
         home = getattr(obj, '__module__', None)
+        if home in ENGINE:
+            home = 'xgrad._core'
         if isinstance(obj, numpy.dtype):
             values.append('{}: numpy.dtype[Any]'.format(name))
         elif isinstance(obj, tuple):

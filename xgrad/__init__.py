@@ -14,8 +14,8 @@ from xgrad._core import (  # NOQA
     backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,
     get_default_context, set_default_context, context_scope,
     get_default_device, set_default_device, using_device,
-    backward, grad, _function_node_forward)
-from xgrad._device import Backend, Device, get_device  # NOQA
+    get_device, backward, grad, _function_node_forward)
+from xgrad._device import Backend, Device  # NOQA
 from xgrad._ops import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,

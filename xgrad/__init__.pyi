@@ -17,6 +17,7 @@ from xgrad._core import (
     force_backprop_mode as force_backprop_mode,
     get_default_context as get_default_context,
     get_default_device as get_default_device,
+    get_device as get_device,
     grad as grad,
     is_backprop_required as is_backprop_required,
     ndarray as ndarray,
@@ -28,7 +29,6 @@ from xgrad._core import (
 from xgrad._device import (
     Backend as Backend,
     Device as Device,
-    get_device as get_device,
 )
 from xgrad._errors import (
     BackendError as BackendError,

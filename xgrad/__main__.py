@@ -13,7 +13,7 @@ def main(argv=None):
               '       python -m xgrad dtypes            (the dtype promotion table)')
         return 0 if argv else 2
     if argv[0] == 'dtypes':
-        from xgrad._dtypes import markdown_table
+        from xgrad._dtype_docs import markdown_table
         sys.stdout.write(markdown_table())
         return 0
     if argv[0] == 'info':

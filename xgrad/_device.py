@@ -18,6 +18,15 @@ _KNOWN_BACKENDS = ('native', 'cuda')
 _NATIVE_DEVICE_COUNT = 8
 
 
+# The raw-array namespaces of gradient formulas by backend name: the op
+# library, above this module, registers them (xgrad._ops._xp, _xp_cuda).
+_RAW_NAMESPACES = {}
+
+
+def register_raw_namespace(backend_name, namespace):
+    _RAW_NAMESPACES[backend_name] = namespace
+
+
 class Backend:
     """A family of devices (``native`` or ``cuda``) within one context."""
 
@@ -60,11 +69,11 @@ class Device:
     def ns(self):
         """The raw-array namespace gradient formulas run with on this device
         (the engine's fast path); looked up once, then kept."""
-        if self.is_native:
-            from xgrad._ops._xp import numpy_ns
-            return numpy_ns
-        from xgrad._backend.cuda import cuda_ns
-        return cuda_ns
+        try:
+            return _RAW_NAMESPACES[self.backend.name]
+        except KeyError:
+            raise BackendError('No raw-array namespace is registered for the {} backend '
+                               '(xgrad._ops registers them)'.format(self.backend.name)) from None
 
     def scope(self):
         """A context manager that makes this the device CuPy computes on
@@ -137,14 +146,6 @@ def parse_device(context, device, index=None):
         raise BackendError('Backend not found: {!r} (in device {!r})'.format(
             backend_name, device))
     return _get_device_in_context(context, backend_name, index)
-
-
-def get_device(device, index=None):
-    """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
-    from xgrad import _core
-    if device is None and index is None:
-        return _core.get_default_device()  # ChainerX reads None as the default
-    return parse_device(_core.get_default_context(), device, index)
 
 
 def transfer(data, device):

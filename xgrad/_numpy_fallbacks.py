@@ -10,7 +10,7 @@ result is not connected.
 
 from typing import List
 
-from xgrad import _core
+from xgrad import _core, _ops
 from xgrad._errors import DeviceError
 
 __all__ = ['copysign', 'fix', 'broadcast_arrays', 'is_available', '_to_cupy']
@@ -53,14 +53,12 @@ def copysign(x1, x2):
             return _core._array_of(result, device)
         flip = xp.copysign(xp.ones((), result.dtype), raw1) * \
             xp.copysign(xp.ones((), result.dtype), raw2)
-    from xgrad import _ops
     return _ops.multiply(_ops.astype(x1, result.dtype) if x1.dtype != result.dtype else x1,
                          _core._array_of(xp.asarray(flip, result.dtype), device))
 
 
 def broadcast_arrays(*args) -> List[_core.ndarray]:
     """The arrays broadcast to their common shape (a list, as ChainerX's)."""
-    from xgrad import _ops
     device = _device_of(*args)
     with device.scope():
         shape = device.xp.broadcast_shapes(*(a.shape for a in args)) \

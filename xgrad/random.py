@@ -11,7 +11,6 @@ devices they are drawn on the GPU by CuPy's generator of that device.
 import numpy
 
 from xgrad import _core
-from xgrad import _device
 
 __all__ = ['normal', 'uniform', 'standard_normal', 'rand', 'randn', 'randint',
            'random_sample', 'random', 'seed']
@@ -19,7 +18,7 @@ __all__ = ['normal', 'uniform', 'standard_normal', 'rand', 'randn', 'randint',
 
 def _draw(name, args, kwargs):
     device = _core.get_default_device() if kwargs.get('device') is None \
-        else _device.get_device(kwargs['device'])
+        else _core.get_device(kwargs['device'])
     kwargs = {k: v for k, v in kwargs.items() if k != 'device'}
     if device.is_native:
         return _core._array_of(numpy.asarray(getattr(numpy.random, name)(*args, **kwargs)),

@@ -2,7 +2,8 @@
 
 The arithmetic runs in our kernels (``xgrad/_kernels``) where we have one,
 and in CuPy's routines otherwise, called through CuPy's own namespace
-(:func:`module_of`, :data:`cuda_ns`). The op code is shared with the native
+(:func:`module_of`, and ``xgrad._ops._xp_cuda.cuda_ns`` in gradient
+formulas). The op code is shared with the native
 backend, but it never calls NumPy's functions on device data for NumPy's
 dispatch to pass on to CuPy. CuPy is imported on first use of a cuda device,
 never by ``import xgrad``. Tests may substitute a module with CuPy's API
@@ -15,8 +16,6 @@ import importlib
 import numpy
 
 from xgrad._errors import DeviceError
-from xgrad._device import transfer
-from xgrad._ops._xp import cast
 
 _cupy = None         # the cupy module (or a stand-in) once imported
 _kernels = None      # xgrad._kernels, loaded with the first cuda device
@@ -125,80 +124,6 @@ def device_key(key):
         return cupy().asarray(key)
     return key
 
-
-class CudaNamespace:
-    """The raw-array namespace gradient formulas see on cuda devices: CuPy's
-    functions under their own names (never NumPy's, which would reach CuPy
-    arrays only through NumPy's dispatch), the helpers of the native
-    namespace (``sum_to``, ``scatter``, ``cast``, ``constant``, ...), and our
-    kernels for ``sum_to``, ``sigmoid``, ``relu``, ``negative``, ``add`` and
-    the fused gradients (``unary_grad``, ``binary_grads``, ``accumulate``)."""
-
-    raw = True  # computes on raw arrays: nothing is recorded
-
-    def __getattr__(self, name):
-        try:
-            return getattr(cupy(), name)
-        except AttributeError:
-            raise AttributeError('CuPy has no {!r} for a gradient formula on a cuda '
-                                 'device'.format(name)) from None
-
-    cast = staticmethod(cast)
-
-    @staticmethod
-    def getitem(a, key):
-        return a[device_key(key)]
-
-    to_device = staticmethod(transfer)
-
-    @staticmethod
-    def sum_to(a, shape):
-        return kernels().sum_to(cupy(), a, tuple(shape))
-
-    @staticmethod
-    def scatter(gy, key, shape):
-        cp = cupy()
-        out = cp.zeros(shape, dtype=gy.dtype)
-        cp.add.at(out, device_key(key), gy)
-        return out
-
-    @staticmethod
-    def constant(raw, like):
-        return raw if is_device_array(raw) else cupy().asarray(raw)
-
-    @staticmethod
-    def sigmoid(x):
-        return unary('sigmoid', x)
-
-    @staticmethod
-    def relu(x):
-        return unary('relu', x)
-
-    @staticmethod
-    def negative(x):
-        return unary('negative', x)
-
-    @staticmethod
-    def unary_grad(name, gy, x, y):
-        """gx of elementwise op ``name`` in one kernel."""
-        return kernels().unary_backward(cupy(), name, gy, x, y)
-
-    @staticmethod
-    def binary_grads(name, gy, a, b, need_a, need_b):
-        """(ga, gb) of a same-shape binary op in one kernel."""
-        return kernels().binary_backward(cupy(), name, gy, a, b, need_a, need_b)
-
-    @staticmethod
-    def accumulate(acc, g):
-        """acc += g in place (same shape and dtype, acc contiguous)."""
-        kernels().accumulate(cupy(), acc, g)
-
-    @staticmethod
-    def add(a, b):
-        return binary('add', a, b)
-
-
-cuda_ns = CudaNamespace()
 
 _KERNEL_DTYPES = frozenset(numpy.dtype(t) for t in ('float16', 'float32', 'float64'))
 

@@ -2,8 +2,8 @@
 them into the namespace the engine, the gradient formulas and the public API
 use. A module lists its public ops in ``__all__``; ``PUBLIC`` collects them."""
 
-from xgrad import _core
-from xgrad._ops import _xp
+from xgrad import _array, _core
+from xgrad._ops import _xp, _xp_cuda  # NOQA: the raw namespaces register themselves
 from xgrad._ops.creation import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
     ones_like, empty_like, full_like, arange, linspace, eye, identity,
@@ -14,7 +14,7 @@ from xgrad._ops.elementwise import (  # NOQA
     negative, absolute, exp, log, sqrt, square, tanh, sigmoid, relu,
     equal, not_equal, greater, greater_equal, less, less_equal)
 from xgrad._ops.reduction import sum, mean, sum_to, broadcast_to  # NOQA
-from xgrad._ops.linalg import matmul, dot  # NOQA
+from xgrad._ops.linalg import matmul  # NOQA
 from xgrad._ops.manipulation import (  # NOQA
     reshape, transpose, swapaxes, squeeze, expand_dims, getitem, scatter,
     raw_index, view, copy, astype, to_device)
@@ -26,7 +26,7 @@ for _name in ('sum_to', 'scatter', 'exp', 'log', 'sqrt', 'matmul', 'swapaxes',
               'to_device', 'getitem'):
     setattr(_xp._XgradNamespace, _name, staticmethod(globals()[_name]))
 
-_core._install_ops(__import__('sys').modules[__name__])
+_array._install_ops(__import__('sys').modules[__name__])
 
 # The plain-Python op families, each with its own __all__.
 from xgrad._ops import (  # NOQA: E402
@@ -45,4 +45,6 @@ for _module in (mathematical, logic, arithmetic, statistics, contraction, shapin
 __all__ = PUBLIC
 
 # NumPy's dispatch protocols, which ndarray.__array_ufunc__/__array_function__ call.
+from xgrad._ops import numpy_protocol  # NOQA: E402
 from xgrad._ops.numpy_protocol import array_function, array_ufunc  # NOQA: E402
+numpy_protocol.OPS = __import__('sys').modules[__name__]

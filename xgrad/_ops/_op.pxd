@@ -1,4 +1,5 @@
-from xgrad._core cimport FunctionNode, ndarray
+from xgrad._array cimport ndarray
+from xgrad._function_node cimport FunctionNode
 
 
 cdef class Op(FunctionNode):

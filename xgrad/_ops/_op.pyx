@@ -9,7 +9,8 @@ with ``xp`` = xgrad on xgrad arrays otherwise, so the same formula is also the
 double-backprop graph.
 """
 
-from xgrad._core cimport FunctionNode, apply, device_ns
+from xgrad._context cimport device_ns
+from xgrad._function_node cimport FunctionNode, apply
 from xgrad._errors import GradientError
 from xgrad._ops._xp import numpy_ns, xgrad_ns
 

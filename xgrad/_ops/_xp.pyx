@@ -130,4 +130,5 @@ class _XgradNamespace:
 
 
 numpy_ns = _NumpyNamespace()
+_device_module.register_raw_namespace('native', numpy_ns)
 xgrad_ns = _XgradNamespace()

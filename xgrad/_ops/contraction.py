@@ -1,5 +1,5 @@
-"""Tensor contractions: ``tensordot`` (NumPy's) and ``linear`` (ChainerX's
-fully connected layer, y = x W^T + b).
+"""Tensor contractions: ``dot`` and ``tensordot`` (NumPy's) and ``linear``
+(ChainerX's fully connected layer, y = x W^T + b).
 
 Both run as one BLAS matrix product. ``tensordot`` is composed of transpose,
 reshape and matmul, so its gradients are those ops' (differentiable to any
@@ -12,11 +12,11 @@ import numpy
 
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
-from xgrad._ops.linalg import matmul
+from xgrad._ops.linalg import PRODUCT_SAMPLES, matmul
 from xgrad._ops.manipulation import reshape, transpose
 from xgrad._ops.registry import BOOL, INT_DTYPES, OpInfo, Sample, register
 
-__all__ = ['tensordot', 'linear']
+__all__ = ['dot', 'tensordot', 'linear']
 
 
 def _operands(op, a, b, names=('a', 'b')):
@@ -230,3 +230,45 @@ register(OpInfo(
              Sample((2, 3, 2), (4, 6), (4,)), Sample((2, 3, 2), (4, 2), (4,), n_batch_axes=2),
              Sample((0, 3), (4, 3), (4,)), Sample((2, 3), (0, 3), (0,)),
              Sample((2, 0), (4, 0), (4,)))))
+
+
+# ---------------------------------------------------------------------------
+# dot
+
+def dot(a, b):
+    """``numpy.dot``: a product for 0-d operands, ``matmul`` up to 2-d, and
+    for N-d operands the sum over the last axis of ``a`` and the
+    second-to-last of ``b`` (its only axis when 1-d). The result is
+    C-contiguous, as NumPy's. Without a float operand there is no gradient,
+    and NumPy's ``dot`` computes it (bool included)."""
+    x1 = _args.as_array(a, 'a', b if isinstance(b, _args.ndarray) else None)
+    x2 = _args.as_array(b, 'b', x1)
+    n1, n2 = x1.ndim, x2.ndim
+    if n1 and n2 and x1.shape[n1 - 1] != x2.shape[max(n2 - 2, 0)]:
+        raise _args.DimensionError('dot: shapes {} and {} are not aligned'.format(
+            x1.shape, x2.shape))
+    # Both operands in the result dtype first (NumPy 1.x would let a 0-d
+    # operand's value decide); a bool or integer one has no gradient anyway.
+    dtype = _args.result_dtype(x1, x2)
+    if x1.dtype.kind != 'f' and x2.dtype.kind != 'f':
+        raw1, raw2 = _args.raw(x1), _args.raw(x2)
+        return _args.wrap(_args.module_of(raw1).dot(
+            raw1.astype(dtype, copy=False), raw2.astype(dtype, copy=False)), x1)
+    if x1.dtype != dtype:
+        x1 = x1.astype(dtype)
+    if x2.dtype != dtype:
+        x2 = x2.astype(dtype)
+    if n1 == 0 or n2 == 0:
+        return x1 * x2
+    if n1 > 2 or n2 > 2:
+        y = tensordot(x1, x2, ([n1 - 1], [max(n2 - 2, 0)]))
+        # NumPy's fresh C-order strides (an empty result's too)
+        return y if y.is_contiguous and y.size else y.copy()
+    return matmul(x1, x2)
+
+
+register(OpInfo('dot', dot, ref=numpy.dot,
+                samples=PRODUCT_SAMPLES + (Sample((), (2, 3)), Sample((2, 2, 3), (3,)),
+                                            Sample((2, 3), (4, 3, 2)),
+                                            Sample((2, 1, 3), (2, 3, 2))),
+                int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))

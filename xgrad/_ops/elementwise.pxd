@@ -1,4 +1,4 @@
-from xgrad._core cimport ndarray
+from xgrad._array cimport ndarray
 
 cdef ndarray as_array(object x, str name, object like=*)
 cdef object as_result(object r)

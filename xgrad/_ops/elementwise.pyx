@@ -12,7 +12,9 @@ import math
 import numpy
 
 cimport numpy as cnp
-from xgrad._core cimport ndarray, ArrayNode, apply1, apply2, _wrap, raw_meta_matches
+from xgrad._graph cimport ArrayNode, raw_meta_matches
+from xgrad._array cimport ndarray, _wrap
+from xgrad._function_node cimport apply1, apply2
 from xgrad._dtypes cimport (
     promote_dtypes, array_scalar_dtype, math_dtype, scalar_for, is_scalar)
 from xgrad._ops._op cimport Op

@@ -1,9 +1,11 @@
 # cython: language_level=3
-"""Matrix products: matmul (NumPy's rules, batched and broadcast) and dot."""
+"""The matrix product: matmul (NumPy's rules, batched and broadcast); dot,
+which needs tensordot beyond 2-d, is in contraction."""
 
 import numpy
 
-from xgrad._core cimport ndarray, apply2
+from xgrad._array cimport ndarray
+from xgrad._function_node cimport apply2
 from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport promote_dtypes
 from xgrad._ops.elementwise cimport as_array, as_result
@@ -123,53 +125,17 @@ def matmul(a, b):
     return apply2(Matmul.__new__(Matmul), x1, x2)
 
 
-def dot(a, b):
-    """``numpy.dot``: a product for 0-d operands, ``matmul`` up to 2-d, and
-    for N-d operands the sum over the last axis of ``a`` and the
-    second-to-last of ``b`` (its only axis when 1-d). The result is
-    C-contiguous, as NumPy's. Without a float operand there is no gradient,
-    and NumPy's ``dot`` computes it (bool included)."""
-    cdef ndarray x1 = as_array(a, 'a', b if isinstance(b, ndarray) else None)
-    cdef ndarray x2 = as_array(b, 'b', x1)
-    cdef int n1 = x1._data.ndim, n2 = x2._data.ndim
-    from xgrad._ops import _args
-    if n1 and n2 and x1._data.shape[n1 - 1] != x2._data.shape[max(n2 - 2, 0)]:
-        raise DimensionError('dot: shapes {} and {} are not aligned'.format(
-            x1._data.shape, x2._data.shape))
-    # Both operands in the result dtype first (NumPy 1.x would let a 0-d
-    # operand's value decide); a bool or integer one has no gradient anyway.
-    dtype = _args.result_dtype(x1, x2)
-    if x1._data.dtype.kind != 'f' and x2._data.dtype.kind != 'f':
-        return _args.wrap(_args.module_of(x1._data).dot(
-            x1._data.astype(dtype, copy=False), x2._data.astype(dtype, copy=False)), x1)
-    if x1._data.dtype != dtype:
-        x1 = x1.astype(dtype)
-    if x2._data.dtype != dtype:
-        x2 = x2.astype(dtype)
-    if n1 == 0 or n2 == 0:
-        return x1 * x2
-    if n1 > 2 or n2 > 2:
-        from xgrad._ops.contraction import tensordot
-        y = tensordot(x1, x2, ([n1 - 1], [max(n2 - 2, 0)]))
-        # NumPy's fresh C-order strides (an empty result's too)
-        return y if y.is_contiguous and y.size else y.copy()
-    return matmul(x1, x2)
-
-
 # ---------------------------------------------------------------------------
 # Registry
 
 from xgrad._ops.registry import register, OpInfo, Sample, INT_DTYPES, BOOL
 
-_PRODUCT_SAMPLES = (Sample((3,), (3,)), Sample((2, 3), (3,)), Sample((3,), (3, 2)),
+# The samples of matmul and of dot (xgrad._ops.contraction).
+
+PRODUCT_SAMPLES = (Sample((3,), (3,)), Sample((2, 3), (3,)), Sample((3,), (3, 2)),
                     Sample((2, 3), (3, 2)), Sample((2, 0), (0, 2)))
-register(OpInfo('dot', dot, ref=numpy.dot,
-                samples=_PRODUCT_SAMPLES + (Sample((), (2, 3)), Sample((2, 2, 3), (3,)),
-                                            Sample((2, 3), (4, 3, 2)),
-                                            Sample((2, 1, 3), (2, 3, 2))),
-                int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))
 register(OpInfo('matmul', matmul, ref=numpy.matmul,
-                samples=_PRODUCT_SAMPLES + (
+                samples=PRODUCT_SAMPLES + (
                     Sample((2, 2, 3), (3, 2)), Sample((2, 1, 2, 3), (3, 3, 2)),
                     Sample((3,), (2, 3, 2)), Sample((0, 2, 3), (3, 2))),
                 int_dtypes=INT_DTYPES + (BOOL,), promotion='result_type'))

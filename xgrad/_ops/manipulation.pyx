@@ -9,10 +9,13 @@ scatters the gradient back, accumulating repeated indices.
 import numpy
 
 from xgrad import _device as _device_module
+from xgrad._context import get_default_context
 from xgrad._backend import cuda
 from xgrad._backend.cuda import device_key as _device_key
 
-from xgrad._core cimport ndarray, apply1, apply_to_device, _wrap, IndexedGradient
+from xgrad._array cimport ndarray, _wrap
+from xgrad._function_node cimport apply1, apply_to_device
+from xgrad._backward cimport IndexedGradient
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
 from xgrad._ops.reduction cimport normalize_axes
@@ -344,7 +347,6 @@ def astype(a, dtype, copy=True):
 
 def to_device(a, device, index=None):
     """The array on ``device``, connected to ``a``: the gradient flows back."""
-    from xgrad._core import get_default_context
     cdef ndarray x = as_array(a, 'a')
     cdef ToDevice op = ToDevice.__new__(ToDevice)
     target = get_default_context().get_device(device, index)

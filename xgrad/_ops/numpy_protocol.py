@@ -31,9 +31,13 @@ import numpy
 from xgrad import _core
 
 
+# The op namespace (the package xgrad._ops), handed over by it once complete:
+# the protocol looks ops up by name.
+OPS = None
+
+
 def _ops():
-    import xgrad._ops as ops  # the namespace, complete once imported
-    return ops
+    return OPS
 
 
 def _on_a_graph(values):

@@ -8,7 +8,8 @@ loop for every binary op with broadcasting.
 
 import numpy
 
-from xgrad._core cimport ndarray, apply1
+from xgrad._array cimport ndarray
+from xgrad._function_node cimport apply1
 from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport math_dtype
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module

@@ -212,7 +212,7 @@ class _DeviceBuffer(numpy.ndarray):
     refused with DeviceError."""
 
     def __new__(cls, values, shape, dtype, device=None):
-        from xgrad._device import get_device
+        from xgrad._core import get_device
         from xgrad._errors import DeviceError
         device = get_device(device)
         if not device.is_native:

@@ -1,0 +1,950 @@
+# cython: language_level=3
+"""The backward pass (semantics.md sections 6-9): ``backward`` and ``grad``.
+
+One ``_BackwardPass`` walks one graph: it seeds the outputs' gradients, takes
+ops from a max-heap by rank (every consumer of an array before its creator),
+calls each op's backward (on raw arrays when nothing can be recorded, else on
+xgrad arrays inside a scope that stops the graphs that must not record),
+accumulates the input gradients in a ``_GradTable``, and commits the final
+gradients and the unchaining of the ops (``_Outcome``) only once every op has
+succeeded: a pass that fails leaves the graph and every gradient as they were.
+"""
+
+cimport cython
+from cpython.ref cimport PyObject, Py_REFCNT
+from cpython.dict cimport PyDict_GetItem
+from libcpp.algorithm cimport push_heap, pop_heap
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+cimport numpy as cnp
+
+from xgrad._backend cimport native_kernels
+from xgrad._context cimport (
+    BackpropId, Context, _ModeEntry, _ThreadState, _state, _push_mode, _pop_mode,
+    _resolve_bp, _is_native, is_enabled)
+from xgrad._graph cimport ArrayNode, OpNode, raw_meta_matches
+from xgrad._array cimport (
+    _OPS, ndarray, _wrap, _as_raw_array, _context_of, _has_float_data)
+from xgrad._function_node cimport FunctionNode
+
+import math
+import operator
+import threading
+
+import numpy
+
+from xgrad._array import _gradient_mismatch, _install_backward
+from xgrad._errors import DtypeError, GradientError, XgradError
+from xgrad import _device as _device_module
+
+ctypedef long long _HeapKey
+ctypedef pair[_HeapKey, PyObject*] _HeapItem
+
+cnp.import_array()
+cdef object _NUMPY_NDARRAY = numpy.ndarray
+
+# NumPy < 2 promotes 0-d arrays by value (NEP 50 came with NumPy 2).
+_NUMPY1_SCALAR_PROMOTION = int(numpy.__version__.split('.')[0]) < 2
+
+
+# ---------------------------------------------------------------------------
+# The backward pass (semantics.md sections 6-9)
+# ---------------------------------------------------------------------------
+
+cdef tuple _as_array_tuple(object arrays, str what):
+    if isinstance(arrays, ndarray):
+        return (arrays,)
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError('{} must be an xgrad.ndarray or a list/tuple of them, '
+                        'not {}'.format(what, type(arrays).__name__))
+    for i, a in enumerate(arrays):
+        if not isinstance(a, ndarray):
+            raise TypeError('{}[{}] must be an xgrad.ndarray, not {}'.format(
+                what, i, type(a).__name__))
+    return tuple(arrays)
+
+
+cdef list _check_seeds(object grad_outputs, tuple outs, str what):
+    """Validate user-given output gradients; returns a list (or None)."""
+    if grad_outputs is None or (isinstance(grad_outputs, (list, tuple))
+                                and not grad_outputs):
+        return None  # an empty list means no seeds, as in ChainerX
+    seeds = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [
+        grad_outputs]
+    if len(seeds) != len(outs):
+        raise GradientError('Grad_outputs and outputs must have the same size: '
+                            '{} grad_outputs for {} outputs'.format(
+                                len(seeds), len(outs)))
+    for i, (seed, y) in enumerate(zip(seeds, outs)):
+        if seed is None:
+            continue
+        if not isinstance(seed, ndarray):
+            raise TypeError('{}[{}] must be an xgrad.ndarray or None, not {}'
+                            .format(what, i, type(seed).__name__))
+        if not _has_float_data((<ndarray>y)._data):
+            raise DtypeError('Output {} has dtype {}, which cannot take a '
+                             'gradient; its {} entry must be None'.format(
+                                 i, (<ndarray>y)._data.dtype.name, what))
+        message = _gradient_mismatch(seed, (<ndarray>y)._data.shape,
+                                     (<ndarray>y)._data.dtype, (<ndarray>y)._device)
+        if message is not None:
+            raise GradientError('{} (in {}[{}], for output {})'.format(
+                message, what, i, i))
+    return seeds
+
+
+cdef ndarray _view_in_scope(ndarray a):
+    """What a backward function sees of an array: a view that is recorded only
+    on the graphs enabled now (a plain alias when there are none)."""
+    if a._has_enabled_node():
+        return _OPS.view(a)
+    return _wrap(a._data, a._device)
+
+
+@cython.final
+cdef class IndexedGradient:
+    """A raw-path gradient that is zero except ``value`` at ``key``: what a
+    slice's backward returns instead of a full array of zeros. The pass adds
+    ``value`` into the input's accumulated gradient at ``key``, in place when
+    the buffer is its own, so T slices of one array (an RNN's per-step
+    inputs) cost T slice-sized adds, not T full-size arrays. ``key`` must be
+    a basic index (ints, slices, None, Ellipsis: no element twice)."""
+
+    def __cinit__(self, key, value):
+        self.key = key
+        self.value = value
+
+
+@cython.final
+cdef class _GradTable:
+    """Accumulation: the gradient that flowed into each node during one pass
+    (scaled by the loss scale), and nothing else. Gradient slots of arrays are
+    neither read nor written here, so dropping the table undoes it."""
+    cdef dict acc           # ArrayNode -> this pass's gradient
+    # Nodes whose buffer in ``acc`` is ours to add into in place. Membership
+    # counts only while the node is in ``acc``: every store sets or clears it,
+    # and ``pop`` leaves it (a set's deletions leave dummies that make it
+    # resize every few adds).
+    cdef set owned
+
+    def __cinit__(self):
+        self.acc = {}
+        self.owned = set()
+
+    cdef inline void _store(self, ArrayNode node, object g, bint owned):
+        self.acc[node] = g
+        if owned:
+            self.owned.add(node)
+        elif self.owned:
+            self.owned.discard(node)
+
+    cdef void put(self, ArrayNode node, object g, bint owned):
+        self._store(node, g, owned)
+
+    cdef object pop(self, ArrayNode node):
+        """The node's gradient, removed from the table; None if none flowed in."""
+        return self.acc.pop(node, None)
+
+    cdef void _add_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
+        """``add`` on a GPU: in place into a buffer this pass owns (one
+        kernel), else one kernel into a new buffer the pass then owns."""
+        ns = old._device.ns
+        with old._device.scope():
+            if (node in self.owned and old._data.shape == g._data.shape
+                    and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
+                ns.accumulate(old._data, g._data)
+                return
+            total = ns.add(old._data, g._data)
+        self._store(node, _wrap(total, old._device), True)
+
+    cdef void add_at(self, ArrayNode node, IndexedGradient g, object device) except *:
+        """Add ``g`` (zero but at its key) to the node's gradient: in place
+        into a buffer this pass owns, else into a fresh buffer of zeros."""
+        cdef ndarray old
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p != NULL:
+            old = <ndarray>p
+            if old._nodes is None and node in self.owned:
+                old._data[g.key] += g.value
+                return
+        full = numpy.zeros(node.shape, node.dtype)
+        full[g.key] = g.value
+        self.add(node, _wrap(full, device), True)
+
+    cdef void add(self, ArrayNode node, ndarray g, bint fresh) except *:
+        """Add ``g`` to the node's gradient; in place into a buffer this pass
+        owns (``fresh``: ``g`` is one) when no graph records the sum."""
+        cdef ndarray old
+        cdef PyObject* p = PyDict_GetItem(self.acc, node)
+        if p == NULL:
+            self._store(node, g, fresh and g._nodes is None)
+            return
+        old = <ndarray>p
+        if old._nodes is None and g._nodes is None:
+            if not _is_native(old._device):
+                self._add_on_device(node, old, g)
+                return
+            if node in self.owned and native_kernels.add_into(old._data, g._data):
+                return
+            if fresh and native_kernels.add_into(g._data, old._data):
+                self._store(node, g, True)
+                return
+            self._store(node, _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
+                                    old._device), True)
+        else:
+            self._store(node, _OPS.add(old, g), False)
+
+
+# Commits of passes that may write the same gradient slot (a leaf shared by
+# graphs backpropagated in two threads) take turns: read, add and write of a
+# slot are one step.
+cdef object _commit_lock = threading.RLock()
+
+
+@cython.final
+cdef class _Outcome:
+    """What a pass will change, kept aside until it has succeeded: the final
+    gradient of each node it reached and the ops it went through. ``commit``
+    writes the slots and unchains the ops; a pass that fails drops the
+    outcome, which leaves the graph and every gradient as they were."""
+    cdef list finals                 # node, value, node, value, ...
+    cdef vector[PyObject*] ops       # processed ops (kept alive by the pass)
+    cdef vector[int] graph_indexes   # the graph each op was processed on
+
+    def __cinit__(self):
+        self.finals = []
+
+    cdef inline void record(self, ArrayNode node, object value):
+        self.finals.append(node)
+        self.finals.append(value)
+
+    cdef inline void processed(self, FunctionNode fn, int k):
+        self.ops.push_back(<PyObject*>fn)
+        self.graph_indexes.push_back(k)
+
+    cdef void apply(self, list slots, bint unchain):
+        """The commit proper: slot writes (``slots``: node, value, flag
+        triples, prepared beforehand) and unchaining; no op runs here."""
+        cdef Py_ssize_t i
+        cdef ArrayNode node
+        for i in range(0, len(slots), 3):
+            node = <ArrayNode>slots[i]
+            if node._array == NULL:
+                continue
+            (<ndarray>node._array)._set_grad_of(node, slots[i + 1])
+            if slots[i + 2]:
+                node.grad_required = True
+        if unchain:
+            for i in range(<Py_ssize_t>self.ops.size()):
+                (<FunctionNode>self.ops[i])._unchain_graph(self.graph_indexes[i])
+        self.ops.clear()
+        self.graph_indexes.clear()
+
+
+cdef object _checked_loss_scale(object loss_scale):
+    """``loss_scale`` as a Python number (None for 1), or a clear error."""
+    if loss_scale is None:
+        return None
+    if (isinstance(loss_scale, (bool, numpy.bool_))
+            or not isinstance(loss_scale, (int, float, numpy.integer, numpy.floating))):
+        raise TypeError('loss_scale must be an int or a float, not {}'.format(
+            type(loss_scale).__name__))
+    value = int(loss_scale) if isinstance(loss_scale, (int, numpy.integer)) else float(
+        loss_scale)
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite or value == 0:
+        raise XgradError('loss_scale must be a finite non-zero number, got {!r}'
+                         .format(loss_scale))
+    return None if value == 1 else value
+
+
+@cython.final
+cdef object _rank_of_entry = operator.itemgetter(0)  # C, no Python frame per call
+
+
+cdef class _BackwardPass:
+    """One run of backward/grad on one graph, in four phases:
+
+    1. seeding (``_seed``): the output gradients go into the table;
+    2. the loop (``run``, ``_process``, ``_propagate``): ops leave a max-heap
+       by rank (every consumer of an array before its creator); each takes
+       its output gradients from the table and adds its input gradients in;
+    3. accumulation (``_GradTable``): only this pass's contributions; a
+       node's prior gradient is added when its own gradient is final;
+    4. commit or rollback (``_Outcome``): slots written and ops unchained
+       only once every op has succeeded; an error drops the outcome.
+    """
+    cdef BackpropId bp
+    cdef Context ctx
+    cdef bint double
+    cdef bint retain_grad
+    cdef object loss_scale
+    cdef _ModeEntry stop
+    cdef tuple stop_ids
+    cdef _GradTable table
+    cdef _Outcome outcome
+    cdef vector[_HeapItem] heap   # (rank << 32 | seq, op)
+    cdef set pushed         # ops in the heap or done (holds their references)
+    cdef long long seq
+    cdef set output_nodes
+    cdef set untouched      # outputs given explicit seeds: slots not touched
+    cdef set input_nodes    # grad(): nodes whose gradients are returned
+    cdef dict results       # grad(): input node -> gradient
+    cdef set sub_nodes      # grad(): nodes in the evaluated sub-graph
+    cdef set sub_ops
+
+    def __init__(self, BackpropId bp, bint double, bint retain_grad, loss_scale):
+        self.bp = bp
+        self.ctx = bp.context
+        self.double = double
+        self.retain_grad = retain_grad
+        self.loss_scale = _checked_loss_scale(loss_scale)
+        self.table = _GradTable.__new__(_GradTable)
+        self.outcome = _Outcome.__new__(_Outcome)
+        self.pushed = set()
+        self.seq = 0
+        self.output_nodes = set()
+        self.untouched = set()
+
+    # -- set-up -------------------------------------------------------------
+
+    cdef void _make_stop_scope(self):
+        stop = self.ctx._inner_connected(self.bp)
+        if not self.double:
+            stop.append(self.bp)
+        self.stop_ids = tuple(stop)
+        if stop:
+            self.stop = _ModeEntry.__new__(_ModeEntry)
+            self.stop.enable = False
+            self.stop.context = self.ctx
+            self.stop.ids = self.stop_ids
+
+    cdef bint _is_stopped(self, BackpropId bp):
+        for b in self.stop_ids:
+            if b is bp:
+                return True
+        return not is_enabled(bp)
+
+    cdef void _find_subgraph(self, list in_nodes):
+        """grad(): the nodes and ops on a path from some input to some output."""
+        cdef ArrayNode node, child
+        cdef FunctionNode fn
+        cdef Py_ssize_t i, j, k
+        cdef PyObject* p
+        self.sub_nodes = set([n for n in in_nodes if n is not None])
+        self.sub_ops = set()
+        ops = []
+        seen = set()
+        stack = list(self.output_nodes)
+        while stack:
+            node = <ArrayNode>stack.pop()
+            fn = <FunctionNode>node.creator
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            k = node.graph_index
+            ops.append((fn._ranks[k], k, fn))
+            for i in range(fn._n_in):
+                child = fn._input_node(k, i)
+                if child is not None:
+                    stack.append(child)
+        ops.sort(key=_rank_of_entry)
+        for _, k, fn_obj in ops:
+            fn = <FunctionNode>fn_obj
+            for i in range(fn._n_in):
+                child = fn._input_node(k, i)
+                if child is not None and child in self.sub_nodes:
+                    self.sub_ops.add(fn)
+                    for j in range(fn._n_out):
+                        p = fn._out_nodes[k * fn._n_out + j]
+                        if p != NULL:
+                            self.sub_nodes.add(<ArrayNode>p)
+                    break
+
+    cdef void _push(self, ArrayNode node):
+        cdef FunctionNode fn = <FunctionNode>node.creator
+        cdef Py_ssize_t n
+        if fn is None:
+            return
+        if self.sub_ops is not None and fn not in self.sub_ops:
+            return
+        n = len(self.pushed)
+        self.pushed.add(fn)
+        if len(self.pushed) == n:
+            return  # already in the heap, or done
+        self.seq += 1
+        self.heap.push_back(_HeapItem(
+            ((<_HeapKey>node.rank) << 32) | self.seq, <PyObject*>fn))
+        push_heap(self.heap.begin(), self.heap.end())
+
+    cdef object _scaled(self, ndarray g):
+        if self.loss_scale is None:
+            return g
+        return _OPS.multiply(g, self.loss_scale)
+
+    cdef object _unscaled(self, g):
+        if self.loss_scale is None or g is None:
+            return g
+        return _OPS.divide(g, self.loss_scale)
+
+    cdef object _slot_value(self, ArrayNode node):
+        if node._array == NULL:
+            return None
+        return (<ndarray>node._array)._grad_of(node)
+
+    # -- phase 1: seeding ------------------------------------------------------
+
+    cdef void _seed(self, tuple outs, list seeds) except *:
+        cdef ArrayNode node
+        cdef ndarray y
+        cdef Py_ssize_t i
+        for i in range(len(outs)):
+            y = <ndarray>outs[i]
+            node = y._node_on(self.bp)
+            if node is None:
+                continue
+            seed = None if seeds is None else seeds[i]
+            if node in self.output_nodes:
+                # The same array again: an explicit seed adds to the first.
+                if seed is not None:
+                    self.untouched.add(node)
+                    self.table.add(node, <ndarray>self._scaled(seed), False)
+                continue
+            if seed is not None:
+                self.untouched.add(node)
+                value = self._scaled(seed)
+            else:
+                value = self._slot_value(node)
+                if value is not None:
+                    value = self._scaled(value)
+                elif seeds is not None:
+                    continue  # explicitly no seed for this output
+                else:
+                    if y._device.is_native:
+                        seed = numpy.empty(y._data.shape, dtype=y._data.dtype)
+                        seed.fill(1 if self.loss_scale is None else self.loss_scale)
+                    else:
+                        with y._device.scope():
+                            seed = y._device.xp.full(
+                                y._data.shape,
+                                1 if self.loss_scale is None else self.loss_scale,
+                                dtype=y._data.dtype)
+                    self.output_nodes.add(node)
+                    self.table.put(node, _wrap(seed, y._device), True)
+                    continue
+            self.output_nodes.add(node)
+            self.table.put(node, value, False)
+
+    # -- phase 2: the loop -------------------------------------------------------
+
+    cdef object run(self, tuple outs, list seeds, list in_nodes):
+        cdef ArrayNode node
+        cdef FunctionNode fn
+        self.ctx._check_backprop_allowed(self.bp)
+        self._make_stop_scope()
+        self._seed(outs, seeds)
+        if in_nodes is not None:
+            self.input_nodes = set([n for n in in_nodes if n is not None])
+            self.results = {}
+            self._find_subgraph(in_nodes)
+        for node in list(self.output_nodes):
+            self._push(node)
+        try:
+            while not self.heap.empty():
+                pop_heap(self.heap.begin(), self.heap.end())
+                fn = <FunctionNode>self.heap.back().second
+                self.heap.pop_back()
+                if fn._device is None or _is_native(fn._device):
+                    self._process(fn, fn._graph_index(self.bp))
+                else:  # its gradients are computed on its GPU
+                    with fn._device.scope():
+                        self._process(fn, fn._graph_index(self.bp))
+            self._commit()
+        finally:
+            # After a failure this is the rollback: the table, the outcome
+            # and the references to the ops are dropped, nothing else.
+            self.heap.clear()
+            self.outcome = None
+            self.table = None
+            self.pushed = None
+        return self.results
+
+    cdef object _take_grad(self, ArrayNode node):
+        """The gradient that flows out of ``node`` now: what accumulated in
+        this pass plus what its slot held, else whatever its array holds
+        (None if dead or empty)."""
+        g = self.table.pop(node)
+        if g is None:
+            return self._slot_value(node)
+        g = self._final(node, g)
+        return g
+
+    cdef object _final(self, ArrayNode node, object g):
+        """A node's gradient once nothing more flows in: its prior gradient
+        (read now, so that a cleargrad() meanwhile counts) plus this pass's;
+        recorded for the commit."""
+        if self.input_nodes is not None and node in self.input_nodes:
+            self.outcome.record(node, g)
+            return g
+        if node._array == NULL:
+            return g  # a dead array: nothing to add, nowhere to store
+        prior = (<ndarray>node._array)._grad_of(node)
+        if prior is not None and node not in self.output_nodes:
+            g = _OPS.add(self._scaled(prior), g)
+        if not self.untouched or node not in self.untouched:
+            self.outcome.record(node, g)
+        return g
+
+    cdef void _process(self, FunctionNode fn, int k) except *:
+        cdef Py_ssize_t j, i, n_out = fn._n_out, n_in = fn._n_in
+        cdef PyObject* p
+        cdef ArrayNode child
+        cdef bint any_gy = False
+        cdef tuple gys
+        if n_out == 1:
+            p = fn._out_nodes[k]
+            g = None if p == NULL else self._take_grad(<ArrayNode>p)
+            any_gy = g is not None
+            gys = (g,)
+        else:
+            gys_list = []
+            for j in range(n_out):
+                p = fn._out_nodes[k * n_out + j]
+                g = None if p == NULL else self._take_grad(<ArrayNode>p)
+                any_gy = any_gy or g is not None
+                gys_list.append(g)
+            gys = tuple(gys_list)
+        if any_gy and fn._chained[k]:
+            targets = _targets(fn, k, self.sub_nodes)
+            if targets:
+                self._propagate(fn, k, targets, gys)
+        if not self.double:
+            self.outcome.processed(fn, k)
+
+    cdef void _propagate(self, FunctionNode fn, int k, tuple targets,
+                         tuple gys) except *:
+        cdef ArrayNode node
+        cdef Py_ssize_t t, u
+        cdef bint raw, fresh = False
+        grads = self._call_backward_raw(fn, targets, gys)
+        raw = grads is not None
+        if not raw:
+            grads = self._call_backward_graph(fn, k, targets, gys)
+        if len(grads) != len(targets):
+            if len(grads) == fn._n_in:
+                grads = tuple([grads[i] for i in targets])
+            else:
+                raise GradientError(
+                    '{}.backward returned {} gradients for {} target inputs'.format(
+                        fn.name, len(grads), len(targets)))
+        for t in range(len(targets)):
+            g = grads[t]
+            if g is None:
+                continue
+            node = fn._input_node(k, targets[t])
+            if node is None:
+                continue  # unchained meanwhile (another thread's pass): nothing to feed
+            if raw and type(g) is IndexedGradient:
+                # (add_at writes into a buffer of the node's dtype: a value of
+                # another float dtype, NumPy 1.x's, is cast there)
+                self.table.add_at(node, <IndexedGradient>g, fn._device)
+                self._push(node)
+                continue
+            if raw:
+                data = _as_raw_array(g)
+                if (_NUMPY1_SCALAR_PROMOTION and data.dtype != node.dtype
+                        and data.dtype.kind == 'f' and node.dtype.kind == 'f'):
+                    # NumPy 1.x promotes a 0-d float16/32 operand with a Python
+                    # float to float64; NumPy 2 (and ChainerX) keep its dtype.
+                    data = data.astype(node.dtype)
+                # A buffer the kernel just made, held only by the result tuple
+                # and these two locals, can take the other contributions in place.
+                fresh = (data is g and type(data) is _NUMPY_NDARRAY
+                         and Py_REFCNT(data) <= 3
+                         and cnp.PyArray_CHKFLAGS(<cnp.ndarray>data, cnp.NPY_ARRAY_OWNDATA)
+                         and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data))
+                g = _wrap(data, fn._device)
+            elif not isinstance(g, ndarray):
+                raise GradientError('{}.backward returned a {} for input {}; '
+                                    'gradients must be xgrad arrays. Op: {}'.format(
+                                        fn.name, type(g).__name__, targets[t], fn.name))
+            else:
+                # The same object twice (x + x, a pass-through of gy) gets a
+                # fresh view, so that gradients never alias by identity.
+                for other in gys:
+                    if other is g:
+                        g = _view_in_scope(g)
+                        break
+                else:
+                    for u in range(t):
+                        if grads[u] is g:
+                            g = _view_in_scope(g)
+                            break
+                if (_NUMPY1_SCALAR_PROMOTION and (<ndarray>g)._data.ndim == 0
+                        and (<ndarray>g)._data.dtype != node.dtype
+                        and (<ndarray>g)._data.dtype.kind == 'f' and node.dtype.kind == 'f'):
+                    g = (<ndarray>g).astype(node.dtype)  # as on the raw path (recorded)
+            if not _meta_matches(<ndarray>g, node):
+                raise GradientError('{} Op: {}'.format(
+                    _gradient_mismatch(g, node.shape, node.dtype, node.device),
+                    fn.name))
+            self.table.add(node, <ndarray>g, fresh)
+            self._push(node)
+
+    cdef object _call_backward_raw(self, FunctionNode fn, tuple targets, tuple gys):
+        """The fast path: the op's gradients computed on raw arrays, or None
+        when something could be recorded or the op has no raw path."""
+        if not self._raw_ok(fn, gys):
+            return None
+        if len(gys) == 1:
+            raw_gys = ((<ndarray>gys[0])._data,)
+        else:
+            raw_gys = tuple([None if g is None else (<ndarray>g)._data for g in gys])
+        return fn._backward_raw(targets, raw_gys, fn._retained_in_data,
+                                fn._retained_out_data)
+
+    cdef tuple _call_backward_graph(self, FunctionNode fn, int k, tuple targets,
+                                    tuple gys):
+        """Call ``fn.backward`` on xgrad arrays, inside the stop scope."""
+        cdef _ThreadState st = _state()
+        cdef Py_ssize_t j
+        if self.stop is not None:
+            _push_mode(st, self.stop)
+        try:
+            if fn._retain_in_idx:
+                fn._bw_inputs = tuple([self._retained_input(fn, k, j)
+                                       for j in range(len(fn._retain_in_idx))])
+            if fn._retain_out_idx:
+                fn._bw_outputs = tuple([self._retained_output(fn, k, j)
+                                        for j in range(len(fn._retain_out_idx))])
+            grads = fn.backward(targets, gys)
+        finally:
+            fn._bw_inputs = None
+            fn._bw_outputs = None
+            if self.stop is not None:
+                _pop_mode(st, self.stop)
+        if grads is None:
+            raise GradientError('{}.backward returned None; return a tuple with '
+                                'one gradient (or None) per target input'.format(
+                                    fn.name))
+        if isinstance(grads, ndarray):
+            return (grads,)
+        return tuple(grads)
+
+    cdef bint _raw_ok(self, FunctionNode fn, tuple gys):
+        """True when the backward cannot record anything: every array it would
+        see lives only on stopped or disabled graphs."""
+        cdef ArrayNode node
+        if self.double:
+            return False
+        for g in gys:
+            if g is not None and (<ndarray>g)._nodes is not None:
+                return False
+        for bp in fn._graphs:
+            if not self._is_stopped(bp):
+                return False
+        if fn._retain_in_idx:
+            for i in fn._retain_in_idx:
+                a = _alive_input(fn, i)
+                if a is not None:
+                    for node in (<ndarray>a)._nodes:
+                        if not self._is_stopped(node.backprop_id):
+                            return False
+        return True
+
+    cdef object _retained_input(self, FunctionNode fn, int k, Py_ssize_t pos):
+        """A retained input as the backward sees it: a view of the input if it
+        is alive, else a view of its saved data re-attached to the op's input
+        nodes. A view, as ChainerX's GetRetainedInput: the re-attached array
+        is dropped at once, so what the backward does to the array it gets
+        (Chainer calls require_grad on it) does not reach the input's node,
+        whose gradient would otherwise be stored and later added in again.
+
+        xgrad's own formulas (``_formula_only()``) only compute with what they
+        get and keep nothing: they get the array itself (or the re-attached
+        one), which saves a recorded view op per retained array in double
+        backprop, and its backward in the pass after."""
+        cdef Py_ssize_t i = fn._retain_in_idx[pos], kk
+        cdef PyObject* p
+        cdef ndarray substitute
+        data = fn._retained_in_data[pos]
+        if data is None:
+            return None
+        a = _alive_input(fn, i)
+        if a is not None:
+            return a if fn._formula_only() else _view_in_scope(<ndarray>a)
+        substitute = _wrap(data, fn._device)
+        for kk in range(fn._n_graphs):
+            p = fn._in_nodes[kk * fn._n_in + i]
+            if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
+                substitute._adopt(<ArrayNode>p)
+        return substitute if fn._formula_only() else _view_in_scope(substitute)
+
+    cdef object _retained_output(self, FunctionNode fn, int k, Py_ssize_t pos):
+        """A retained output as the backward sees it: a view of the output if
+        it is alive, else its saved data re-attached to the op's output nodes
+        (made anew on graphs where they died)."""
+        cdef Py_ssize_t n_out = fn._n_out, kk, j = fn._retain_out_idx[pos]
+        cdef PyObject* p = fn._out_nodes[k * n_out + j]
+        cdef ArrayNode node
+        cdef ndarray substitute
+        data = fn._retained_out_data[pos]
+        if data is None:
+            return None
+        if p != NULL and (<ArrayNode>p)._array != NULL:
+            if fn._formula_only():
+                return <ndarray>(<ArrayNode>p)._array
+            return _view_in_scope(<ndarray>(<ArrayNode>p)._array)
+        substitute = _wrap(data, fn._device)
+        for kk in range(fn._n_graphs):
+            bp = fn._graphs[kk]
+            if not is_enabled(bp):
+                continue
+            p = fn._out_nodes[kk * n_out + j]
+            if p != NULL:
+                substitute._adopt(<ArrayNode>p)
+            else:
+                node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
+                fn._out_nodes[kk * n_out + j] = <PyObject*>node
+        return substitute if fn._formula_only() else _view_in_scope(substitute)
+
+    # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
+
+    cdef void _commit(self) except *:
+        """Every op succeeded: finish the leaves, prepare each slot's value
+        (ops may run, and fail, here), then write them all and unchain."""
+        cdef list slots = []
+        cdef list finals
+        cdef Py_ssize_t i
+        with _commit_lock:
+            # What is left has no creator to process: leaves (and grad inputs).
+            for node_obj, value in list(self.table.acc.items()):
+                self._final(<ArrayNode>node_obj, value)
+            finals = self.outcome.finals
+            for i in range(0, len(finals), 2):
+                self._prepare(<ArrayNode>finals[i], finals[i + 1], slots)
+            self.outcome.apply(slots, not self.double)
+        self.ctx._mark_backpropped(self.bp)
+
+    cdef void _prepare(self, ArrayNode node, object value, list slots) except *:
+        """The value a node's slot gets at commit (grad() inputs: its result)."""
+        if self.input_nodes is not None and node in self.input_nodes:
+            self.results[node] = _writable(self._unscaled(value))
+            return
+        if node._array == NULL:
+            return
+        if node.grad_required or (self.retain_grad and node not in self.output_nodes):
+            slots.append(node)
+            slots.append(_writable(self._unscaled(value)))
+            slots.append(True)
+        elif (<ndarray>node._array)._grads is not None:
+            slots.append(node)
+            slots.append(None)
+            slots.append(False)
+
+
+cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
+    """Input i of ``fn`` if some graph's node still points to its array."""
+    cdef Py_ssize_t k
+    cdef PyObject* p
+    for k in range(fn._n_graphs):
+        p = fn._in_nodes[k * fn._n_in + i]
+        if p != NULL and (<ArrayNode>p)._array != NULL:
+            return <object>(<ArrayNode>p)._array
+    return None
+
+
+cdef object _writable(object g):
+    """A gradient the user may update in place: read-only data (a broadcast
+    view, or a view of retained forward data) is copied before it is stored."""
+    cdef ndarray a
+    if g is None:
+        return None
+    a = <ndarray>g
+    data = a._data
+    if type(data) is _NUMPY_NDARRAY:
+        if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data):
+            return g
+    elif a._device.is_native or not _device_module.is_broadcast_view(data):
+        return g
+    # (CuPy has no read-only arrays: on a GPU the broadcast views are copied.)
+    if a._nodes is not None:
+        return _OPS.copy(a)
+    with a._device.scope():
+        return _wrap(data.copy(order='C'), a._device)
+
+
+cdef tuple _T0 = (0,)
+cdef tuple _T1 = (1,)
+cdef tuple _T01 = (0, 1)
+
+
+cdef tuple _targets(FunctionNode fn, Py_ssize_t k, set sub_nodes):
+    """Indexes of the inputs that need a gradient: those with a node on the
+    graph (and, for grad(), inside the evaluated sub-graph)."""
+    cdef Py_ssize_t i, n_in = fn._n_in
+    cdef PyObject* p
+    cdef bint has0, has1
+    if n_in <= 2 and sub_nodes is None:
+        has0 = fn._in_nodes[k * n_in] != NULL
+        has1 = n_in == 2 and fn._in_nodes[k * n_in + 1] != NULL
+        if has0:
+            return _T01 if has1 else _T0
+        return _T1 if has1 else ()
+    out = []
+    for i in range(n_in):
+        p = fn._in_nodes[k * n_in + i]
+        if p != NULL and (sub_nodes is None or <object>p in sub_nodes):
+            out.append(i)
+    return tuple(out)
+
+
+cdef bint _meta_matches(ndarray g, ArrayNode node):
+    """Whether ``g`` has the node's dtype, shape and device (fast checks first)."""
+    cdef object data = g._data
+    if g._device is not node.device:
+        return False
+    if type(data) is _NUMPY_NDARRAY:
+        return raw_meta_matches(data, node)
+    return data.dtype == node.dtype and data.shape == node.shape
+
+
+_INCOMPATIBLE = ('{}(): incompatible function arguments. The following argument '
+                 'types are supported:\n    1. (outputs, backprop_id=None, *, '
+                 'enable_double_backprop=False, grad_outputs=None, '
+                 'retain_grad=False, loss_scale=None) -> None\n\nInvoked with: {}')
+
+
+def backward(*args, **kwargs):
+    """backward(outputs, backprop_id=None, *, enable_double_backprop=False,
+    grad_outputs=None, retain_grad=False, loss_scale=None)
+
+    Backpropagate from ``outputs`` on one graph. Unlike ChainerX, takes
+    ``grad_outputs``, honours ``retain_grad`` and ``loss_scale``, and leaves no
+    gradient on outputs that are not grad-required. ``outputs`` is
+    positional-only.
+
+    The pass frees the graph it walks (as ChainerX does): a second
+    ``backward`` or a ``grad`` over the same graph finds nothing and silently
+    leaves every gradient as it is. To walk a graph twice, pass
+    ``enable_double_backprop=True`` to the first pass, which keeps it (and
+    records the gradient computation). See docs/recipes.md.
+    """
+    allowed = ('backprop_id', 'enable_double_backprop', 'grad_outputs',
+               'retain_grad', 'loss_scale')
+    if not 1 <= len(args) <= 2 or any(k not in allowed for k in kwargs) or (
+            len(args) == 2 and 'backprop_id' in kwargs):
+        raise TypeError(_INCOMPATIBLE.format(
+            'backward', ', '.join([repr(a) for a in args] +
+                                  ['{}={!r}'.format(k, v) for k, v in kwargs.items()])))
+    backprop_id = args[1] if len(args) == 2 else kwargs.get('backprop_id')
+    _backward(args[0], backprop_id, kwargs.get('enable_double_backprop', False),
+              kwargs.get('grad_outputs'), kwargs.get('retain_grad', False),
+              kwargs.get('loss_scale'))
+
+
+cdef _backward(outputs, backprop_id, bint double, grad_outputs, bint retain_grad,
+               loss_scale):
+    cdef tuple outs = _as_array_tuple(outputs, 'outputs')
+    if not outs:
+        return
+    cdef BackpropId bp = _resolve_bp(backprop_id, _context_of(<ndarray>outs[0]))
+    seeds = _check_seeds(grad_outputs, outs, 'grad_outputs')
+    _BackwardPass(bp, double, retain_grad, loss_scale).run(outs, seeds, None)
+
+
+def _backward_signature():
+    import inspect
+    P = inspect.Parameter
+    return inspect.Signature(
+        [P('outputs', P.POSITIONAL_ONLY), P('backprop_id', P.POSITIONAL_OR_KEYWORD, default=None)]
+        + [P(name, P.KEYWORD_ONLY, default=default) for name, default in (
+            ('enable_double_backprop', False), ('grad_outputs', None),
+            ('retain_grad', False), ('loss_scale', None))])
+
+
+# help(xgrad.backward) and inspect show the real parameters, not (*args, **kwargs).
+backward.__signature__ = _backward_signature()
+
+
+def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
+         set_grad=False, retain_grad=False, grad_outputs=None, grad_inputs=None,
+         loss_scale=None):
+    """Gradients of ``outputs`` (weighted by ``grad_outputs``) with respect to
+    ``inputs``, returned without touching the inputs' gradients (unless
+    ``set_grad``). ``grad_inputs`` are added to the results, as chainer.grad
+    does. An input without a path from it to the outputs gets None.
+
+    The pass frees the graph it walks unless ``enable_double_backprop=True``:
+    a later ``grad`` or ``backward`` over that graph then returns None for
+    every input, with no error. A Hessian computed row by row, for instance,
+    needs ``enable_double_backprop=True`` on the gradient *and* on every
+    row's ``grad``, or all rows after the first come back None::
+
+        g, = xgrad.grad([y], [x], enable_double_backprop=True)
+        rows = [xgrad.grad([g[i]], [x], enable_double_backprop=True)[0]
+                for i in range(x.size)]
+
+    See docs/recipes.md."""
+    cdef tuple outs = _as_array_tuple(outputs, 'outputs')
+    cdef tuple ins = _as_array_tuple(inputs, 'inputs')
+    cdef ArrayNode node
+    cdef BackpropId bp
+    cdef list extras = None
+    if grad_inputs is not None:
+        extras = list(grad_inputs)
+        if len(extras) != len(ins):
+            raise GradientError('grad_inputs and inputs must have the same size: '
+                                '{} grad_inputs for {} inputs'.format(
+                                    len(extras), len(ins)))
+        for i, extra in enumerate(extras):
+            if extra is None:
+                continue
+            if not isinstance(extra, ndarray):
+                raise TypeError('grad_inputs[{}] must be an xgrad.ndarray or None, '
+                                'not {}'.format(i, type(extra).__name__))
+            message = _gradient_mismatch(extra, (<ndarray>ins[i])._data.shape,
+                                         (<ndarray>ins[i])._data.dtype,
+                                         (<ndarray>ins[i])._device)
+            if message is not None:
+                raise GradientError('{} (in grad_inputs[{}], for input {})'.format(
+                    message, i, i))
+    if not ins:
+        return []
+    if outs:
+        bp = _resolve_bp(backprop_id, _context_of(<ndarray>outs[0]))
+        seeds = _check_seeds(grad_outputs, outs, 'grad_outputs')
+        in_nodes = [(<ndarray>x)._node_on(bp) for x in ins]
+        results = _BackwardPass(bp, enable_double_backprop, retain_grad,
+                                loss_scale).run(outs, seeds, in_nodes)
+        grads = [None if n is None else results.get(n) for n in in_nodes]
+    else:
+        bp = None
+        in_nodes = [None] * len(ins)
+        grads = [None] * len(ins)
+    if extras is not None:
+        for i, extra in enumerate(extras):
+            if extra is None:
+                continue
+            if grads[i] is None:
+                grads[i] = extra
+            else:
+                grads[i] = _OPS.add(grads[i], extra)
+    if set_grad:
+        for i, g in enumerate(grads):
+            if g is not None and in_nodes[i] is not None:
+                (<ndarray>ins[i]).set_grad(g, bp)
+    return grads
+
+
+def _array_backward(outputs, backprop_id, enable_double_backprop, grad_outputs,
+                    retain_grad, loss_scale):
+    """What ``ndarray.backward`` calls (installed into xgrad._array)."""
+    _backward(outputs, backprop_id, enable_double_backprop, grad_outputs, retain_grad,
+              loss_scale)
+
+
+_install_backward(_array_backward)

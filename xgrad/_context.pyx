@@ -1,0 +1,491 @@
+# cython: language_level=3
+"""Contexts, backprop IDs and the per-thread state that says what records.
+
+A Context owns backprop IDs (one per computational graph), the connections
+between graphs that an op on arrays of several graphs makes, and its devices.
+Each thread has a stack of backprop modes (``no_backprop_mode`` /
+``force_backprop_mode``), a default context and a default device.
+``is_enabled`` answers, on every op, whether a graph records now.
+
+The cache of a device's attributes (``device_ns``, ``_is_native``) lives here
+too: the hot path asks them of the device of every op.
+"""
+
+cimport cython
+
+import threading
+
+from xgrad._errors import BackpropModeError, ContextError, XgradError
+from xgrad import _device as _device_module
+
+
+# ---------------------------------------------------------------------------
+# Contexts and backprop IDs
+# ---------------------------------------------------------------------------
+
+cdef class Context:
+    """Owns backprop IDs (graphs), their connections, and the devices.
+
+    Ordinals are handed out in creation order and never reused: a lower
+    ordinal is an *outer* graph. Ordinal 0 is the default graph.
+    """
+
+    def __init__(self):
+        self._backends = {}
+        self._devices = {}
+        self._next_ordinal = 0
+        self._alive_ids = {}
+        self._connections = set()
+        self._prohibited_by = {}
+        self._default_id = self.make_backprop_id('<default>')
+
+    def make_backprop_id(self, str backprop_name):
+        cdef BackpropId bp = BackpropId.__new__(BackpropId)
+        bp._solo = (bp,)  # a cycle until release, like context <-> ID
+        bp.context = self
+        bp.ordinal = self._next_ordinal
+        bp._name = backprop_name
+        self._next_ordinal += 1
+        self._alive_ids[bp.ordinal] = bp
+        return bp
+
+    def release_backprop_id(self, backprop_id):
+        if backprop_id is None:
+            backprop_id = self._default_id
+        if not isinstance(backprop_id, BackpropId):
+            raise TypeError('release_backprop_id(): incompatible function '
+                            'arguments: expected a BackpropId, not {}'.format(
+                                type(backprop_id).__name__))
+        cdef BackpropId bp = <BackpropId>backprop_id
+        self._check_valid_backprop_id(bp)
+        if bp.ordinal == 0:
+            raise XgradError('The default backprop ID cannot be released.')
+        bp._released = True
+        bp._solo = None
+        del self._alive_ids[bp.ordinal]
+        ordinal = bp.ordinal
+        self._connections = {c for c in self._connections if ordinal not in c}
+        self._prohibited_by.pop(ordinal, None)
+
+    def _check_valid_backprop_id(self, BackpropId backprop_id not None):
+        if (backprop_id.context is not self or backprop_id._released
+                or self._alive_ids.get(backprop_id.ordinal) is not backprop_id):
+            raise XgradError('Invalid backprop ID, maybe already expired: {}'
+                             .format(backprop_id.name))
+
+    def get_backend(self, str name):
+        return _device_module._get_backend(self, name)
+
+    def get_device(self, device, index=None):
+        return _device_module.parse_device(self, device, index)
+
+    cdef void _connect(self, BackpropId a, BackpropId b):
+        if a is b or a._released or b._released:
+            return
+        if a.ordinal < b.ordinal:
+            self._connections.add((a.ordinal, b.ordinal))
+        else:
+            self._connections.add((b.ordinal, a.ordinal))
+
+    cdef list _inner_connected(self, BackpropId bp):
+        """The alive graphs connected to ``bp`` and inner to it."""
+        cdef list inner = []
+        if not self._connections:
+            return inner
+        for low, high in self._connections:
+            if low == bp.ordinal:
+                inner.append(self._alive_ids[high])
+        return inner
+
+    cdef void _check_backprop_allowed(self, BackpropId bp) except *:
+        if bp._released or self._alive_ids.get(bp.ordinal) is not bp:
+            raise XgradError('Backprop ID not found: {}'.format(bp.name))
+        prohibitor = self._prohibited_by.get(bp.ordinal)
+        if prohibitor is not None:
+            raise XgradError(
+                "Cannot backward for backprop ID '{}' because an connected "
+                "backprop ID '{}' which has been created earlier, has already "
+                "been backpropped.".format(bp.name, prohibitor.name))
+
+    def _mark_backpropped(self, BackpropId bp):
+        for inner in self._inner_connected(bp):
+            self._prohibited_by.setdefault(inner.ordinal, bp)
+
+
+cdef class BackpropId:
+    """Names one computational graph of a context.
+
+    IDs compare by identity; ``<`` and friends order them outer-to-inner.
+    """
+
+    def __init__(self):
+        raise TypeError('BackpropId cannot be created directly; use '
+                        'Context.make_backprop_id or backprop_scope')
+
+    @property
+    def name(self):
+        return '<expired>' if self._released else self._name
+
+    def __repr__(self):
+        return self.name
+
+    cdef Py_ssize_t _ordinal_against(self, other) except? -1:
+        if not isinstance(other, BackpropId):
+            raise TypeError('cannot compare BackpropId with {}'.format(
+                type(other).__name__))
+        if (<BackpropId>other).context is not self.context:
+            raise ContextError('Cannot compare backprop IDs of different '
+                               'contexts: {} and {}'.format(self, other))
+        return (<BackpropId>other).ordinal
+
+    def __lt__(self, other):
+        return self.ordinal < self._ordinal_against(other)
+
+    def __le__(self, other):
+        return self.ordinal <= self._ordinal_against(other)
+
+    def __gt__(self, other):
+        return self.ordinal > self._ordinal_against(other)
+
+    def __ge__(self, other):
+        return self.ordinal >= self._ordinal_against(other)
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def __hash__(self):
+        return id(self)
+
+
+class AnyGraph:
+    """The type of ``xgrad.anygraph``: 'on any graph' for is_backprop_required."""
+
+    def __repr__(self):
+        return 'anygraph'
+
+
+anygraph = AnyGraph()
+
+cdef Context _global_default_context = Context()
+
+
+# ---------------------------------------------------------------------------
+# Thread-local state: backprop modes, default context, default device
+# ---------------------------------------------------------------------------
+
+cdef class _ModeEntry:
+    """One entry of the mode stack: ``enable`` applies to ``ids`` (or to
+    every graph of ``context`` when ``ids`` is None)."""
+
+
+cdef class _ThreadState:
+    """One thread's backprop modes, default context and default device."""
+
+    def __init__(self):
+        self.modes = []
+
+
+cdef object _tls = threading.local()
+# Mode entries pushed in all threads together: while it is 0 (the common
+# case) every graph is enabled and is_enabled need not look at thread state.
+cdef Py_ssize_t _active_mode_entries = 0
+
+
+cdef _ThreadState _state():
+    try:
+        return <_ThreadState>_tls.state
+    except AttributeError:
+        st = _tls.state = _ThreadState()
+        return <_ThreadState>st
+
+
+cdef void _push_mode(_ThreadState st, _ModeEntry entry):
+    global _active_mode_entries
+    st.modes.append(entry)
+    _active_mode_entries += 1
+
+
+cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *:
+    global _active_mode_entries
+    cdef list modes = st.modes
+    if modes and modes[-1] is entry:
+        modes.pop()
+    else:
+        for i in range(len(modes)):
+            if modes[i] is entry:
+                del modes[i]
+                break
+        else:
+            raise BackpropModeError(
+                'A backprop mode scope was exited in a thread that did not '
+                'enter it (or exited twice); modes are per thread.')
+    _active_mode_entries -= 1
+
+
+cdef bint is_enabled(BackpropId bp):
+    """Whether backprop is enabled for ``bp`` in this thread (modes only)."""
+    if _active_mode_entries == 0:
+        return True
+    cdef list modes = _state().modes
+    cdef Py_ssize_t i
+    cdef _ModeEntry e
+    if not modes:
+        return True
+    for i in range(len(modes) - 1, -1, -1):
+        e = <_ModeEntry>modes[i]
+        if e.ids is None:
+            if e.context is bp.context:
+                return e.enable
+        else:
+            for b in e.ids:
+                if b is bp:
+                    return e.enable
+    return True
+
+
+def get_default_context():
+    cdef _ThreadState st = _state()
+    if st.has_context:
+        if st.default_context is None:
+            raise ContextError('No default context is set in this thread.')
+        return st.default_context
+    return _global_default_context
+
+
+def set_default_context(context):
+    if context is not None and not isinstance(context, Context):
+        raise TypeError('context must be a Context or None')
+    cdef _ThreadState st = _state()
+    st.has_context = True
+    st.default_context = context
+
+
+class context_scope:
+    """``with xgrad.context_scope(ctx):`` makes ``ctx`` this thread's default."""
+
+    def __init__(self, context):
+        if not isinstance(context, Context):
+            raise TypeError('context must be a Context')
+        self._context = context
+
+    def __enter__(self):
+        cdef _ThreadState st = _state()
+        self._saved = (st.has_context, st.default_context)
+        st.has_context = True
+        st.default_context = self._context
+        return self._context
+
+    def __exit__(self, *exc):
+        cdef _ThreadState st = _state()
+        st.has_context, st.default_context = self._saved
+
+
+cdef object _default_device():
+    cdef _ThreadState st = _state()
+    if st.default_device is None:
+        return get_default_context().get_device('native:0')
+    return st.default_device
+
+
+def get_default_device():
+    return _default_device()
+
+
+def get_device(device, index=None):
+    """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
+    if device is None and index is None:
+        return _default_device()  # ChainerX reads None as the default
+    return _device_module.parse_device(get_default_context(), device, index)
+
+
+def set_default_device(device):
+    _state().default_device = _device_module.parse_device(
+        get_default_context(), device)
+
+
+class using_device:
+    """``with xgrad.using_device('native:1'):`` sets this thread's default device."""
+
+    def __init__(self, device, index=None):
+        self._device = _device_module.parse_device(
+            get_default_context(), device, index)
+
+    def __enter__(self):
+        cdef _ThreadState st = _state()
+        self._saved = st.default_device
+        self._scope = self._device.scope()  # a GPU becomes CuPy's current device
+        self._scope.__enter__()
+        st.default_device = self._device
+        return self._device
+
+    def __exit__(self, *exc):
+        _state().default_device = self._saved
+        self._scope.__exit__(*exc)
+
+
+cdef object _resolve_device(device):
+    if device is None:
+        return _default_device()
+    return _device_module.parse_device(get_default_context(), device)
+
+
+cdef _ModeEntry _make_mode_entry(bint enable, arg, context):
+    """Build the stack entry for no/force_backprop_mode; None for a no-op."""
+    cdef _ModeEntry e = _ModeEntry.__new__(_ModeEntry)
+    e.enable = enable
+    if arg is None or isinstance(arg, Context):
+        if arg is not None and context is not None:
+            raise TypeError('give the context once, positionally or as context=')
+        ctx = arg if arg is not None else context
+        if ctx is None:
+            ctx = get_default_context()
+        elif not isinstance(ctx, Context):
+            raise TypeError('context must be a Context, not {}'.format(
+                type(ctx).__name__))
+        e.context = ctx
+        e.ids = None
+        return e
+    if isinstance(arg, BackpropId):
+        ids = (arg,)
+    elif isinstance(arg, (list, tuple)):
+        ids = tuple(arg)
+        for b in ids:
+            if not isinstance(b, BackpropId):
+                raise TypeError('backprop IDs must be BackpropId, not {}'.format(
+                    type(b).__name__))
+        if not ids:
+            return None
+        for b in ids:
+            if (<BackpropId>b).context is not (<BackpropId>ids[0]).context:
+                raise ContextError('Backprop IDs of different contexts cannot be '
+                                   'used in one backprop mode scope.')
+    else:
+        raise TypeError('expected a BackpropId, a sequence of them or a Context, '
+                        'not {}'.format(type(arg).__name__))
+    e.context = (<BackpropId>ids[0]).context
+    e.ids = ids
+    return e
+
+
+cdef class _BackpropModeScope:
+    cdef _ModeEntry entry
+
+    def __enter__(self):
+        if self.entry is not None:
+            _push_mode(_state(), self.entry)
+
+    def __exit__(self, *exc):
+        if self.entry is not None:
+            _pop_mode(_state(), self.entry)
+
+
+def no_backprop_mode(arg=None, context=None):
+    """Disable recording for one graph, several, or every graph of a context."""
+    cdef _BackpropModeScope s = _BackpropModeScope.__new__(_BackpropModeScope)
+    s.entry = _make_mode_entry(False, arg, context)
+    return s
+
+
+def force_backprop_mode(arg=None, context=None):
+    """Re-enable recording inside ``no_backprop_mode`` (same arguments)."""
+    cdef _BackpropModeScope s = _BackpropModeScope.__new__(_BackpropModeScope)
+    s.entry = _make_mode_entry(True, arg, context)
+    return s
+
+
+def is_backprop_required(backprop_id=None, context=None):
+    """Whether ops would record on ``backprop_id`` (default: the context's
+    default graph) in this thread now."""
+    if backprop_id is not None:
+        if isinstance(backprop_id, Context) and context is None:
+            return is_enabled((<Context>backprop_id)._default_id)
+        if not isinstance(backprop_id, BackpropId):
+            raise TypeError('is_backprop_required(): incompatible function '
+                            'arguments: backprop_id must be a BackpropId, not {}'
+                            .format(type(backprop_id).__name__))
+        return is_enabled(backprop_id)
+    if context is None:
+        context = get_default_context()
+    elif not isinstance(context, Context):
+        raise TypeError('is_backprop_required(): incompatible function '
+                        'arguments: context must be a Context, not {}'.format(
+                            type(context).__name__))
+    return is_enabled((<Context>context)._default_id)
+
+
+class backprop_scope:
+    """``with xgrad.backprop_scope('name') as bp:`` makes a new graph for the
+    block and releases it at the end."""
+
+    def __init__(self, backprop_name, context=None):
+        if not isinstance(backprop_name, str):
+            raise TypeError('backprop_name must be a str')
+        if context is not None and not isinstance(context, Context):
+            raise TypeError('context must be a Context or None')
+        self._name = backprop_name
+        self._context = context
+        self._state = 'new'
+        self._bp = None
+
+    def __enter__(self):
+        if self._state == 'entered':
+            raise XgradError('Backprop scope cannot be nested.')
+        if self._state == 'exited':
+            raise XgradError('Exited backprop scope cannot be reused.')
+        ctx = self._context if self._context is not None else get_default_context()
+        self._bp = ctx.make_backprop_id(self._name)
+        self._state = 'entered'
+        return self._bp
+
+    def __exit__(self, *exc):
+        self._state = 'exited'
+        try:
+            self._bp.context.release_backprop_id(self._bp)
+        except XgradError:
+            pass
+
+
+cdef BackpropId _resolve_bp(backprop_id, Context context):
+    if backprop_id is None:
+        return context._default_id
+    if isinstance(backprop_id, BackpropId):
+        return <BackpropId>backprop_id
+    raise TypeError('incompatible function arguments: backprop_id must be a '
+                    'BackpropId or None, not {!r}'.format(backprop_id))
+
+
+# The last device whose attributes the hot path asked for, and those
+# attributes: devices are singletons whose ``is_native`` and ``ns`` never
+# change, and the backward loop asks once per op.
+cdef object _known_device = None
+cdef bint _known_is_native = False
+cdef object _known_ns = None
+
+
+cdef int _learn_device(object device) except -1:
+    global _known_device, _known_is_native, _known_ns
+    is_native = device.is_native
+    ns = device.ns
+    # (no other thread runs between these three assignments)
+    _known_is_native = is_native
+    _known_ns = ns
+    _known_device = device
+    return 0
+
+
+cdef bint _is_native(object device) except -1:
+    """``device.is_native``, for the last device asked about at C speed."""
+    if device is not _known_device:
+        _learn_device(device)
+    return _known_is_native
+
+
+cdef object device_ns(object device):
+    """``device.ns`` (NumPy, or CuPy for a cuda device), for the last device
+    asked about at C speed: the namespace of the backward fast path."""
+    if device is not _known_device:
+        _learn_device(device)
+    return _known_ns

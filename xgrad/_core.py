@@ -1,0 +1,26 @@
+"""The engine's Python-level names in one namespace, as ChainerX's
+``chainerx._core``: what ``xgrad/__init__.py``, the op library, the testing
+tools and ``chainerx_compat`` import. Nothing is defined here; each name
+lives in the module of its concept:
+
+    _context         Context, BackpropId, backprop modes and scopes, defaults
+    _graph           array nodes and op nodes, the release of dead graphs
+    _array           ndarray
+    _function_node   FunctionNode, apply (recording), the Chainer graft
+    _backward        the backward pass: backward(), grad()
+
+See docs/architecture.md for an op's way through them.
+"""
+
+from xgrad._context import (  # NOQA
+    Context, BackpropId, AnyGraph, anygraph,
+    backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,
+    get_default_context, set_default_context, context_scope,
+    get_default_device, set_default_device, using_device, get_device)
+from xgrad._graph import ArrayNode, OpNode  # NOQA
+from xgrad._array import (  # NOQA
+    ndarray, _live_array_count, _raw_data, _array_of, _fromrawpointer,
+    _unpickle_array, _data_address, _memory_owner, _gradient_mismatch)
+from xgrad._function_node import (  # NOQA
+    FunctionNode, apply, apply_to_device, _function_node_forward)
+from xgrad._backward import IndexedGradient, backward, grad  # NOQA

@@ -1,0 +1,179 @@
+# cython: language_level=3
+"""The graph's vertices: array nodes and op nodes, and the release of dead
+graphs.
+
+Ownership has no cycles:
+
+    ndarray --owns--> ArrayNode (one per graph) --owns--> creator OpNode
+    OpNode --owns--> its input ArrayNodes and the input/output data retained
+    OpNode ..raw pointer..> its output ArrayNodes (cleared when they die)
+    ArrayNode ..raw pointer..> its ndarray (cleared when the array dies)
+
+so dropping the last reference to an output frees its graph at once, without
+the garbage collector. Gradients are stored on the array (one slot per node),
+never on nodes, so a gradient that is itself in a graph cannot close a cycle.
+
+Users can still close one (``a.set_grad(a)``; a FunctionNode subclass that
+keeps its output as an attribute), so arrays and nodes are visible to the
+garbage collector (``tp_traverse``), and so are Python subclasses of
+FunctionNode (through their ``__dict__``; the built-in ops, which hold no
+arrays, stay untracked: fewer objects for each collection to visit). None is
+ever cleared by the collector (``no_gc_clear``): their raw pointers must stay
+valid while a cycle is torn down, which clearing the Python containers in the
+cycle (lists, dicts) does.
+
+``OpNode`` is the part of an op that the graph needs (its edges per graph,
+ranks, retained data); ``xgrad._function_node.FunctionNode`` subclasses it
+with the op protocol (forward, backward, retaining).
+"""
+
+cimport cython
+from cpython.mem cimport PyMem_Free
+from cpython.ref cimport PyObject, Py_DECREF, Py_REFCNT
+
+
+# ---------------------------------------------------------------------------
+# Deferred release: freeing a million-op chain without recursing a million
+# C frames deep. A dying FunctionNode hands what it owns to this queue; the
+# outermost release drains it in a loop.
+# ---------------------------------------------------------------------------
+
+cdef list _release_queue = []
+
+cdef extern from *:
+    """
+    // Whether this thread is inside _drain_release_queue: a C thread-local,
+    // read on every op's release (a set of thread idents cost a Python int
+    // and two hashes each time).
+    #ifdef __cplusplus
+    static thread_local int xgrad_draining = 0;
+    #else
+    static _Thread_local int xgrad_draining = 0;
+    #endif
+    """
+    int _draining "xgrad_draining"
+
+
+cdef void _drain_release_queue():
+    """Free what the queue holds, one object at a time. A release nested in
+    the drain only queues (bounded C stack); another thread drains too."""
+    global _draining
+    if _draining:
+        return
+    _draining = 1
+    try:
+        while _release_queue:
+            _release_queue.pop()
+    finally:
+        _draining = 0
+
+
+# ---------------------------------------------------------------------------
+# Array nodes
+# ---------------------------------------------------------------------------
+
+@cython.no_gc_clear
+@cython.final
+cdef class ArrayNode:
+    """An array's vertex in one graph: its creator and rank there."""
+
+    def __dealloc__(self):
+        cdef OpNode creator = self.creator
+        cdef Py_ssize_t pos
+        if creator is not None and creator._out_nodes != NULL:
+            pos = self.graph_index * creator._n_out + self.out_index
+            if creator._out_nodes[pos] == <PyObject*>self:
+                creator._out_nodes[pos] = NULL
+
+    def __repr__(self):
+        return '<ArrayNode shape={} dtype={} rank={} backprop_id={}>'.format(
+            self.shape, self.dtype, self.rank, self.backprop_id)
+
+
+# ---------------------------------------------------------------------------
+# Op nodes
+# ---------------------------------------------------------------------------
+
+@cython.no_gc
+cdef class OpNode:
+    """An op's vertex in the graphs it is recorded on. Per graph k it keeps a
+    rank, its input nodes (owned) and its output nodes (borrowed), in one C
+    block (laid out by ``xgrad._function_node._link``) so that recording
+    allocates no Python containers; and, for all graphs, the input and output
+    data that the op's backward retained."""
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        cdef PyObject* p
+        if self._in_nodes != NULL:
+            # Hand the input nodes to the release queue instead of freeing them
+            # here, which would recurse once per op of a long chain.
+            for i in range(self._n_graphs * self._n_in):
+                p = self._in_nodes[i]
+                if p != NULL:
+                    self._in_nodes[i] = NULL
+                    if Py_REFCNT(<object>p) > 1:
+                        Py_DECREF(<object>p)  # someone else keeps it: no cascade
+                    else:
+                        _release_queue.append(<object>p)
+                        Py_DECREF(<object>p)
+        if self._block != NULL:
+            PyMem_Free(self._block)
+            self._block = NULL
+        if _release_queue:
+            _drain_release_queue()
+
+    @property
+    def rank(self):
+        return self._ranks[0] if self._n_graphs else 0
+
+    cdef ArrayNode _any_input_node(self, Py_ssize_t i):
+        """Input i's node on some graph (they share shape and dtype)."""
+        cdef Py_ssize_t k
+        cdef PyObject* p
+        for k in range(self._n_graphs):
+            p = self._in_nodes[k * self._n_in + i]
+            if p != NULL:
+                return <ArrayNode>p
+        return None
+
+    cdef int _graph_index(self, BackpropId bp):
+        cdef int k
+        for k in range(self._n_graphs):
+            if self._graphs[k] is bp:
+                return k
+        return -1
+
+    cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i):
+        cdef PyObject* p = self._in_nodes[k * self._n_in + i]
+        return None if p == NULL else <ArrayNode>p
+
+    cdef void _unchain_graph(self, int k):
+        """Drop what graph k needed for backward (after a pass without double
+        backprop); once no graph needs it, drop the retained arrays too."""
+        cdef Py_ssize_t j, i
+        cdef PyObject* p
+        cdef ArrayNode out
+        for j in range(self._n_out):
+            p = self._out_nodes[k * self._n_out + j]
+            if p != NULL:
+                out = <ArrayNode>p
+                self._out_nodes[k * self._n_out + j] = NULL
+                out.creator = None  # may free self: the caller holds a reference
+        for i in range(self._n_in):
+            p = self._in_nodes[k * self._n_in + i]
+            if p != NULL:
+                self._in_nodes[k * self._n_in + i] = NULL
+                if Py_REFCNT(<object>p) > 1:
+                    Py_DECREF(<object>p)
+                else:
+                    _release_queue.append(<object>p)
+                    Py_DECREF(<object>p)
+        self._chained[k] = 0
+        if _release_queue:
+            _drain_release_queue()
+        for k in range(self._n_graphs):
+            if self._chained[k]:
+                return
+        self._retained_in_data = None
+        self._retained_out_data = None
