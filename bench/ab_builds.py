@@ -15,7 +15,7 @@ cancels machine-wide drift between the two processes of a pair).
 It answers "what does this change cost", for a change that cannot be
 switched at run time: issue 13's GC tracking (a baseline built with
 ``@cython.no_gc`` on ndarray and ArrayNode) is the example in
-bench/results/gc_tracking_cost.json.
+bench/results/gc_tracking_cost_ab_2026-12-01.json.
 """
 
 import argparse

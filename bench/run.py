@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Run xgrad's benchmarks side by side with NumPy, PyTorch and HIPS autograd.
 
-    python bench/run.py [--quick] [--out bench/results/cpu.json] [--only NAME[,NAME]]
+    python bench/run.py [--quick] [--out PATH] [--only NAME[,NAME]]
                         [--frameworks xgrad,numpy,torch,autograd]
 
 Every benchmark runs in this one process, its frameworks interleaved in rounds
@@ -53,7 +53,9 @@ SETTINGS = {
     'full': {'rounds': 30, 'min_time': 0.05, 'warmup': 3, 'warmup_time': 0.2},
     'quick': {'rounds': 5, 'min_time': 0.005, 'warmup': 1, 'warmup_time': 0.02},
 }
-DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'cpu.json')
+# Results are named by what they measure and when (bench/results/README.md).
+DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'bench_run_{}.json'.format(
+    datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d_%H%M')))
 SEED = 0
 
 
@@ -65,8 +67,8 @@ def parse_args(argv):
     p.add_argument('--quick', action='store_true',
                    help='few, short samples: the whole run takes well under a minute (smoke test)')
     p.add_argument('--out', metavar='PATH',
-                   help='write the JSON results here (default: bench/results/cpu.json for a full '
-                        'run; a --quick run writes nothing unless --out is given)')
+                   help='write the JSON results here (default for a full run: '
+                        'bench/results/bench_run_DATE_HHMM.json, UTC; a --quick run writes nothing unless --out is given)')
     p.add_argument('--only', metavar='NAME[,NAME]', help='run only these benchmarks')
     p.add_argument('--frameworks', metavar='LIST', default=','.join(_frameworks.ALL),
                    help='comma-separated subset of %(default)s; numpy (floor and reference) always runs')

@@ -8,7 +8,7 @@ fewest elements per thread) are set from where this ratio drops below about
 0.9. Run with the threads you want measured (OMP_NUM_THREADS, default: the
 cores):
 
-    python bench/threads.py [--out bench/results/threads.json]
+    python bench/threads.py [--out bench/results/thread_split_DATE.json]
 """
 
 import argparse

@@ -22,7 +22,7 @@ Threads: by default the run is done twice, in child processes, once with one
 thread (``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` = 1 and
 ``torch.set_num_threads(1)``) and once with each framework's default threads
 (the variables unset; torch's default intra-op count). Results go to
-``bench/results/training_steps.json`` (full runs) and a markdown table beside it.
+``bench/results/training_steps_DATE_HHMM.json`` (full runs) and a markdown table beside it.
 """
 
 import argparse
@@ -35,7 +35,9 @@ import sys
 
 _BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 _THREAD_VARS = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')
-DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'training_steps.json')
+# Results are named by what they measure and when (bench/results/README.md).
+DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'training_steps_{}.json'.format(
+    datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d_%H%M')))
 RTOL, ATOL_SCALE = 1e-4, 1e-5
 
 

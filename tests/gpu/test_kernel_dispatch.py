@@ -176,7 +176,7 @@ def test_labels_out_of_range_give_nan_rows_without_a_host_read(fake):
         xgrad.softmax_cross_entropy(x.to_device('native:0'), t.to_device('native:0'))
 
 
-# Ops whose forward reads device data on the host by design (README, "No hidden
+# Ops whose forward reads device data on the host by design (docs/gpu.md, "No hidden
 # synchronisation"): the read is what the result needs.
 READS_THE_DATA = {
     'take': "mode='raise' checks indices on the GPU against the bounds",
