@@ -22,6 +22,7 @@ from xgrad._dtypes cimport check_inplace, inplace_casts
 import numpy
 
 from xgrad._context import anygraph, no_backprop_mode
+from xgrad._graph import HookHandle
 from xgrad._errors import DeviceError, DimensionError, DtypeError, GradientError, XgradError
 from xgrad import _device as _device_module
 
@@ -541,6 +542,51 @@ cdef class ndarray:
         cdef ArrayNode node = self._constant_check(
             _resolve_bp(backprop_id, _context_of(self)))
         self._set_grad_of(node, None)
+
+    def register_hook(self, hook, backprop_id=None):
+        """Call ``hook(g)`` with the gradient that flows into this array in
+        every backward pass on ``backprop_id`` (``backward`` and ``grad``),
+        before it is passed on or stored. ``hook`` may return a replacement
+        (same shape, dtype and device) or None to keep ``g``; in double
+        backprop ``g`` is itself on the graph. With ``loss_scale`` the hook
+        sees the unscaled gradient. Returns a handle whose ``remove()``
+        takes the hook off."""
+        return self._register(hook, backprop_id, False)
+
+    def register_post_accumulate_hook(self, hook, backprop_id=None):
+        """On a leaf: call ``hook(self)`` once a backward pass on
+        ``backprop_id`` has stored this array's gradient (after the pass has
+        committed, so ``self.get_grad(backprop_id)`` is the final value;
+        ``grad()`` stores it only with ``set_grad=True``). What per-parameter
+        optimizers and gradient all-reduce need. Returns a handle whose
+        ``remove()`` takes the hook off."""
+        return self._register(hook, backprop_id, True)
+
+    def _register(self, hook, backprop_id, bint post):
+        if not callable(hook):
+            raise TypeError('{}(): hook must be callable, not {}'.format(
+                'register_post_accumulate_hook' if post else 'register_hook',
+                type(hook).__name__))
+        cdef BackpropId bp = self._valid_bp(backprop_id)
+        cdef ArrayNode node = self._node_on(bp)
+        if node is None:
+            raise XgradError('Cannot register a gradient hook: the array is not on the '
+                             "graph of backprop ID '{}' (require_grad() it, or use an "
+                             'array computed from one that is)'.format(bp.name))
+        if post and node.creator is not None:
+            raise XgradError('register_post_accumulate_hook() takes a leaf: this array '
+                             "was computed by {} on backprop ID '{}'".format(
+                                 type(node.creator).__name__, bp.name))
+        handle = HookHandle(hook, node, post)
+        if post:
+            if node.post_hooks is None:
+                node.post_hooks = []
+            node.post_hooks.append(handle)
+        else:
+            if node.hooks is None:
+                node.hooks = []
+            node.hooks.append(handle)
+        return handle
 
     cdef ArrayNode _constant_check(self, BackpropId bp):
         cdef ArrayNode node = self._node_on(bp)

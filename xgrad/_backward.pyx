@@ -485,7 +485,10 @@ cdef class _BackwardPass:
     cdef object _final(self, ArrayNode node, object g):
         """A node's gradient once nothing more flows in: its prior gradient
         (read now, so that a cleargrad() meanwhile counts) plus this pass's;
-        recorded for the commit."""
+        recorded for the commit. The node's gradient hooks see this pass's
+        gradient first."""
+        if node.hooks is not None:
+            g = self._hooked(node, g)
         if self.input_nodes is not None and node in self.input_nodes:
             self.outcome.record(node, g)
             return g
@@ -497,6 +500,28 @@ cdef class _BackwardPass:
         if not self.untouched or node not in self.untouched:
             self.outcome.record(node, g)
         return g
+
+    cdef object _hooked(self, ArrayNode node, object g):
+        """``g`` after the node's gradient hooks, which see it unscaled and
+        may replace it (a replacement of another shape, dtype or device is a
+        GradientError naming the hook; the pass then rolls back)."""
+        value = self._unscaled(g)
+        replaced = False
+        for handle in list(node.hooks):
+            result = handle.hook(value)
+            if result is None:
+                continue
+            if not isinstance(result, ndarray):
+                message = 'it returned a {}, not an xgrad.ndarray or None'.format(
+                    type(result).__name__)
+            else:
+                message = _gradient_mismatch(result, node.shape, node.dtype, node.device)
+            if message is not None:
+                raise GradientError("Gradient hook {!r} on backprop ID '{}': {}".format(
+                    handle.hook, self.bp.name, message))
+            value = result
+            replaced = True
+        return self._scaled(value) if replaced else g
 
     cdef void _process(self, FunctionNode fn, int k) except *:
         cdef Py_ssize_t j, i, n_out = fn._n_out, n_in = fn._n_in
@@ -719,6 +744,7 @@ cdef class _BackwardPass:
         cdef list slots = []
         cdef list finals
         cdef Py_ssize_t i
+        cdef ArrayNode node
         with _commit_lock:
             # What is left has no creator to process: leaves (and grad inputs).
             for node_obj, value in list(self.table.acc.items()):
@@ -728,6 +754,12 @@ cdef class _BackwardPass:
                 self._prepare(<ArrayNode>finals[i], finals[i + 1], slots)
             self.outcome.apply(slots, not self.double)
         self.ctx._mark_backpropped(self.bp)
+        # Post-accumulate hooks, once every slot is written (outside the lock:
+        # a hook may start another pass or an all-reduce).
+        for i in range(0, len(slots), 3):
+            node = <ArrayNode>slots[i]
+            if node.post_hooks is not None and slots[i + 2]:
+                _run_post_hooks(node)
 
     cdef void _prepare(self, ArrayNode node, object value, list slots) except *:
         """The value a node's slot gets at commit (grad() inputs: its result)."""
@@ -744,6 +776,15 @@ cdef class _BackwardPass:
             slots.append(node)
             slots.append(None)
             slots.append(False)
+
+
+cdef void _run_post_hooks(ArrayNode node) except *:
+    """Call the post-accumulate hooks of a leaf whose gradient was stored."""
+    if node._array == NULL:
+        return
+    array = <object>node._array
+    for handle in list(node.post_hooks):
+        handle.hook(array)
 
 
 cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
@@ -937,6 +978,8 @@ def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
         for i, g in enumerate(grads):
             if g is not None and in_nodes[i] is not None:
                 (<ndarray>ins[i]).set_grad(g, bp)
+                if (<ArrayNode>in_nodes[i]).post_hooks is not None:
+                    _run_post_hooks(<ArrayNode>in_nodes[i])
     return grads
 
 

@@ -17,7 +17,7 @@ from xgrad._context import (  # NOQA
     backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,
     get_default_context, set_default_context, context_scope,
     get_default_device, set_default_device, using_device, get_device)
-from xgrad._graph import ArrayNode, OpNode  # NOQA
+from xgrad._graph import ArrayNode, OpNode, HookHandle  # NOQA
 from xgrad._array import (  # NOQA
     ndarray, _live_array_count, _raw_data, _array_of, _fromrawpointer,
     _unpickle_array, _data_address, _memory_owner, _gradient_mismatch)

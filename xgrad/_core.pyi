@@ -1,6 +1,6 @@
 # Type stubs for the engine's names, re-exported by xgrad/_core.py from xgrad/_context.pyx,
 # _graph.pyx, _array.pyx, _function_node.pyx and _backward.pyx.
-from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy
 
@@ -32,6 +32,11 @@ class BackpropId:
 
 
 class AnyGraph: ...
+
+
+class HookHandle:
+    hook: Any
+    def remove(self) -> None: ...
 
 
 anygraph: AnyGraph
@@ -81,6 +86,10 @@ class ndarray:
     def get_grad(self, backprop_id: _BackpropIdArg = ...) -> Optional[ndarray]: ...
     def set_grad(self, grad: Optional[ndarray], backprop_id: _BackpropIdArg = ...) -> None: ...
     def cleargrad(self, backprop_id: _BackpropIdArg = ...) -> None: ...
+    def register_hook(self, hook: Callable[[ndarray], Optional[ndarray]],
+                      backprop_id: _BackpropIdArg = ...) -> HookHandle: ...
+    def register_post_accumulate_hook(self, hook: Callable[[ndarray], Any],
+                                      backprop_id: _BackpropIdArg = ...) -> HookHandle: ...
     grad: Optional[ndarray]
     def backward(self, backprop_id: _BackpropIdArg = ..., *,
                  enable_double_backprop: bool = ...,

@@ -19,6 +19,8 @@ cdef class ArrayNode:
     cdef object shape
     cdef object dtype
     cdef object device
+    cdef list hooks        # HookHandles of gradient hooks (None: none)
+    cdef list post_hooks   # HookHandles of post-accumulate hooks (None: none)
 
 
 cdef class OpNode:

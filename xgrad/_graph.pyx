@@ -90,6 +90,36 @@ cdef class ArrayNode:
             self.shape, self.dtype, self.rank, self.backprop_id)
 
 
+class HookHandle:
+    """What ``ndarray.register_hook`` and ``register_post_accumulate_hook``
+    return: ``remove()`` takes the hook off its array's node (once; a second
+    call does nothing). The node keeps the handle itself, so the same
+    function registered twice is two hooks, removed one at a time."""
+
+    def __init__(self, hook, node, post):
+        self.hook = hook
+        self._node = node
+        self._post = post
+
+    def remove(self):
+        cdef ArrayNode node = self._node
+        if node is None:
+            return
+        self._node = None
+        hooks = node.post_hooks if self._post else node.hooks
+        if hooks is not None and self in hooks:
+            hooks.remove(self)
+            if not hooks:  # none left: the pass checks for None only
+                if self._post:
+                    node.post_hooks = None
+                else:
+                    node.hooks = None
+
+    def __repr__(self):
+        return '<HookHandle of {!r}{}>'.format(
+            self.hook, '' if self._node is not None else ' (removed)')
+
+
 # ---------------------------------------------------------------------------
 # Op nodes
 # ---------------------------------------------------------------------------
