@@ -43,8 +43,8 @@ def tolerance(values, size):
     """``size * eps * max|values|`` over the last axis (one per matrix), as
     numpy.linalg.matrix_rank; ``values`` raw, float."""
     xp = _args.module_of(values)
-    eps = numpy.finfo(values.dtype).eps
-    return size * eps * xp.abs(values).max(axis=-1, keepdims=True)
+    scale = float(size * numpy.finfo(values.dtype).eps)  # a Python float: no NumPy
+    return xp.abs(values).max(axis=-1, keepdims=True) * scale  # dispatch on CuPy data
 
 
 def _raise_if_within(mags, tol, message):
