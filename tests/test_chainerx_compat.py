@@ -12,6 +12,14 @@ import xgrad
 import xgrad.testing
 from xgrad import chainerx_compat
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# conversions and copies, gradients of small integers, fix and copysign (exact
+# IEEE operations), and random draws compared with the same NumPy generator
+# code in the same process (the libm calls inside a normal draw are the same
+# calls on both sides).
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

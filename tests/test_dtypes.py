@@ -16,6 +16,11 @@ import pytest
 import xgrad
 from xgrad import _dtype_docs, _dtypes
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# integer wrap-around and boolean results.
+
 SCALARS = {'Sb': True, 'Si': 1, 'Sf': 1.0}
 
 

@@ -11,6 +11,11 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# a literal value stored and read back.
+
 
 SHAPE = (1,)
 DTYPE = xgrad.float32

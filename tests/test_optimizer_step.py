@@ -9,6 +9,11 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# a parameter left unchanged by a refused in-place update (no arithmetic).
+
 X = numpy.array([[1.0, 2.0], [-1.0, 0.5], [0.3, -2.0]])
 T = numpy.array([[1.0], [0.0], [-1.0]])
 W0 = numpy.array([[0.5], [-0.25]])

@@ -22,6 +22,11 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# gradients of products of small integers.
+
 
 TIMEOUT = 30  # seconds; any wait longer than this is a deadlock
 

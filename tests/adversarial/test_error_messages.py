@@ -9,6 +9,11 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# small integers.
+
 HUGE = 2 ** 70
 
 

@@ -14,6 +14,13 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# a gradient left unchanged by a failed pass (no arithmetic), and gradients
+# of products and sums of small integers ([1, 2] * [3, 4]...), exact in any
+# order. tanh's gradient (libm) is compared with a tolerance.
+
 
 class Fails(xgrad.FunctionNode):
     """y = 2x; its backward raises ``error`` while ``armed``, or returns a

@@ -181,7 +181,19 @@ def test_labels_out_of_range_give_nan_rows_without_a_host_read(fake):
 READS_THE_DATA = {
     'take': "mode='raise' checks indices on the GPU against the bounds",
 }
+# Ops whose backward reads booleans on the host by design: xgrad decides
+# whether a factor is singular (xgrad._ops._singular, one bool per check) so
+# that a singular one raises LinAlgError on every machine and device.
+DECIDES_RANK = {'linalg.cholesky', 'linalg.eigh', 'linalg.eigvalsh', 'linalg.inv',
+                'linalg.pinv', 'linalg.qr', 'linalg.solve', 'linalg.svd'}
 DIFFERENTIABLE = [info for info in xgrad.registered_ops() if info.differentiable]
+
+
+def _unexpected_reads(fake, info):
+    """The host reads that ``info``'s backward should not have made."""
+    if info.name in DECIDES_RANK:
+        return [r for r in fake.host_reads if r != 'bool']
+    return fake.host_reads
 
 
 @pytest.mark.parametrize('info', DIFFERENTIABLE, ids=[i.name for i in DIFFERENTIABLE])
@@ -208,9 +220,10 @@ def test_no_op_reads_the_device_in_backward_or_double_backward(fake, info):
     with numpy.errstate(all='ignore'):
         grads = xgrad.grad(ys, leaves, grad_outputs=[xgrad.ones_like(y) for y in ys],
                            enable_double_backprop=True)
-    assert fake.host_reads == [], 'backward: {}'.format(fake.host_reads)
+    assert _unexpected_reads(fake, info) == [], 'backward: {}'.format(fake.host_reads)
     grads = [g for g in grads if g is not None and g.is_backprop_required()]
     if grads:
         with numpy.errstate(all='ignore'):
             xgrad.grad([xgrad.sum(g * g) for g in grads], leaves)
-        assert fake.host_reads == [], 'double backward: {}'.format(fake.host_reads)
+        assert _unexpected_reads(fake, info) == [], 'double backward: {}'.format(
+            fake.host_reads)

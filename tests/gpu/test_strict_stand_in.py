@@ -11,6 +11,12 @@ import xgrad
 from xgrad._backend import cuda
 from xgrad._core import _raw_data
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# small integers, and squares of 2.0 and of a denormal flushed to zero
+# (exact IEEE products).
+
 
 # -- the stand-in keeps CuPy's rules ---------------------------------------------
 

@@ -188,7 +188,13 @@ def prebuild(modules):
     """Compiles (code, options, name_expressions) triples that are not cached
     yet, in parallel (one g++ per CPU)."""
     builds = [_Build(*m) for m in modules]
-    width = max(1, os.cpu_count() or 1)
+    # The CPUs this process may run on (taskset, cgroups), not the machine's:
+    # os.cpu_count() would start 64 compilers at once under `taskset -c 0` on
+    # a 64-core machine. Only the build's speed depends on it, never a result.
+    try:
+        width = max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        width = max(1, os.cpu_count() or 1)
     for i in range(0, len(builds), width):
         batch = builds[i:i + width]
         procs = [b.start() for b in batch]

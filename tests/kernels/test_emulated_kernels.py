@@ -20,6 +20,11 @@ from xgrad._kernels import loader
 
 from . import emulator
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# sums of integers in float64, far below 2**53: exact in any order.
+
 pytestmark = pytest.mark.skipif(not emulator.available(), reason='g++ is not on PATH')
 
 cp = emulator.numpy_cupy

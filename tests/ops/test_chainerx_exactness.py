@@ -8,6 +8,12 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# where (a selection), bitwise ops, arange and diagonal on integers, and
+# gradients of where (copies of small-integer weights).
+
 
 def _a(values, dtype):
     return xgrad.array(numpy.array(values, dtype))

@@ -12,6 +12,15 @@ import xgrad
 from xgrad._ops import convolution
 from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# windows of integer-valued data (a ones kernel counts taps; a delta kernel
+# adds exact zeros to x, and the bias once, one rounding as NumPy's x + 0.5;
+# an int64 convolution), exact whatever GEMM's summation order or thread
+# split, and zero gradients of an empty batch. Random data through GEMM is
+# compared with tolerances.
+
 
 def _data(shape, seed, dtype=numpy.float64):
     return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(dtype)

@@ -72,6 +72,8 @@ def test_cholesky_reads_the_lower_triangle():
     numpy.testing.assert_allclose(lower @ lower.T, a, atol=1e-12)
     assert numpy.all(numpy.triu(lower, 1) == 0)
     garbage_above = numpy.tril(a) + numpy.triu(numpy.full((3, 3), 7.0), 1)
+    # Bit-equal on every machine: LAPACK's potrf never reads the upper
+    # triangle, so both calls run one routine on identical data in one process.
     numpy.testing.assert_array_equal(linalg.cholesky(xgrad.array(garbage_above)).to_numpy(),
                                      lower)
 
@@ -261,3 +263,115 @@ def test_qr_gradient_of_dependent_columns_is_a_linalg_error(double):
 
 def test_lapack_is_available():
     assert linalg._is_lapack_available() is True
+
+
+# ---------------------------------------------------------------------------
+# Singularity decided by xgrad's rank tolerance, not by what LAPACK returns
+#
+# The factors are built with a chosen diagonal (or chosen eigenvalues and
+# singular values) and handed to the ops' gradient formulas directly, so the
+# decision is tested on exactly these values whatever the BLAS would have
+# rounded them to. tol = max(M, N) * eps * max|values|: 0, 1e-17 and 1e-30
+# relative are singular, 1e-10 relative is not.
+
+from xgrad._ops import decompositions as _dec, norms as _norms  # NOQA: E402
+from xgrad._ops._xp import numpy_ns, xgrad_ns  # NOQA: E402
+
+SINGULAR, REGULAR = [0.0, 1e-17, 1e-30], [1e-10]
+
+
+def _orthogonal(n, seed=0):
+    return numpy.linalg.qr(_rand((n, n), seed))[0]
+
+
+def _triangular(d, lower=False):
+    """A 3x3 triangular factor with diagonal (2, 2d, 1): d relative to the largest."""
+    t = numpy.triu(_rand((3, 3), 3), 1) + numpy.diag([2.0, 2.0 * d, 1.0])
+    return t.T if lower else t
+
+
+def _formula_cases(d):
+    """(op, message, xs, ys, gys) per gradient formula, the factor's smallest
+    value (or gap) d relative to its largest."""
+    q, one = _orthogonal(3), numpy.ones((3, 3))
+    r, low = _triangular(d), _triangular(d, lower=True)
+    a = q @ numpy.diag([2.0, 2.0 * d, 1.0]) @ _orthogonal(3, 1).T  # s_min = d * s_max
+    solve = _dec.Solve()
+    solve.dtypes = (F64, F64)
+    w = numpy.array([-1.0, -1.0 + d, 0.5])  # the gap of the first two: d * max|w|
+    s = numpy.array([1.0, 0.5, 0.5 - d])    # the gap of the last two: d * max(s)
+    tall_s = numpy.array([1.0, 0.5, d])      # a 4x3 matrix of rank 2 when d == 0
+    tall_u = numpy.linalg.qr(_rand((4, 3), 4))[0]
+    return [
+        (_dec.Qr('reduced'), 'qr: no gradient where R is singular', (q @ r,), (q, r),
+         (one, one)),
+        (_dec.Cholesky(), 'cholesky: no gradient where L is singular', (low @ low.T,),
+         (low,), (one,)),
+        (_dec.Inv(), 'inv: no gradient where a is singular', (a,), (one,), (one,)),
+        (solve, 'solve: no gradient where a is singular', (a, one), (one,), (one,)),
+        (_dec.Eigh('L'), 'eigh: no gradient of the eigenvectors where eigenvalues are '
+         'repeated', (one,), (w, q), (None, one)),
+        (_norms.Svd(), 'svd: no gradient of the singular vectors where singular values '
+         'are repeated', (one,), (q, s, q.T), (one, None, one)),
+        (_norms.Svd('pinv'), 'pinv: no gradient of the singular vectors', (one,),
+         (q, s, q.T), (one, None, None)),
+        (_norms.Svd(), 'svd: no gradient of the singular vectors where a is rank-deficient',
+         (numpy.ones((4, 3)),), (tall_u, tall_s, q.T), (numpy.ones((4, 3)), None, None)),
+    ]
+
+
+def _run_formula(op, xs, ys, gys, recorded):
+    """op's gradient formula on raw NumPy data, or on xgrad arrays through
+    the recorded namespace (as in double backprop)."""
+    if recorded:
+        wrap = lambda vs: tuple(None if v is None else xgrad.array(v) for v in vs)  # NOQA
+        return op.grads(xgrad_ns, (0,), wrap(gys), wrap(xs), wrap(ys))
+    return op.grads(numpy_ns, (0,), gys, xs, ys)
+
+
+CASE_IDS = ['qr', 'cholesky', 'inv', 'solve', 'eigh', 'svd', 'pinv', 'svd-rank']
+
+
+@pytest.mark.parametrize('recorded', [False, True], ids=['raw', 'recorded'])
+@pytest.mark.parametrize('d', SINGULAR)
+@pytest.mark.parametrize('case', range(len(CASE_IDS)), ids=CASE_IDS)
+def test_a_singular_factor_is_a_linalg_error(case, d, recorded):
+    op, message, xs, ys, gys = _formula_cases(d)[case]
+    with pytest.raises(linalg.LinAlgError, match=message) as info:
+        _run_formula(op, xs, ys, gys, recorded)
+    assert 'rank tolerance' in str(info.value)
+
+
+@pytest.mark.parametrize('recorded', [False, True], ids=['raw', 'recorded'])
+@pytest.mark.parametrize('d', REGULAR)
+@pytest.mark.parametrize('case', range(len(CASE_IDS)), ids=CASE_IDS)
+def test_a_nearly_singular_factor_above_the_tolerance_has_a_gradient(case, d, recorded):
+    op, _, xs, ys, gys = _formula_cases(d)[case]
+    g, = _run_formula(op, xs, ys, gys, recorded)
+    g = g.to_numpy() if recorded else g
+    assert g.shape == xs[0].shape and numpy.isfinite(g).all()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, F64])
+def test_the_tolerance_scales_with_the_dtype(dtype):
+    # 1e-10 relative is singular in float32 (eps 1.2e-7), not in float64.
+    r = _triangular(1e-10).astype(dtype)
+    q = _orthogonal(3).astype(dtype)
+    run = lambda: _dec.Qr('reduced').grads(numpy_ns, (0,), (q, r), (q @ r,), (q, r))  # NOQA
+    if dtype == numpy.float32:
+        with pytest.raises(linalg.LinAlgError, match='qr'):
+            run()
+    else:
+        assert numpy.isfinite(run()[0]).all()
+
+
+@pytest.mark.parametrize('name', ['qr', 'inv', 'solve', 'cholesky'])
+def test_well_conditioned_gradients_match_numerical_differentiation(name):
+    a = _spd(3)
+    funcs = {'qr': lambda xs: linalg.qr(xs[0]), 'inv': lambda xs: (linalg.inv(xs[0]),),
+             'solve': lambda xs: (linalg.solve(xs[0], xgrad.array(_rand((3,), 5))),),
+             'cholesky': lambda xs: (linalg.cholesky((xs[0] + xs[0].T) * 0.5),)}
+    outs = funcs[name]([xgrad.array(a)])
+    gys = [xgrad.array(_rand(y.shape, 6)) for y in outs]
+    xgrad.check_backward(funcs[name], [xgrad.array(a).require_grad()], gys, eps=1e-6,
+                         atol=1e-6, rtol=1e-5)

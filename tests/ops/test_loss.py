@@ -8,6 +8,12 @@ import pytest
 
 import xgrad
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# squared and absolute errors are one or two correctly rounded IEEE
+# operations per element ((a - b) * (a - b), |a - b|), as NumPy's.
+
 
 def _a(values, dtype='float64'):
     return xgrad.array(numpy.asarray(values, dtype=dtype))

@@ -16,6 +16,12 @@ from xgrad.testing import _snapshot
 from xgrad.testing._snapshot import (GradSnapshot, MissingSnapshotError, SnapshotError,
                                      file_name)
 
+# Exact assertions here (issue 24's audit; the rule is in README, "Run the
+# tests"): assert_array_equal and == on floats are used only where the
+# value is exact on every machine, and say why:
+# a golden file stores arrays and gives them back (bits copied); the expected
+# values are the same NumPy expressions on the same inputs as those recorded.
+
 
 F16 = numpy.dtype('float16')
 F32 = numpy.dtype('float32')

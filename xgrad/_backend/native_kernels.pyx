@@ -849,9 +849,13 @@ cdef inline int _vector_dtype(object a):
 
 
 cdef inline cnp.ndarray _contiguous(object a):
+    """``a`` itself when C-contiguous and aligned, else an aligned C-order
+    copy of the same shape. Not ``numpy.ascontiguousarray``: it returns at
+    least one dimension, so a 0-d operand (one that is unaligned, say) came
+    back as shape (1,) and that shape leaked into results and gradients."""
     if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a) and cnp.PyArray_ISALIGNED(<cnp.ndarray>a):
         return <cnp.ndarray>a
-    return numpy.ascontiguousarray(a)
+    return cnp.PyArray_NewCopy(<cnp.ndarray>a, cnp.NPY_CORDER)
 
 
 cdef inline void _run_unary(UnaryKernel k, int t, void* x, void* y, Py_ssize_t n,

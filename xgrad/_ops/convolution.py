@@ -188,10 +188,12 @@ def _column_chunks(x, geom, outsize):
 
 
 def _native_im2col(x, geom):
-    """Whether im2col_2d takes ``x``: a 2-D convolution of a contiguous NumPy
-    float32/64 batch (the padding is written as zeros, not copied)."""
+    """Whether im2col_2d takes ``x``: a 2-D convolution of a contiguous,
+    aligned NumPy float32/64 batch (the padding is written as zeros, not
+    copied). The same conditions as im2col_2d's own, which refuses data at
+    an odd address (from_numpy of an unaligned buffer)."""
     return (type(x) is numpy.ndarray and x.ndim == 4 and x.flags.c_contiguous
-            and x.dtype in (numpy.float32, numpy.float64))
+            and x.flags.aligned and x.dtype in (numpy.float32, numpy.float64))
 
 
 def _native_column_chunks(x, geom, outsize):

@@ -9,6 +9,14 @@ results. A matrix that LAPACK cannot factor (singular, not positive
 definite) raises ``xgrad.linalg.LinAlgError``, an XgradError that is also
 NumPy's ``LinAlgError``.
 
+A gradient that needs a nonsingular factor (a for ``inv`` and ``solve``, L
+for ``cholesky``, R for ``qr``) or distinct eigenvalues/singular values
+(``eigh``'s eigenvectors, ``svd``'s singular vectors, ``pinv``) raises
+``LinAlgError`` when xgrad's rank tolerance calls it singular, whatever
+LAPACK returned: tol = max(M, N) * eps(dtype) * the largest magnitude
+(numpy.linalg.matrix_rank's), see ``xgrad._ops._singular``. On CuPy that
+decision reads one boolean on the host per check (a synchronisation).
+
 Gradients are ChainerX's formulas, written with matrix products over the
 namespace ``xp`` so that each is differentiable again:
 
@@ -33,6 +41,7 @@ import numpy
 
 from xgrad._errors import XgradError
 from xgrad._ops import _args
+from xgrad._ops._singular import LinAlgError, as_raw, require_distinct, require_nonzero
 from xgrad._ops._op import PyOp
 from xgrad._ops.linalg import matmul
 from xgrad._ops.manipulation import copy, swapaxes, transpose
@@ -43,11 +52,6 @@ from xgrad._ops.registry import F32, F64, Arg, OpInfo, Sample, register
 __all__ = []
 
 _FLOATS = (F32, F64)
-
-
-class LinAlgError(XgradError, numpy.linalg.LinAlgError):
-    """LAPACK could not factor the matrix (singular, not positive definite,
-    no convergence)."""
 
 
 # ---------------------------------------------------------------------------
@@ -100,6 +104,18 @@ def _add(a, b):
     return b if a is None else a + b
 
 
+def _diagonal(a):
+    """The diagonal of the factor ``a`` (raw or xgrad), raw."""
+    return as_raw(a).diagonal(0, -2, -1)
+
+
+def _singular_values(a):
+    """The singular values of the retained input ``a`` (raw or xgrad), raw:
+    what the rank tolerance of inv's and solve's gradients is decided on."""
+    raw = as_raw(a)
+    return _args.module_of(raw).linalg.svd(raw, compute_uv=False)
+
+
 def _diag_mask(xp, n, like):
     return xp.constant(numpy.eye(n, dtype=bool), like)
 
@@ -108,27 +124,35 @@ def _diag_mask(xp, n, like):
 # inv, solve, pinv
 
 class Inv(PyOp):
-    """Y = a^-1; ga = -Y^T gY Y^T."""
+    """Y = a^-1; ga = -Y^T gY Y^T, where a is nonsingular at the rank
+    tolerance (its singular values, one SVD per backward)."""
     op_name = 'inv'
 
     def forward(self, inputs):
         a, = inputs
+        self.retain_inputs((0,))
         self.retain_outputs((0,))
         return (_lapack('inv', lambda la, m: la.inv(m), a).astype(a.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
+        require_nonzero(_singular_values(xs[0]), xs[0].shape[-1],
+                        'inv: no gradient where a is singular')
         yt = _t(xp, ys[0])
         return (-xp.matmul(xp.matmul(yt, gys[0]), yt),)
 
 
 def inv(a):
-    """The inverse of the square matrix ``a``."""
+    """The inverse of the square matrix ``a``. Its gradient raises
+    LinAlgError where ``a`` is singular at the rank tolerance (module
+    docstring), even where LAPACK returned an inverse."""
     a = _matrix('inv', a, square=True)
     return _args.apply(Inv(), a)
 
 
 class Solve(PyOp):
-    """x = a^-1 b for b of shape (n,) or (n, k); gb = a^-T gx, ga = -gb x^T."""
+    """x = a^-1 b for b of shape (n,) or (n, k); gb = a^-T gx, ga = -gb x^T,
+    where a is nonsingular at the rank tolerance (its singular values, one
+    SVD per backward)."""
     op_name = 'solve'
 
     def forward(self, inputs):
@@ -143,6 +167,8 @@ class Solve(PyOp):
 
     def grads(self, xp, targets, gys, xs, ys):
         a, x = xs[0], ys[0]
+        require_nonzero(_singular_values(a), a.shape[-1],
+                        'solve: no gradient where a is singular')
         gb = _solve(xp, _t(xp, a), gys[0], 'solve: no gradient where a is singular')
         out = []
         for t in targets:
@@ -159,7 +185,9 @@ class Solve(PyOp):
 
 def solve(a, b):
     """The solution x of ``a @ x = b``, ``a`` square, ``b`` of shape (n,) or
-    (n, k); the result has the common dtype of ``a`` and ``b``."""
+    (n, k); the result has the common dtype of ``a`` and ``b``. The
+    gradient raises LinAlgError where ``a`` is singular at the rank
+    tolerance (module docstring)."""
     op = 'solve'
     a = _matrix(op, a, square=True)
     b = _args.as_array(b, 'b', a, op)
@@ -177,11 +205,13 @@ def pinv(a, rcond=1e-15):
     """The Moore-Penrose pseudo-inverse of ``a``: v diag(1/s) u^T over the
     singular values s above ``rcond * max(s)`` (the others count as 0).
     Composed of ``svd`` and products, as ChainerX's, so it is differentiable
-    where the kept singular values are distinct and nonzero."""
+    where the singular values are distinct at the rank tolerance (module
+    docstring; LinAlgError naming pinv otherwise, repeated dropped ones
+    included)."""
     a = _matrix('pinv', a)
     if a.size == 0:
         return copy(transpose(a))
-    u, s, vt = _args.apply(Svd(), a)
+    u, s, vt = _args.apply(Svd('pinv'), a)
     raw_s = _args.raw(s)
     kept = _args.wrap(raw_s > rcond * raw_s.max(), s)
     s_inv = where(kept, 1 / where(kept, s, 1), 0)
@@ -194,7 +224,8 @@ def pinv(a, rcond=1e-15):
 class Cholesky(PyOp):
     """L with a = L L^T, from the lower triangle of a. The gradient (Murray
     2016), symmetrized: phi = L^T gL with its upper triangle dropped and
-    its diagonal halved, ga = sym(L^-T phi L^-1)."""
+    its diagonal halved, ga = sym(L^-T phi L^-1), where L's diagonal is
+    nonzero at the rank tolerance."""
     op_name = 'cholesky'
 
     def forward(self, inputs):
@@ -207,6 +238,9 @@ class Cholesky(PyOp):
         lower = ys[0]
         p = xp.matmul(_t(xp, lower), gys[0])
         phi = (xp.tril(p, 0) + xp.tril(p, -1)) * 0.5
+        require_nonzero(_diagonal(lower), lower.shape[-1],
+                        'cholesky: no gradient where L is singular (a is not numerically '
+                        'positive definite)')
         l_inv = _inv(xp, lower)
         g = xp.matmul(xp.matmul(_t(xp, l_inv), phi), l_inv)
         return ((g + _t(xp, g)) * 0.5,)
@@ -227,7 +261,8 @@ _QR_MODES = ('reduced', 'complete', 'r', 'raw')
 
 class Qr(PyOp):
     """(Q, R) of mode 'reduced' or 'complete'. The gradient needs R square
-    (m >= n reduced, m == n complete)."""
+    (m >= n reduced, m == n complete) and its diagonal nonzero at the rank
+    tolerance, max(m, n) * eps * max|R_ii|."""
     op_name = 'qr'
 
     def __init__(self, mode):
@@ -246,6 +281,9 @@ class Qr(PyOp):
             raise _args.DimensionError(
                 'qr: no gradient where R is not square (R of shape {}, mode {!r}): Q and '
                 'R do not determine a smoothly there'.format(r.shape, self.mode))
+        require_nonzero(_diagonal(r), max(q.shape[-2], r.shape[-1]),
+                        'qr: no gradient where R is singular (the columns of a are '
+                        'linearly dependent)')
         m = None
         if gr is not None:
             m = xp.matmul(r, _t(xp, gr))
@@ -253,8 +291,7 @@ class Qr(PyOp):
             m = _add(m, -xp.matmul(_t(xp, gq), q))
         m_sym = xp.tril(m, 0) + _t(xp, xp.tril(m, -1))
         rhs = _add(gq, xp.matmul(q, m_sym))
-        return (_t(xp, _solve(xp, r, _t(xp, rhs), 'qr: no gradient where R is singular '
-                                                  '(the columns of a are linearly dependent)')),)
+        return (_t(xp, _solve(xp, r, _t(xp, rhs), 'qr: no gradient where R is singular')),)
 
 
 class _QrRaw(PyOp):
@@ -340,7 +377,8 @@ class Eigh(PyOp):
     """Eigenvalues w (ascending) and eigenvectors v of a symmetric matrix,
     read from one triangle. The gradient (Giles 2008), symmetrized:
     ga = sym(v (F * (v^T gv) + diag(gw)) v^T), F_ij = 1 / (w_j - w_i) off
-    the diagonal; it needs distinct eigenvalues when gv is given."""
+    the diagonal; it needs distinct eigenvalues when gv is given (gaps above
+    the rank tolerance, n * eps * max|w|)."""
     op_name = 'eigh'
 
     def __init__(self, uplo):
@@ -361,6 +399,8 @@ class Eigh(PyOp):
         if gw is not None:
             inner = xp.where(eye, xp.reshape(gw, (1, n)), 0)
         if gv is not None:
+            require_distinct(w, n, 'eigh: no gradient of the eigenvectors where eigenvalues '
+                                   'are repeated')
             diff = xp.reshape(w, (1, n)) - xp.reshape(w, (n, 1))
             f = xp.where(eye, 0, 1 / xp.where(eye, 1, diff))
             inner = _add(inner, f * xp.matmul(_t(xp, v), gv))

@@ -22,6 +22,7 @@ import numpy
 
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
+from xgrad._ops._singular import require_distinct, require_nonzero
 from xgrad._ops.elementwise import absolute
 from xgrad._ops.manipulation import astype, reshape, transpose
 from xgrad._ops.reduction import sum as _sum
@@ -84,8 +85,13 @@ class Svd(PyOp):
     decomposed in float32). Its gradient is the full one (for s, u and vt;
     Townsend, "Differentiating the Singular Value Decomposition", 2016),
     written with matrix products so that it is differentiable again. It
-    needs distinct nonzero singular values."""
+    needs distinct singular values (and nonzero ones for a non-square
+    matrix) at the rank tolerance of xgrad._ops._singular: LinAlgError
+    naming ``caller`` (the routine the user called: svd, pinv) otherwise."""
     op_name = 'svd'
+
+    def __init__(self, caller='svd'):
+        self.caller = caller
 
     def forward(self, inputs):
         a, = inputs
@@ -109,6 +115,8 @@ class Svd(PyOp):
         if gs is not None:
             inner = xp.where(eye, _rows(xp, gs), 0)
         if gu is not None or gvt is not None:
+            require_distinct(s, max(m, n), '{}: no gradient of the singular vectors where '
+                             'singular values are repeated'.format(self.caller))
             s2 = s * s
             # f[i, j] = 1 / (s_j**2 - s_i**2) off the diagonal, 0 on it.
             f = xp.where(eye, 0, 1 / xp.where(eye, 1, _rows(xp, s2) - _cols(xp, s2)))
@@ -119,6 +127,9 @@ class Svd(PyOp):
             vtgv = xp.matmul(vt, swap(gvt))
             inner = add(inner, _cols(xp, s) * (f * (vtgv - swap(vtgv))))
         ga = None if inner is None else xp.matmul(xp.matmul(u, inner), vt)
+        if (gu is not None and m > k) or (gvt is not None and n > k):
+            require_nonzero(s, max(m, n), '{}: no gradient of the singular vectors where a '
+                            'is rank-deficient (a zero singular value)'.format(self.caller))
         if gu is not None and m > k:
             # (I - u u^T) gu diag(1/s) vt: the part of gu outside span(u).
             ga = add(ga, xp.matmul((gu - xp.matmul(u, utgu)) / _rows(xp, s), vt))

@@ -1,0 +1,81 @@
+"""When xgrad.linalg's gradients call a factor singular, decided by xgrad.
+
+The gradients of ``inv``, ``solve``, ``cholesky``, ``qr``, ``eigh``, ``svd``
+and ``pinv`` divide by a factor's diagonal entries, by singular values or by
+gaps between eigenvalues or singular values. Whether LAPACK meets an exact
+zero there depends on the CPU and the BLAS build (the R of a rank-1 matrix
+has diagonal (-1.7, 0, 0) with one OpenBLAS kernel and (-1.7, -6e-17,
+-2e-32) with another), so xgrad decides instead, with NumPy's
+``matrix_rank`` tolerance::
+
+    tol = max(M, N) * eps(dtype) * max(|values|)
+
+(M x N the matrix, ``values`` the diagonal or singular values or
+eigenvalues of one matrix). A value with ``|v| <= tol``, or two adjacent
+sorted values whose gap is ``<= tol``, is singular: the gradient raises
+``LinAlgError`` naming the op and what is singular, on every machine.
+
+On CuPy the decision is the same code on device data; raising needs one
+device-to-host read (a synchronisation) of one boolean per check, in the
+backward pass of these ops only.
+"""
+
+import numpy
+
+from xgrad import _core
+from xgrad._errors import XgradError
+from xgrad._ops import _args
+
+
+class LinAlgError(XgradError, numpy.linalg.LinAlgError):
+    """LAPACK could not factor the matrix (singular, not positive definite,
+    no convergence), or a gradient needs a factor that xgrad's rank
+    tolerance calls singular."""
+
+
+def as_raw(a):
+    """The raw (NumPy or CuPy) data of an xgrad array, or raw data itself:
+    the decision is a constant, never recorded."""
+    return _args.raw(a) if isinstance(a, _core.ndarray) else a
+
+
+def tolerance(values, size):
+    """``size * eps * max|values|`` over the last axis (one per matrix), as
+    numpy.linalg.matrix_rank; ``values`` raw, float."""
+    xp = _args.module_of(values)
+    scale = float(size * numpy.finfo(values.dtype).eps)  # a Python float: no NumPy
+    return xp.abs(values).max(axis=-1, keepdims=True) * scale  # dispatch on CuPy data
+
+
+def _raise_if_within(mags, tol, message):
+    """LinAlgError(message) if some of the raw ``mags`` is ``<= tol``. The
+    decision's one host read is ``bool(...any())`` (a synchronisation on
+    CuPy); the numbers in the message are read only when raising."""
+    xp = _args.module_of(mags)
+    bad = mags <= tol
+    if bool(bad.any()):
+        worst = float(mags[bad].min())
+        limit = float(xp.broadcast_to(tol, mags.shape)[bad].max())
+        raise LinAlgError('{} ({:.3g} <= {:.3g}, the rank tolerance max(M, N) * eps * '
+                          'largest magnitude)'.format(message, worst, limit))
+
+
+def require_nonzero(values, size, message):
+    """LinAlgError(message) when some ``|values|`` (the diagonal of a
+    triangular factor, or singular values; last axis per matrix) is within
+    the rank tolerance of a matrix whose larger side is ``size``."""
+    values = as_raw(values)
+    if values.shape[-1] == 0:
+        return
+    _raise_if_within(_args.module_of(values).abs(values), tolerance(values, size), message)
+
+
+def require_distinct(values, size, message):
+    """LinAlgError(message) when two adjacent entries of the sorted
+    ``values`` (eigenvalues, singular values; last axis per matrix) are
+    within the rank tolerance of each other."""
+    values = as_raw(values)
+    if values.shape[-1] < 2:
+        return
+    gaps = _args.module_of(values).abs(values[..., 1:] - values[..., :-1])
+    _raise_if_within(gaps, tolerance(values, size), message)
