@@ -56,8 +56,8 @@ def _has_libmvec():
 # (-fopenmp-simd: the pragmas only, no OpenMP runtime) calling libmvec's
 # vector exp/log/tanh; -fno-math-errno lets those calls vectorise (errno is
 # never read), -fno-trapping-math lets both sides of a select be computed
-# (FP exception flags are never read; NaN and inf are unchanged). No -march: target_clones in the header picks AVX-512/AVX2/SSE2
-# at load time.
+# (FP exception flags are never read; NaN and inf are unchanged). No -march: the header
+# compiles each kernel for AVX-512, AVX2 and SSE2 and picks one at import (XGRAD_CPU_PATH).
 VECTOR_MODULES = {'xgrad._backend.native_kernels'}
 VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math']
 VECTOR_MACROS = [('XGRAD_OPENMP_SIMD', '1')] + ([('XGRAD_LIBMVEC', '1')] if _has_libmvec() else [])

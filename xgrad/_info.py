@@ -1,8 +1,10 @@
 """``python -m xgrad info``: what this install of xgrad can use, to check a
 GPU setup in one command: the versions of xgrad, Python, NumPy, CuPy and
-CUDA (runtime, driver, NVRTC), the GPUs, and whether xgrad's kernels
-compile with NVRTC (no GPU needed: they are compiled for a virtual
-architecture, ``compute_90`` unless a GPU says otherwise).
+CUDA (runtime, driver, NVRTC), the CPU threads and the dispatch path of the
+vector kernels (sse2, avx2 or avx512: ``XGRAD_CPU_PATH``), the GPUs, and
+whether xgrad's kernels compile with NVRTC (no GPU needed: they are
+compiled for a virtual architecture, ``compute_90`` unless a GPU says
+otherwise).
 
 Exit status 0 when every part that is present works (no CuPy at all is
 fine: xgrad then runs on the CPU), 1 when CuPy is installed but broken or a
@@ -73,6 +75,17 @@ def compile_kernels(nvrtc, arch):
     return results
 
 
+def cpu_path_text(native_kernels):
+    """'avx2 (auto: the widest of sse2, avx2)' or 'sse2 (XGRAD_CPU_PATH=sse2;
+    this CPU has sse2, avx2)': the vector kernels' dispatch path in use."""
+    forced = os.environ.get(native_kernels.CPU_PATH_VARIABLE, '').strip()
+    paths = ', '.join(native_kernels.cpu_paths())
+    if forced and forced.lower() != 'auto':
+        return '{} ({}={}; this CPU has {})'.format(
+            native_kernels.cpu_path(), native_kernels.CPU_PATH_VARIABLE, forced, paths)
+    return '{} (auto: the widest of {})'.format(native_kernels.cpu_path(), paths)
+
+
 def report(out=sys.stdout):
     """Prints the report; returns the exit status."""
     import numpy
@@ -89,6 +102,7 @@ def report(out=sys.stdout):
     threads = native_kernels.max_threads()
     line('CPU threads', '{} ({})'.format(threads, 'OMP_NUM_THREADS' if 'OMP_NUM_THREADS' in os.environ
                                            else 'the CPUs this process may use'))
+    line('CPU path', cpu_path_text(native_kernels))
     cp, why = _cupy()
     if cp is None:
         line('CuPy', why)

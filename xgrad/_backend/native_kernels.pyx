@@ -103,6 +103,63 @@ cdef extern from "vector_math.h" nogil:
                                      Py_ssize_t, int)
     void xgrad_softmax_grad_rows_f64(const double*, const double*, double*, Py_ssize_t,
                                      Py_ssize_t, int)
+    enum: XGRAD_HAS_PATHS
+    int xgrad_vector_supported(int path)
+    int xgrad_vector_set_path(int path)
+    int xgrad_vector_get_path()
+
+
+# -- dispatch path of the vector kernels ----------------------------------------
+#
+# vector_math.h compiles every vector kernel for SSE2 (the x86-64 baseline),
+# AVX2 and AVX-512 and runs the path selected here, once, at import: the
+# widest this CPU supports, or the one XGRAD_CPU_PATH names, so that tests
+# can run each path a CPU has (CI does: see .ci/run). A path this CPU does
+# not support, or an unknown name, is an ImportError saying what the CPU
+# supports: falling back would let a CI step that meant to test AVX-512 pass
+# on SSE2 without anyone noticing.
+
+CPU_PATH_NAMES = ('sse2', 'avx2', 'avx512') if XGRAD_HAS_PATHS else ('generic',)
+CPU_PATH_VARIABLE = 'XGRAD_CPU_PATH'
+
+
+def cpu_paths():
+    """The dispatch paths of the vector kernels this CPU supports, narrowest
+    first (``('sse2', 'avx2')`` on a CPU without AVX-512; ``('generic',)``
+    where xgrad was built without per-target variants)."""
+    return tuple(name for i, name in enumerate(CPU_PATH_NAMES) if xgrad_vector_supported(i))
+
+
+def cpu_path():
+    """The dispatch path the vector kernels run: one of :func:`cpu_paths`."""
+    return CPU_PATH_NAMES[xgrad_vector_get_path()]
+
+
+def _select_cpu_path(value):
+    """Select the path ``value`` names (``XGRAD_CPU_PATH``'s value; empty or
+    ``auto``: the widest this CPU supports); raises ImportError for a name
+    that is not a path or a path this CPU does not support."""
+    wanted = (value or '').strip().lower() or 'auto'
+    supported = cpu_paths()
+    if wanted == 'auto':
+        wanted = supported[len(supported) - 1]  # (wraparound=False here)
+    if wanted not in CPU_PATH_NAMES:
+        raise ImportError('{}={!r} is not a dispatch path: use auto or one of {} (this CPU '
+                          'supports {})'.format(CPU_PATH_VARIABLE, value,
+                                                ', '.join(CPU_PATH_NAMES), ', '.join(supported)))
+    if wanted not in supported or not xgrad_vector_set_path(CPU_PATH_NAMES.index(wanted)):
+        raise ImportError('{}={} asks for a path this CPU does not support: it supports {} '
+                          '(unset {} or set it to auto to use the widest)'.format(
+                              CPU_PATH_VARIABLE, value, ', '.join(supported), CPU_PATH_VARIABLE))
+    return wanted
+
+
+def _cpu_path_environment():
+    import os
+    return os.environ.get(CPU_PATH_VARIABLE, '')
+
+
+_select_cpu_path(_cpu_path_environment())
 
 
 cdef extern from "numpy/arrayobject.h":

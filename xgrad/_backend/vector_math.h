@@ -11,9 +11,18 @@
  * same loops run scalar and give the same results within the ULP bounds of
  * tests/test_vector_math.py.
  *
- * target_clones compiles each kernel for AVX-512, AVX2 and the baseline
- * x86-64 (SSE2) and picks one at load time, so the wheel runs on any x86-64
- * CPU and still uses the wide vectors where they exist.
+ * Dispatch paths: each kernel is compiled three times, for AVX-512
+ * (target "avx512f"), AVX2 (target "avx2") and the baseline x86-64 the
+ * compiler's flags give (SSE2 without -march), and the name without suffix
+ * calls the one xgrad_vector_path selects. native_kernels.pyx sets it once,
+ * at import: the widest path the CPU supports (__builtin_cpu_supports, which
+ * checks that the OS saves the wide registers too), or the one the
+ * environment variable XGRAD_CPU_PATH=sse2|avx2|avx512 asks for, so that
+ * tests run every path this CPU has (a path wider than the CPU's is an
+ * error there). A switch on one static int per call rather than GCC's
+ * target_clones ifunc, which picks at load time and cannot be overridden;
+ * a call does a whole array, so the branch costs nothing measurable.
+ * Without x86-64 GCC (or with XGRAD_NO_CLONES) there is one path, "generic".
  *
  * Every kernel reads and writes contiguous arrays of n elements; out may
  * alias an input. The `p` argument is the op's parameter (beta, slope,
@@ -41,11 +50,48 @@ XGRAD_VEC_DECL float erff(float);
 XGRAD_VEC_DECL double erf(double);
 #endif
 
+#define XGRAD_PATH_SSE2 0    /* the baseline ("generic" without XGRAD_HAS_PATHS) */
+#define XGRAD_PATH_AVX2 1
+#define XGRAD_PATH_AVX512 2
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(XGRAD_NO_CLONES)
-#define XGRAD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define XGRAD_HAS_PATHS 1
+/* M(isa suffix, attribute, args...) once per path. */
+#define XGRAD_EACH_PATH(M, ...)                                                  \
+    M(sse2, , __VA_ARGS__)                                                       \
+    M(avx2, __attribute__((target("avx2"))), __VA_ARGS__)                        \
+    M(avx512, __attribute__((target("avx512f"))), __VA_ARGS__)
+/* The selected variant of f called with args (an expression). */
+#define XGRAD_CALL(f, args)                                                      \
+    (xgrad_vector_path == XGRAD_PATH_AVX512 ? f##_avx512 args                    \
+     : xgrad_vector_path == XGRAD_PATH_AVX2 ? f##_avx2 args : f##_sse2 args)
 #else
-#define XGRAD_CLONES
+#define XGRAD_HAS_PATHS 0
+#define XGRAD_EACH_PATH(M, ...) M(sse2, , __VA_ARGS__)
+#define XGRAD_CALL(f, args) (f##_sse2 args)
 #endif
+
+static int xgrad_vector_path = XGRAD_PATH_SSE2;
+
+/* Whether this CPU (and OS) runs `path`; the baseline always. */
+static int xgrad_vector_supported(int path) {
+#if XGRAD_HAS_PATHS
+    __builtin_cpu_init();
+    if (path == XGRAD_PATH_AVX2) return __builtin_cpu_supports("avx2") != 0;
+    if (path == XGRAD_PATH_AVX512) return __builtin_cpu_supports("avx512f") != 0;
+#endif
+    return path == XGRAD_PATH_SSE2;
+}
+
+/* Select `path` for every kernel; 0 when this CPU does not support it (the
+ * selection is then unchanged). */
+static int xgrad_vector_set_path(int path) {
+    if (!xgrad_vector_supported(path)) return 0;
+    xgrad_vector_path = path;
+    return 1;
+}
+
+static int xgrad_vector_get_path(void) { return xgrad_vector_path; }
 
 #if defined(_OPENMP) || defined(XGRAD_OPENMP_SIMD)
 #define XGRAD_PRAGMA(text) _Pragma(#text)
@@ -67,8 +113,8 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
                                ptrdiff_t, double);
 
 /* One loop per kernel and type. T: the type, S: the libm suffix (f or none). */
-#define XGRAD_UNARY(name, T, sfx, EXPR)                                          \
-    XGRAD_CLONES static void xgrad_##name##_##sfx(                               \
+#define XGRAD_UNARY_AT(isa, ATTR, name, T, sfx, EXPR)                            \
+    ATTR static void xgrad_##name##_##sfx##_##isa(                               \
             const T* restrict xs, T* restrict ys, ptrdiff_t n, double param) {   \
         const T p = (T)param;                                                    \
         (void)p;                                                                 \
@@ -78,9 +124,15 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
             ys[i] = (EXPR);                                                      \
         }                                                                        \
     }
+#define XGRAD_UNARY(name, T, sfx, EXPR)                                          \
+    XGRAD_EACH_PATH(XGRAD_UNARY_AT, name, T, sfx, EXPR)                          \
+    static void xgrad_##name##_##sfx(const T* xs, T* ys, ptrdiff_t n,            \
+                                     double param) {                             \
+        XGRAD_CALL(xgrad_##name##_##sfx, (xs, ys, n, param));                    \
+    }
 
-#define XGRAD_GRAD(name, T, sfx, EXPR)                                           \
-    XGRAD_CLONES static void xgrad_##name##_##sfx(                               \
+#define XGRAD_GRAD_AT(isa, ATTR, name, T, sfx, EXPR)                             \
+    ATTR static void xgrad_##name##_##sfx##_##isa(                               \
             const T* restrict gys, const T* restrict xs, const T* restrict ys,   \
             T* restrict out, ptrdiff_t n, double param) {                        \
         const T p = (T)param;                                                    \
@@ -90,6 +142,12 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
             const T gy = gys[i];                                                 \
             out[i] = (EXPR);                                                     \
         }                                                                        \
+    }
+#define XGRAD_GRAD(name, T, sfx, EXPR)                                           \
+    XGRAD_EACH_PATH(XGRAD_GRAD_AT, name, T, sfx, EXPR)                           \
+    static void xgrad_##name##_##sfx(const T* gys, const T* xs, const T* ys,     \
+                                     T* out, ptrdiff_t n, double param) {        \
+        XGRAD_CALL(xgrad_##name##_##sfx, (gys, xs, ys, out, n, param));          \
     }
 
 /* sigmoid: exp of -|x| never overflows, and each side keeps full relative
@@ -127,11 +185,13 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     XGRAD_GRAD(elu_grad, T, sfx, xs[i] >= 0 ? gy : gy * (ys[i] + p))             \
     XGRAD_GRAD(tanh_grad, T, sfx, gy * ((T)1 - ys[i] * ys[i]))                   \
     XGRAD_GRAD(sigmoid_grad, T, sfx, gy * ys[i] * ((T)1 - ys[i]))                \
-                                                                                 \
-    /* Softmax over the last axis: `rows` rows of m contiguous elements.       \
-     * The shift is the row's max, or 0 when that is not finite (as NumPy's   \
-     * path does), so rows of -inf give NaN/0 the same way. */                   \
-    XGRAD_CLONES static void xgrad_softmax_rows_##sfx(                           \
+    XGRAD_SOFTMAX(T, sfx, EXP, LOG)
+
+/* Softmax over the last axis: `rows` rows of m contiguous elements.
+ * The shift is the row's max, or 0 when that is not finite (as NumPy's
+ * path does), so rows of -inf give NaN/0 the same way. */
+#define XGRAD_SOFTMAX_AT(isa, ATTR, T, sfx, EXP, LOG)                            \
+    ATTR static void xgrad_softmax_rows_##sfx##_##isa(                           \
             const T* restrict x, T* restrict y, ptrdiff_t rows, ptrdiff_t m,     \
             int log_space) {                                                     \
         for (ptrdiff_t r = 0; r < rows; r++) {                                   \
@@ -162,7 +222,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     }                                                                            \
                                                                                  \
     /* log: gx = gy - exp(y) sum(gy); else gx = y (gy - sum(gy y)) */            \
-    XGRAD_CLONES static void xgrad_softmax_grad_rows_##sfx(                      \
+    ATTR static void xgrad_softmax_grad_rows_##sfx##_##isa(                      \
             const T* restrict gy, const T* restrict y, T* restrict gx,           \
             ptrdiff_t rows, ptrdiff_t m, int log_space) {                        \
         for (ptrdiff_t r = 0; r < rows; r++) {                                   \
@@ -184,14 +244,31 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
         }                                                                        \
     }
 
+#define XGRAD_SOFTMAX(T, sfx, EXP, LOG)                                          \
+    XGRAD_EACH_PATH(XGRAD_SOFTMAX_AT, T, sfx, EXP, LOG)                          \
+    static void xgrad_softmax_rows_##sfx(const T* x, T* y, ptrdiff_t rows,       \
+                                         ptrdiff_t m, int log_space) {           \
+        XGRAD_CALL(xgrad_softmax_rows_##sfx, (x, y, rows, m, log_space));        \
+    }                                                                            \
+    static void xgrad_softmax_grad_rows_##sfx(const T* gy, const T* y, T* gx,    \
+                                              ptrdiff_t rows, ptrdiff_t m,       \
+                                              int log_space) {                   \
+        XGRAD_CALL(xgrad_softmax_grad_rows_##sfx, (gy, y, gx, rows, m, log_space)); \
+    }
+
 /* The sum of n elements, accumulated in double (a float32 input rounds once,
  * at the end, when the caller casts the result). */
-#define XGRAD_SUM(T, sfx)                                                        \
-    XGRAD_CLONES static double xgrad_sum_##sfx(const T* restrict x, ptrdiff_t n) { \
+#define XGRAD_SUM_AT(isa, ATTR, T, sfx)                                          \
+    ATTR static double xgrad_sum_##sfx##_##isa(const T* restrict x, ptrdiff_t n) { \
         double s = 0;                                                            \
         XGRAD_SIMD_SUM(s)                                                        \
         for (ptrdiff_t i = 0; i < n; i++) s += (double)x[i];                     \
         return s;                                                                \
+    }
+#define XGRAD_SUM(T, sfx)                                                        \
+    XGRAD_EACH_PATH(XGRAD_SUM_AT, T, sfx)                                        \
+    static double xgrad_sum_##sfx(const T* x, ptrdiff_t n) {                     \
+        return XGRAD_CALL(xgrad_sum_##sfx, (x, n));                              \
     }
 XGRAD_SUM(float, f32)
 XGRAD_SUM(double, f64)
