@@ -30,6 +30,11 @@ The rules, by the fence's language (every fence must name one):
     in ``.[a,b]`` must be one pyproject.toml declares.
   - ``tar xzf xgrad-*.tar.gz && cd xgrad-*``: the sdist's layout, checked by
     ``tests/test_packaging.py``.
+  - ``mpiexec ... python -m xgrad.chainerx_compat SCRIPT ...`` is not run (it
+    needs MPI and Chainer): it must launch ranks through xgrad's launcher.
+- ``yaml``: a CI configuration; not run. Each ``run:`` line that is a
+  ``python -m xgrad check`` command must parse with the command's own
+  argument parser (GitHub's ``${{ ... }}`` expressions read as 1).
 - ``text``: not code (a directory layout, an output); not run.
 """
 
@@ -54,7 +59,7 @@ README = ROOT / 'README.md'
 DOCS = sorted((ROOT / 'docs').glob('*.md'))
 FILES = [README] + DOCS
 FENCE = re.compile(r'^```(\S*)\n(.*?)^```\s*$', re.S | re.M)
-LANGUAGES = {'python', 'sh', 'text'}
+LANGUAGES = {'python', 'sh', 'text', 'yaml'}
 SMALL_OPS = 'tanh,sum,matmul'
 
 
@@ -170,11 +175,34 @@ def test_shell_commands(path, command, tmp_path):
         assert (ROOT / argv[3]).is_dir()
     elif argv[:2] == ['pip', 'install']:
         _check_pip_install(argv[2:])
+    elif argv[0] == 'mpiexec':
+        i = argv.index('python')
+        assert argv[i:i + 3] == ['python', '-m', 'xgrad.chainerx_compat'] and \
+            len(argv) > i + 3, argv
     elif argv[:2] == ['tar', 'xzf'] or argv[0] == 'cd':
         assert re.fullmatch(r'xgrad-[\d.]+(\.tar\.gz)?', argv[-1]), argv
     else:
         pytest.fail('{}: no rule runs or checks the command {!r}; add one to '
                     'tests/test_readme.py'.format(_id(path), command))
+
+
+YAML_RUNS = [(path, m.group(1).strip()) for path in FILES for b in blocks(path, 'yaml')
+             for m in re.finditer(r'^\s*-?\s*run:\s*(.+)$', b, re.M)]
+
+
+@pytest.mark.parametrize('path, command', [r for r in YAML_RUNS if 'xgrad check' in r[1]],
+                         ids=lambda v: v if isinstance(v, str) else _id(v))
+def test_ci_yaml_check_commands_parse(path, command):
+    from xgrad.testing import _cli
+    argv = shlex.split(re.sub(r'\$\{\{[^}]*\}\}', '1', command))
+    assert argv[:4] == ['python', '-m', 'xgrad', 'check'], argv
+    args = argv[4:]
+    if '--merge' in args:
+        # Report paths from a shell glob: the parser takes them, the files need not exist.
+        args = [a.replace('*', '1') for a in args]
+    parsed = _cli.build_parser().parse_args(args)
+    if parsed.shard is not None:
+        assert _cli._parse_shard(_cli.build_parser(), parsed.shard)
 
 
 def _check_script(script, args):

@@ -1,14 +1,23 @@
 """``python -m xgrad check``: the gradient checks of every registered op, for
 CI. Runs the cases of ``_driver`` with a progress bar, prints a summary
 table of the failures (worst error per op), writes JSON and JUnit XML
-reports, and exits 1 when a gradient is wrong (2 on bad arguments)."""
+reports, and exits 1 when a gradient is wrong (2 on bad arguments).
+
+``--shard K/N`` runs the K-th of N parts of the cases (balanced by the
+measured cost of each case, see ``_driver.shard``), ``--jobs J`` runs them
+in J local processes, and ``--merge A.json B.json ...`` combines the JSON
+reports of the N shards into the report one unsharded run would have
+written."""
 
 import argparse
 import collections
+import concurrent.futures
 import datetime
 import json
+import multiprocessing
 import os
 import platform
+import re
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -52,12 +61,47 @@ def build_parser():
     p.add_argument('--junit', metavar='PATH', help='write a JUnit XML report here')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     p.add_argument('--list', action='store_true', help='list the cases and exit')
+    p.add_argument('--shard', metavar='K/N',
+                   help='run only the K-th of N parts of the cases (1 <= K <= N), '
+                        'balanced by the measured cost of each case; the N parts are '
+                        'disjoint and together make the whole run')
+    p.add_argument('--jobs', type=int, default=1, metavar='J',
+                   help='run the cases in J processes (0: one per CPU; default: 1)')
+    p.add_argument('--merge', nargs='+', metavar='REPORT',
+                   help="combine the --json reports of a run's shards into one report "
+                        '(with --json and/or --junit); exits 1 if a merged case failed')
     return p
+
+
+# Options that choose or run cases: meaningless with --merge (the reports say
+# what ran).
+_RUN_OPTIONS = ('--ops', '--dtype', '--device', '--order', '--seed', '--repeat',
+                '--snapshot', '--update-snapshot', '--list', '--shard', '--jobs')
+
+
+def _parse_shard(p, text):
+    m = re.fullmatch(r'\s*(\d+)\s*/\s*(\d+)\s*', text or '')
+    k, n = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+    if m is None or n < 1 or not 1 <= k <= n:
+        p.error('--shard takes K/N with 1 <= K <= N (e.g. --shard 2/4 for the second of '
+                'four parts), not {!r}'.format(text))
+    return k, n
 
 
 def parse_args(argv):
     p = build_parser()
     args = p.parse_args(argv)
+    if args.merge:
+        given = sorted({a.split('=')[0] for a in argv if a.split('=')[0] in _RUN_OPTIONS})
+        if given:
+            p.error('--merge takes only --json, --junit and --no-progress besides the '
+                    'reports (the reports say what ran), not {}'.format(', '.join(given)))
+        return args
+    args.shard = _parse_shard(p, args.shard) if args.shard is not None else None
+    if args.jobs < 0:
+        p.error('--jobs must be at least 1 (or 0: one per CPU), not {}'.format(args.jobs))
+    if args.jobs == 0:
+        args.jobs = os.cpu_count() or 1
     for d in args.dtype:
         if d not in FLOAT_DTYPES:
             p.error('--dtype {!r}: choose from {}'.format(d, ', '.join(FLOAT_DTYPES)))
@@ -150,19 +194,23 @@ def _is_terminal(stream):
 
 
 # ---------------------------------------------------------------------------
-# Reports
+# Reports. They work on the cases' JSON records (``CaseResult.as_json()``),
+# which is also what ``--merge`` reads back from the shards' reports.
+
+def _record(r):
+    return r if isinstance(r, dict) else r.as_json()
+
 
 def summarize(results):
     """Failures grouped by (op, dtype, device, order), each with its worst
     case (largest absolute error) and how many samples/seeds failed."""
     groups = collections.OrderedDict()
-    for r in results:
-        if r.passed:
+    for r in map(_record, results):
+        if r['status'] == 'passed':
             continue
-        c = r.case
-        key = (c.op, c.dtype.name, c.device, c.order)
+        key = (r['op'], r['dtype'], r['device'], r['order'])
         worst = groups.get(key)
-        if worst is None or r.worst_abs > worst[0].worst_abs:
+        if worst is None or r['worst_abs'] > worst[0]['worst_abs']:
             groups[key] = (r, (worst[1] if worst else 0) + 1)
         else:
             groups[key] = (worst[0], worst[1] + 1)
@@ -171,44 +219,63 @@ def summarize(results):
 
 def print_summary(results, elapsed, stream=None):
     stream = sys.stdout if stream is None else stream
-    n_failed = sum(not r.passed for r in results)
-    ops = {r.case.op for r in results}
-    groups = summarize(results)
+    records = [_record(r) for r in results]
+    n_failed = sum(r['status'] != 'passed' for r in records)
+    ops = {r['op'] for r in records}
+    groups = summarize(records)
     if groups:
         rows = [('op', 'dtype', 'device', 'order', 'failed', 'worst abs', 'worst rel',
                  'message')]
         for (op, dtype, device, order), (r, count) in groups.items():
-            first_line = (r.message.strip().splitlines() or [''])[0]
+            first_line = (r['message'].strip().splitlines() or [''])[0]
             rows.append((op, dtype, device, str(order), str(count),
-                         '{:.3g}'.format(r.worst_abs), '{:.3g}'.format(r.worst_rel),
+                         '{:.3g}'.format(r['worst_abs']), '{:.3g}'.format(r['worst_rel']),
                          first_line[:100]))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
         for row in rows:
             stream.write('  '.join(c.ljust(w) for c, w in zip(row, widths)) + '  '
                          + row[-1] + '\n')
         stream.write('\n')
-    snap = collections.Counter(r.snapshot for r in results if r.snapshot)
+    snap = collections.Counter(r['snapshot'] for r in records if r['snapshot'])
     snap_text = ''.join(', {} golden {}'.format(n, s) for s, n in sorted(snap.items()))
     stream.write('{} cases of {} ops: {} passed, {} failed{} in {:.1f} s\n'.format(
-        len(results), len(ops), len(results) - n_failed, n_failed, snap_text, elapsed))
+        len(records), len(ops), len(records) - n_failed, n_failed, snap_text, elapsed))
 
 
-def write_json(path, args, results, elapsed):
+def _arguments(args):
+    return {'ops': args.ops, 'dtype': args.dtype, 'device': args.device,
+            'order': args.order, 'seed': args.seed, 'repeat': args.repeat,
+            'snapshot': args.snapshot}
+
+
+def _report(records, arguments, elapsed, shard=None, selection=None, **extra):
     report = {
         'tool': 'python -m xgrad check',
         'xgrad_version': xgrad.__version__,
         'numpy_version': numpy.__version__,
         'python': platform.python_version(),
         'date': datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        'arguments': {'ops': args.ops, 'dtype': args.dtype, 'device': args.device,
-                      'order': args.order, 'seed': args.seed, 'repeat': args.repeat,
-                      'snapshot': args.snapshot},
+        'arguments': arguments,
+        # {'index': K, 'count': N} for --shard K/N, else None.
+        'shard': shard,
+        # The whole run's cases (all shards): their number and a hash of their names.
+        'selection': selection,
         'elapsed_s': round(elapsed, 3),
-        'summary': {'cases': len(results),
-                    'passed': sum(r.passed for r in results),
-                    'failed': sum(not r.passed for r in results)},
-        'cases': [r.as_json() for r in results],
+        'summary': {'cases': len(records),
+                    'passed': sum(r['status'] == 'passed' for r in records),
+                    'failed': sum(r['status'] != 'passed' for r in records)},
+        'cases': records,
     }
+    report.update(extra)
+    return report
+
+
+def write_json(path, args, results, elapsed, shard=None, selection=None):
+    _write_report(path, _report([_record(r) for r in results], _arguments(args), elapsed,
+                                shard, selection))
+
+
+def _write_report(path, report):
     _write(path, json.dumps(report, indent=1, sort_keys=True) + '\n')
 
 
@@ -216,10 +283,9 @@ def write_junit(path, results, elapsed):
     """One JUnit test case per op, dtype, device and order (its samples and
     seeds together); a failure carries the worst one's message."""
     groups = collections.OrderedDict()
-    for r in results:
-        c = r.case
-        groups.setdefault((c.op, c.dtype.name, c.device, c.order), []).append(r)
-    failures = sum(any(not r.passed for r in rs) for rs in groups.values())
+    for r in map(_record, results):
+        groups.setdefault((r['op'], r['dtype'], r['device'], r['order']), []).append(r)
+    failures = sum(any(r['status'] != 'passed' for r in rs) for rs in groups.values())
     errors = 0
     suite = ET.Element('testsuite', name='xgrad.check', tests=str(len(groups)),
                        failures=str(failures), errors=str(errors), skipped='0',
@@ -227,16 +293,16 @@ def write_junit(path, results, elapsed):
     for (op, dtype, device, order), rs in groups.items():
         tc = ET.SubElement(suite, 'testcase', classname='xgrad.check.{}'.format(op),
                            name='{}[{},{},order{}]'.format(op, dtype, device, order),
-                           time='{:.3f}'.format(sum(r.seconds for r in rs)))
-        bad = [r for r in rs if not r.passed]
+                           time='{:.3f}'.format(sum(r['seconds'] for r in rs)))
+        bad = [r for r in rs if r['status'] != 'passed']
         if bad:
-            worst = max(bad, key=lambda r: r.worst_abs)
-            f = ET.SubElement(tc, 'failure', type=worst.status, message=(
+            worst = max(bad, key=lambda r: r['worst_abs'])
+            f = ET.SubElement(tc, 'failure', type=worst['status'], message=(
                 '{} of {} samples/seeds failed; worst: sample {} seed {}: abs {:.3g} '
-                'rel {:.3g}'.format(len(bad), len(rs), worst.case.sample.name, worst.seed,
-                                    worst.worst_abs, worst.worst_rel)))
+                'rel {:.3g}'.format(len(bad), len(rs), worst['sample'], worst['seed'],
+                                    worst['worst_abs'], worst['worst_rel'])))
             f.text = '\n\n'.join('sample {} seed {}:\n{}'.format(
-                r.case.sample.name, r.seed, r.message) for r in bad)
+                r['sample'], r['seed'], r['message']) for r in bad)
     tree = ET.ElementTree(ET.Element('testsuites'))
     tree.getroot().append(suite)
     ET.indent(tree)
@@ -254,34 +320,243 @@ def _write(path, text):
 
 
 # ---------------------------------------------------------------------------
+# Running: in this process, or in --jobs worker processes
+
+def _run_serial(cases, todo, seeds, snapshot, update_seed, progress):
+    out = {}
+    for seed in seeds:
+        for i in todo:
+            r = _driver.run_case(cases[i], seed, snapshot, seed == update_seed)
+            out[seed, i] = r
+            progress.update(r)
+    return out
+
+
+_WORKER = {}
+
+
+def _worker_init(selection, digest, snapshot_dir):
+    """In a --jobs worker: the same case list as the parent's (checked by
+    its digest: an op registered at run time in the parent, as the tests
+    do, is not in a fresh process's registry)."""
+    try:
+        cases = _driver.cases(*selection)
+        found = '{} cases'.format(len(cases))
+    except ValueError as e:
+        cases, found = [], str(e)
+    if _driver.selection_digest(cases) != digest:
+        # Raised by each task (an initializer's exception would only break the pool).
+        _WORKER['error'] = JobsError(
+            'a --jobs worker process finds other cases than the main process ({}; ops '
+            'registered at run time are not seen by worker processes: run without '
+            '--jobs)'.format(found))
+    _WORKER['cases'] = cases
+    if snapshot_dir:
+        from xgrad.testing._snapshot import GradSnapshot
+        _WORKER['snapshot'] = GradSnapshot(snapshot_dir)
+
+
+class JobsError(RuntimeError):
+    pass
+
+
+def _worker_run(unit, seeds, update_seed):
+    if 'error' in _WORKER:
+        raise _WORKER['error']
+    cases, snapshot = _WORKER['cases'], _WORKER.get('snapshot')
+    return [(seed, i, _driver.run_case(cases[i], seed, snapshot, seed == update_seed)
+             .as_json()) for seed in seeds for i in unit]
+
+
+def _from_json(case, d):
+    return _driver.CaseResult(case, d['seed'], d['status'], d['worst_abs'], d['worst_rel'],
+                              d['message'], d['seconds'], d['draws'], d['snapshot'])
+
+
+def _run_jobs(args, todo, seeds, update_seed, progress, jobs):
+    """The cases in ``todo`` in ``jobs`` processes (spawned: xgrad's worker
+    threads and BLAS's are not forked). Work units (see
+    ``_driver.work_units``) are handed out the most expensive first."""
+    cases = args.cases
+    units = _driver.work_units(cases, todo, keep_snapshot_groups=bool(args.snapshot))
+    costs = _driver.estimate_costs(cases)
+    units.sort(key=lambda u: -sum(costs[i] for i in u))
+    selection = (args.ops, args.dtype, args.device, args.order)
+    out = {}
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(jobs, max(len(units), 1)),
+            mp_context=multiprocessing.get_context('spawn'),
+            initializer=_worker_init,
+            initargs=(selection, _driver.selection_digest(cases), args.snapshot)) as pool:
+        futures = [pool.submit(_worker_run, u, list(seeds), update_seed) for u in units]
+        try:
+            for f in concurrent.futures.as_completed(futures):
+                for seed, i, d in f.result():
+                    r = out[seed, i] = _from_json(cases[i], d)
+                    progress.update(r)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Merging shard reports
+
+class MergeError(Exception):
+    pass
+
+
+def _load_report(path):
+    try:
+        with open(path, encoding='utf-8') as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        raise MergeError('cannot read {}: {}'.format(path, e))
+    if not isinstance(report, dict) or report.get('tool') != 'python -m xgrad check' \
+            or not isinstance(report.get('cases'), list):
+        raise MergeError('{} is not a JSON report of python -m xgrad check'.format(path))
+    if 'selection' not in report or any('index' not in c for c in report['cases']):
+        raise MergeError('{} was written by an xgrad without --shard/--merge (no case '
+                         'indices); rerun it with this version'.format(path))
+    return report
+
+
+def merge_reports(paths):
+    """The report of the whole run from the JSON reports of its shards.
+    Raises ``MergeError`` for reports of different versions or options,
+    shards given twice or missing, or cases that overlap."""
+    reports = [_load_report(p) for p in paths]
+    first, first_path = reports[0], paths[0]
+    for field in ('xgrad_version', 'numpy_version', 'python', 'arguments', 'selection'):
+        for path, rep in zip(paths[1:], reports[1:]):
+            if rep.get(field) != first.get(field):
+                what = {'arguments': 'options', 'selection': 'cases (registered ops)'}.get(
+                    field, field.replace('_', ' '))
+                raise MergeError('{} and {} come from different runs: their {} differ '
+                                 '({}: {}; {}: {})'.format(
+                                     first_path, path, what, first_path,
+                                     json.dumps(first.get(field), sort_keys=True), path,
+                                     json.dumps(rep.get(field), sort_keys=True)))
+    shards = [r.get('shard') or {'index': 1, 'count': 1} for r in reports]
+    n = shards[0]['count']
+    by_index = {}
+    for path, s in zip(paths, shards):
+        if s['count'] != n:
+            raise MergeError('{} is shard {}/{} but {} is shard {}/{}: all reports must '
+                             'be shards of one split'.format(path, s['index'], s['count'],
+                                                             first_path, shards[0]['index'],
+                                                             n))
+        if s['index'] in by_index:
+            raise MergeError('shard {}/{} is given twice: {} and {}'.format(
+                s['index'], n, by_index[s['index']], path))
+        by_index[s['index']] = path
+    missing = [k for k in range(1, n + 1) if k not in by_index]
+    if missing:
+        raise MergeError('{} {} missing (given: {})'.format(
+            ', '.join('shard {}/{}'.format(k, n) for k in missing),
+            'is' if len(missing) == 1 else 'are',
+            ', '.join('{}/{} in {}'.format(k, n, by_index[k]) for k in sorted(by_index))))
+    seen = {}
+    for path, rep in zip(paths, reports):
+        for c in rep['cases']:
+            key = (c['seed'], c['index'])
+            if key in seen:
+                raise MergeError('case {}[{}]-{}-{}-order{} seed {} is in both {} and {} '
+                                 '(shards of different splits or cost tables?)'.format(
+                                     c['op'], c['sample'], c['dtype'], c['device'],
+                                     c['order'], c['seed'], seen[key], path))
+            seen[key] = path
+    arguments = first['arguments']
+    total = first['selection']['cases'] * arguments['repeat']
+    if len(seen) != total:
+        raise MergeError('the reports hold {} cases, the run has {}: some cases ran in no '
+                         'shard (shards of different splits or cost tables?)'.format(
+                             len(seen), total))
+    records = sorted((c for rep in reports for c in rep['cases']),
+                     key=lambda c: (c['seed'], c['index']))
+    merged_from = [{'path': p, 'shard': r.get('shard'), 'date': r.get('date'),
+                    'elapsed_s': r.get('elapsed_s'), 'summary': r.get('summary')}
+                   for p, r in sorted(zip(paths, reports),
+                                      key=lambda pr: (pr[1].get('shard') or {}).get('index', 1))]
+    elapsed = sum(r.get('elapsed_s') or 0.0 for r in reports)
+    return _report(records, arguments, elapsed, None, first['selection'],
+                   merged_from=merged_from,
+                   longest_shard_s=max(r.get('elapsed_s') or 0.0 for r in reports))
+
+
+def _merge_main(args):
+    try:
+        report = merge_reports(args.merge)
+    except MergeError as e:
+        build_parser().error('--merge: {}'.format(e))
+    records = report['cases']
+    print_summary(records, report['elapsed_s'])
+    print('merged {} report{} (time summed over them; the longest took {:.1f} s)'.format(
+        len(args.merge), 's' if len(args.merge) > 1 else '', report['longest_shard_s']))
+    if args.json:
+        _write_report(args.json, report)
+    if args.junit:
+        write_junit(args.junit, records, report['elapsed_s'])
+    return 0 if report['summary']['failed'] == 0 else 1
+
+
+# ---------------------------------------------------------------------------
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.merge:
+        return _merge_main(args)
+    cases = args.cases
+    # With snapshots, float64 cases go first: they record what the others compare with.
+    order = sorted(range(len(cases)), key=lambda i: cases[i].dtype.name != 'float64') \
+        if args.snapshot else list(range(len(cases)))
+    if args.shard is not None:
+        mine = set(_driver.shard(cases, *args.shard, keep_snapshot_groups=bool(args.snapshot)))
+        todo = [i for i in order if i in mine]
+    else:
+        todo = order
     if args.list:
-        for case in args.cases:
-            print(case.name)
+        for i in todo:
+            print(cases[i].name)
         return 0
     snapshot = None
     if args.snapshot:
         from xgrad.testing._snapshot import GradSnapshot
         snapshot = GradSnapshot(args.snapshot)
     seeds = range(args.seed, args.seed + args.repeat)
-    # With snapshots, float64 cases go first: they record what the others compare with.
-    order = sorted(args.cases, key=lambda c: c.dtype.name != 'float64') if snapshot else \
-        args.cases
-    progress = Progress(len(order) * len(seeds), enabled=not args.no_progress)
+    update_seed = args.seed if args.update_snapshot else None
+    progress = Progress(len(todo) * len(seeds), enabled=not args.no_progress)
     start = time.perf_counter()
-    results = []
-    for seed in seeds:
-        for case in order:
-            r = _driver.run_case(case, seed, snapshot, args.update_snapshot and seed == args.seed)
-            results.append(r)
-            progress.update(r)
-    progress.close()
+    try:
+        if args.jobs > 1 and len(todo) > 1:
+            try:
+                done = _run_jobs(args, todo, seeds, update_seed, progress, args.jobs)
+            except JobsError as e:
+                progress.close()
+                build_parser().error('--jobs: {}'.format(e))
+        else:
+            done = _run_serial(cases, todo, seeds, snapshot, update_seed, progress)
+    finally:
+        progress.close()
     elapsed = time.perf_counter() - start
-    print_summary(results, elapsed)
+    # In the order of one unsharded run in one process; 'index' is the case's
+    # position in it, which --merge sorts the shards' cases by.
+    position = {i: p for p, i in enumerate(order)}
+    records = []
+    for seed in seeds:
+        for i in todo:
+            d = done[seed, i].as_json()
+            d['index'] = position[i]
+            records.append(d)
+    print_summary(records, elapsed)
+    shard = {'index': args.shard[0], 'count': args.shard[1]} if args.shard else None
+    selection = {'cases': len(cases), 'digest': _driver.selection_digest(cases)}
     if args.json:
-        write_json(args.json, args, results, elapsed)
+        _write_report(args.json, _report(records, _arguments(args), elapsed, shard,
+                                         selection))
     if args.junit:
-        write_junit(args.junit, results, elapsed)
-    return 0 if all(r.passed for r in results) else 1
+        write_junit(args.junit, records, elapsed)
+    return 0 if all(r['status'] == 'passed' for r in records) else 1

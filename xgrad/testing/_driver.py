@@ -296,3 +296,131 @@ def _snapshot(case, snapshot, update, result):
         result.worst_abs = max(result.worst_abs, comparison.worst_abs)
         result.worst_rel = max(result.worst_rel, comparison.worst_rel)
         result.message = 'golden gradients: {}'.format(comparison.message)
+
+
+# ---------------------------------------------------------------------------
+# Splitting the cases over machines (--shard) and processes (--jobs)
+#
+# A shard is a deterministic part of the cases, balanced by what the cases
+# cost to run rather than by how many there are: the seconds each case took
+# are measured once on one machine and shipped as ``check_costs.json`` next
+# to this module (``scripts/check_costs.py`` rewrites it from a report), and
+# the units are dealt greedily, the most expensive first, each to the shard
+# with the least estimated work so far. Every shard computes the same
+# assignment from the same table and case list, so N machines running
+# ``--shard 1/N`` ... ``--shard N/N`` run each case exactly once.
+
+COST_TABLE = 'check_costs.json'
+# A case the table has no entry for (a new op, sample or dtype, another
+# table) and whose op has none either.
+DEFAULT_COST_S = 0.02
+
+_cost_table_cache = {}
+
+
+def cost_key(case):
+    """The cost table's key of a case: op, sample, dtype and order. The
+    device is not part of it (the table is measured on native:0)."""
+    return '{}[{}]-{}-order{}'.format(case.op, case.sample.name, case.dtype.name, case.order)
+
+
+def load_cost_table(path=None):
+    """{cost_key: seconds} from ``path`` (default: the table shipped with
+    xgrad); an empty table when the shipped one is missing."""
+    import json
+    import os
+    if path is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), COST_TABLE)
+        if not os.path.exists(path):
+            return {}
+    if path not in _cost_table_cache:
+        with open(path, encoding='utf-8') as f:
+            _cost_table_cache[path] = {str(k): float(v) for k, v in
+                                       json.load(f)['seconds'].items()}
+    return _cost_table_cache[path]
+
+
+def estimate_costs(case_list, table=None):
+    """Estimated seconds of each case: the table's measurement; for a case
+    missing from it, the median of the table's entries for the same op and
+    order (any sample or dtype), else for the same order, else
+    ``DEFAULT_COST_S``. Depends only on the table and the cases, so every
+    machine estimates the same."""
+    table = load_cost_table() if table is None else table
+    by_op, by_order = {}, {}
+    for key, seconds in table.items():
+        op, _, rest = key.partition('[')
+        order = rest.rpartition('-order')[2]
+        by_op.setdefault((op, order), []).append(seconds)
+        by_order.setdefault(order, []).append(seconds)
+
+    def median(values):
+        values = sorted(values)
+        n = len(values)
+        return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+    out = []
+    for case in case_list:
+        seconds = table.get(cost_key(case))
+        if seconds is None:
+            known = by_op.get((case.op, str(case.order))) or by_order.get(str(case.order))
+            seconds = median(known) if known else DEFAULT_COST_S
+        out.append(seconds)
+    return out
+
+
+def work_units(case_list, indices=None, keep_snapshot_groups=False):
+    """The cases (positions in ``case_list``, all or those in ``indices``,
+    in that order) grouped into the units a shard or a job runs whole: one
+    case each, or with golden gradients (``keep_snapshot_groups``) all the
+    dtypes and devices of one op, sample and order together, so that the
+    float64 case that records the golden gradients runs where the others
+    compare with them."""
+    indices = range(len(case_list)) if indices is None else indices
+    if not keep_snapshot_groups:
+        return [[i] for i in indices]
+    groups = {}
+    for i in indices:
+        c = case_list[i]
+        groups.setdefault((c.snapshot_key, c.order), []).append(i)
+    return list(groups.values())
+
+
+def assign(unit_costs, n):
+    """Greedy longest-first: deal the units, the most expensive first (ties
+    by position), each to the bin with the least cost so far (ties: the
+    lowest bin). Returns the units' positions per bin, each in ascending
+    order. Deterministic; the largest bin is at most the mean plus the most
+    expensive unit."""
+    import heapq
+    if n < 1:
+        raise ValueError('cannot split into {} parts'.format(n))
+    bins = [(0.0, k) for k in range(n)]
+    out = [[] for _ in range(n)]
+    for u in sorted(range(len(unit_costs)), key=lambda u: (-unit_costs[u], u)):
+        load, k = heapq.heappop(bins)
+        out[k].append(u)
+        heapq.heappush(bins, (load + unit_costs[u], k))
+    return [sorted(b) for b in out]
+
+
+def shard(case_list, k, n, keep_snapshot_groups=False, table=None):
+    """Positions in ``case_list`` of the cases of shard ``k`` of ``n``
+    (1-based), ascending."""
+    if not 1 <= k <= n:
+        raise ValueError('shard {}/{}: need 1 <= K <= N'.format(k, n))
+    costs = estimate_costs(case_list, table)
+    units = work_units(case_list, keep_snapshot_groups=keep_snapshot_groups)
+    parts = assign([sum(costs[i] for i in u) for u in units], n)
+    return sorted(i for u in parts[k - 1] for i in units[u])
+
+
+def selection_digest(case_list):
+    """A short hash of the case names in order: reports of shards of the
+    same selection carry the same one."""
+    import hashlib
+    h = hashlib.sha256()
+    for c in case_list:
+        h.update(c.name.encode())
+        h.update(b'\n')
+    return h.hexdigest()[:16]
