@@ -59,6 +59,8 @@ outlives it and changes no array.
 
 import weakref
 
+import numpy
+
 from xgrad import _core
 from xgrad._errors import (
     ContextError, DeviceError, DimensionError, DtypeError, GradientError, XgradError)
@@ -230,26 +232,41 @@ def _filled(gs, like):
             for g, x in zip(gs, like)]
 
 
-def _jacobian_of(graph, y, xps, keep_last):
+def _jacobian_of(graph, y, xps, keep_last, differentiable=False):
     """The Jacobian of ``y`` (on ``graph``) with respect to each of ``xps``:
     a list with one array of shape ``y.shape + x.shape`` per x, by one
     backward pass per element of ``y``. The graph is kept for later passes
-    (double backprop) except by the last pass when ``keep_last`` is False."""
+    (double backprop) except by the last pass when ``keep_last`` is False.
+    ``differentiable``: the result is differentiated again on ``graph``
+    (``hessian``), so it is assembled by recorded ops; otherwise, where no
+    row is on any other graph, the rows are stacked as raw data (no op)."""
     from xgrad import _ops
     m = y.size
     if m == 0:
         return [_zeros(y.shape + x.shape, x.dtype, x.device) for x in xps]
-    eye = _ops.eye(m, dtype=y.dtype, device=y.device)
+    device = y.device
+    if device.is_native:  # seeds: views of one identity matrix, no op per row
+        eye = numpy.eye(m, dtype=y.dtype)
+        seeds = [_core._array_of(eye[k].reshape(y.shape), device) for k in range(m)]
+    else:
+        eye = _ops.eye(m, dtype=y.dtype, device=device)
+        seeds = [eye[k].reshape(y.shape) for k in range(m)]
     rows = [[] for _ in xps]
     for k in range(m):
-        seed = eye[k].reshape(y.shape)
-        gs = graph.grad([y], xps, [seed], keep=keep_last or k < m - 1)
+        gs = graph.grad([y], xps, [seeds[k]], keep=keep_last or k < m - 1)
         for j, g in enumerate(_filled(gs, xps)):
             rows[j].append(g)
     out = []
+    bp = graph.bp
     for x, r in zip(xps, rows):
-        stacked = r[0] if m == 1 else _ops.stack(r)
-        out.append(stacked.reshape(y.shape + x.shape))
+        shape = y.shape + x.shape
+        if m == 1:
+            out.append(r[0].reshape(shape))
+        elif differentiable or any(b is not bp for g in r for b in g._backprop_ids()):
+            out.append(_ops.stack(r).reshape(shape))
+        else:
+            data = x.device.xp.stack([_core._raw_data(g) for g in r])
+            out.append(_core._array_of(data.reshape(shape), x.device))
     return out
 
 
@@ -413,7 +430,7 @@ def hessian(f, *inputs, backprop_id=None):
             ys, single = _outputs(f(*xps), f, what, float_only=True)
             table = []
             for y in ys:
-                first = _jacobian_of(graph, y, xps, keep_last=True)
+                first = _jacobian_of(graph, y, xps, keep_last=True, differentiable=True)
                 table.append([[graph.detach(h) for h in _jacobian_of(graph, j, xps, True)]
                               for j in first])
     finally:
