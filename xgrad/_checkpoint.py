@@ -13,11 +13,9 @@ higher derivatives, and gradients on several graphs, are those of ``fn``
 itself.
 """
 
-import numpy
-
 from xgrad import _core
 from xgrad._errors import GradientError
-from xgrad._ops.dropout import MaskTape
+from xgrad._random_tape import RandomTape
 
 __all__ = ['checkpoint']
 
@@ -41,37 +39,6 @@ def _outputs(result, fn):
                         _fn_name(fn), 'an empty ' + type(result).__name__
                         if isinstance(result, (tuple, list)) else
                         'a ' + type(result).__name__))
-
-
-class _Randomness:
-    """What makes a recomputation draw the random numbers the first run
-    drew: the dropout mask tape, and NumPy's global generator (which
-    ``xgrad.random`` draws from on native devices)."""
-
-    def __init__(self):
-        self.tape = MaskTape()
-        self.numpy_state = numpy.random.get_state()
-
-    def recording(self):
-        return self.tape.recording()
-
-    def replaying(self):
-        return _Replay(self)
-
-
-class _Replay:
-    def __init__(self, randomness):
-        self.randomness = randomness
-
-    def __enter__(self):
-        self.saved = numpy.random.get_state()
-        numpy.random.set_state(self.randomness.numpy_state)
-        self.scope = self.randomness.tape.replaying()
-        self.scope.__enter__()
-
-    def __exit__(self, *exc):
-        self.scope.__exit__(*exc)
-        numpy.random.set_state(self.saved)
 
 
 class _Checkpoint(_core.FunctionNode):
@@ -144,17 +111,18 @@ def checkpoint(fn, *args):
     time. Time: one more forward of ``fn`` per backward pass through it.
 
     Randomness: the recomputation sees the random numbers the first run
-    saw. ``dropout`` inside ``fn`` gets the same masks: while ``fn`` first
-    runs, each dropout call notes the state of the generator it draws from
-    (xgrad's own, or a ``numpy.random.Generator``/``RandomState`` given as
-    ``random_state``, however ``fn`` reaches it), a few hundred bytes, and
-    the recomputation draws from copies of those states, in the same order
-    (a GPU mask drawn by CuPy's generator is kept instead). NumPy's global
-    generator (``xgrad.random`` on native devices) is set to its state at
-    the first run while ``fn`` is recomputed. In both cases the user's
-    generators end as they were: a backward pass does not advance them.
-    ``xgrad.random`` on a GPU is not replayed. ``fn`` must make the same
-    dropout calls each time it runs (XgradError otherwise).
+    saw (xgrad/_random_tape.py). ``dropout`` inside ``fn`` gets the same
+    masks: while ``fn`` first runs, each dropout call notes the state of the
+    generator it draws from (xgrad's own, or a ``numpy.random.Generator``/
+    ``RandomState`` given as ``random_state``, however ``fn`` reaches it),
+    a few hundred bytes, and the recomputation draws from copies of those
+    states, in the same order (a GPU mask drawn by CuPy's generator is kept
+    instead). ``xgrad.random`` on native devices (NumPy's global generator):
+    its state before ``fn``'s first draw is noted, and set while ``fn`` is
+    recomputed. The user's generators end as they were: a backward pass
+    does not advance them. Not replayed: ``numpy.random`` called directly,
+    ``xgrad.random`` on a GPU. ``fn`` must make the same dropout calls each
+    time it runs (XgradError otherwise).
 
     Double backprop: the recomputation and its gradient are recorded on the
     graph being backpropagated when ``enable_double_backprop=True`` (and on
@@ -175,7 +143,7 @@ def checkpoint(fn, *args):
     stopped = list(args)
     for p in positions:
         stopped[p] = args[p].as_grad_stopped()
-    randomness = _Randomness()
+    randomness = RandomTape()
     with randomness.recording():
         result = fn(*stopped)
     ys, single = _outputs(result, fn)

@@ -8,15 +8,13 @@ in ``x`` given the mask, so every gradient (first, second, ...) is the
 incoming gradient times the same mask.
 """
 
-import threading
-
 import numpy
 
 from xgrad._backend import cuda
-from xgrad._errors import XgradError
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import OpInfo, Sample, real, register
+from xgrad import _random_tape
 
 __all__ = ['dropout']
 
@@ -53,96 +51,6 @@ def _uniform(random_state, shape):
     raise TypeError('dropout: random_state must be a numpy.random.Generator, a '
                     'numpy.random.RandomState, an int seed or None, not {}'.format(
                         type(random_state).__name__))
-
-
-# ---------------------------------------------------------------------------
-# Replaying masks (xgrad.checkpoint): while a checkpointed function first
-# runs, a tape notes how each dropout call drew its mask: the generator's
-# state before the draw (a few hundred bytes), or, for GPU masks drawn by
-# CuPy's generator, the mask itself. When the function is recomputed in
-# backward, the k-th dropout call draws from a copy of the k-th state (or
-# takes the k-th mask), so it gets the same mask without advancing the
-# user's generators.
-
-_tapes = threading.local()
-
-
-class MaskTape:
-    """The masks of one run of a function: ``recording()`` while it first
-    runs, ``replaying()`` (any number of times) while it is recomputed."""
-
-    def __init__(self):
-        self.entries = []
-        self._replay = None
-
-    def _scope(self, replay):
-        tape = self
-
-        class _Scope:
-            def __enter__(self):
-                self.outer = getattr(_tapes, 'tape', None)
-                tape._replay = iter(tape.entries) if replay else None
-                _tapes.tape = tape
-                return tape
-
-            def __exit__(self, *exc):
-                _tapes.tape = self.outer
-                tape._replay = None
-        return _Scope()
-
-    def recording(self):
-        return self._scope(False)
-
-    def replaying(self):
-        return self._scope(True)
-
-    def draw(self, ratio, random_state, x):
-        if self._replay is None:
-            entry = (ratio, x.shape, _state_of(random_state, x))
-            mask = _draw(ratio, random_state, x)
-            if entry[2] is _GPU_MASK:
-                entry = (ratio, x.shape, mask)
-            self.entries.append(entry)
-            return mask
-        entry = next(self._replay, None)
-        if entry is None or entry[0] != ratio or entry[1] != x.shape:
-            raise XgradError(
-                'checkpoint: the recomputation called dropout (ratio {}, shape {}) where '
-                'the first run {}; a checkpointed function must make the same dropout '
-                'calls every time it runs'.format(
-                    ratio, x.shape, 'made no more dropout calls' if entry is None else
-                    'called it with ratio {} on shape {}'.format(entry[0], entry[1])))
-        state = entry[2]
-        if not isinstance(state, tuple):  # a recorded GPU mask
-            return state
-        kind, cls, value = state
-        if kind == 'generator':
-            bit_generator = cls()
-            bit_generator.state = value
-            source = numpy.random.Generator(bit_generator)
-        elif kind == 'random_state':
-            source = numpy.random.RandomState()
-            source.set_state(value)
-        else:  # an int seed
-            source = value
-        return _mask(ratio, source, x.shape, x.dtype)
-
-
-_GPU_MASK = object()
-
-
-def _state_of(random_state, x):
-    """What replays the draw ``random_state`` is about to make."""
-    if random_state is None and not x.device.is_native:
-        return _GPU_MASK
-    if random_state is None:
-        random_state = _default_rng
-    if isinstance(random_state, numpy.random.Generator):
-        bit_generator = random_state.bit_generator
-        return ('generator', type(bit_generator), bit_generator.state)
-    if isinstance(random_state, numpy.random.RandomState):
-        return ('random_state', None, random_state.get_state())
-    return ('seed', None, random_state)  # checked when drawn
 
 
 def _draw(ratio, random_state, x):
@@ -186,11 +94,11 @@ def dropout(x, ratio=0.5, random_state=None):
         raise TypeError('{}: ratio must be a number, not {}'.format(op, type(ratio).__name__))
     if not 0 <= ratio < 1:
         raise ValueError('{}: ratio must be in [0, 1), not {}'.format(op, ratio))
-    tape = getattr(_tapes, 'tape', None)
+    tape = _random_tape.current()
     if tape is None:
         mask = _draw(float(ratio), random_state, x)
-    else:
-        mask = tape.draw(float(ratio), random_state, x)
+    else:  # in a checkpointed function: noted, or replayed
+        mask = tape.dropout(float(ratio), random_state, x, _draw, _mask, _default_rng)
     return _args.apply(Dropout(mask), x)
 
 
