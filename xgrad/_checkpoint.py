@@ -13,6 +13,8 @@ higher derivatives, and gradients on several graphs, are those of ``fn``
 itself.
 """
 
+from typing import Any
+
 from xgrad import _core
 from xgrad._errors import GradientError
 from xgrad._random_tape import RandomTape
@@ -93,7 +95,7 @@ class _Checkpoint(_core.FunctionNode):
         return tuple(gxs)
 
 
-def checkpoint(fn, *args):
+def checkpoint(fn, *args) -> Any:
     """``fn(*args)`` without keeping its intermediate arrays: they are
     recomputed when a backward pass needs them (Chainer's ``F.forget``,
     PyTorch's ``torch.utils.checkpoint``).

@@ -58,6 +58,7 @@ outlives it and changes no array.
 """
 
 import weakref
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy
 
@@ -66,6 +67,10 @@ from xgrad._errors import (
     ContextError, DeviceError, DimensionError, DtypeError, GradientError, XgradError)
 
 __all__ = ['vjp', 'jvp', 'jacobian', 'hessian', 'hvp']
+
+# f's outputs, tangents, Jacobians...: one array, or a (nested) tuple of them.
+Arrays = Union[_core.ndarray, Tuple[Any, ...]]
+_Inputs = Union[_core.ndarray, Sequence[_core.ndarray]]
 
 
 # ---------------------------------------------------------------------------
@@ -273,7 +278,8 @@ def _jacobian_of(graph, y, xps, keep_last, differentiable=False):
 # ---------------------------------------------------------------------------
 # The transforms
 
-def vjp(f, *primals, backprop_id=None):
+def vjp(f: Callable[..., Any], *primals: _core.ndarray,
+        backprop_id: Optional[_core.BackpropId] = None) -> Tuple[Arrays, 'VJPFunction']:
     """``(outputs, vjp_fn)``: ``f(*primals)`` and the function that maps
     cotangents (one per output of ``f``, shaped like it; a single array if
     ``f`` returned one) to the vector-Jacobian products, a tuple with one
@@ -296,12 +302,12 @@ def vjp(f, *primals, backprop_id=None):
     except BaseException:
         graph.close()
         raise
-    fn = _VJPFunction(graph, ys, xps, single)
+    fn = VJPFunction(graph, ys, xps, single)
     return (outputs[0] if single else outputs), fn
 
 
-class _VJPFunction:
-    """The ``vjp_fn`` of :func:`vjp`."""
+class VJPFunction:
+    """The ``vjp_fn`` of :func:`vjp` (called with cotangents)."""
 
     def __init__(self, graph, ys, xps, single):
         self._graph = graph
@@ -313,7 +319,8 @@ class _VJPFunction:
             self._finalizer = weakref.finalize(self, _release, graph.context, graph.bp)
             graph.owned = False  # the finalizer releases it
 
-    def __call__(self, cotangents, retain_graph=True):
+    def __call__(self, cotangents: Union[_core.ndarray, Sequence[Optional[_core.ndarray]]],
+                 retain_graph: bool = True) -> Tuple[_core.ndarray, ...]:
         """The vector-Jacobian products for ``cotangents`` (one per output of
         ``f``; None for an output that does not enter), a tuple with one
         array per primal."""
@@ -343,7 +350,8 @@ class _VJPFunction:
         return result
 
 
-def jvp(f, primals, tangents, *, backprop_id=None):
+def jvp(f: Callable[..., Any], primals: _Inputs, tangents: _Inputs, *,
+        backprop_id: Optional[_core.BackpropId] = None) -> Tuple[Arrays, Any]:
     """``(outputs, jvp_out)``: ``f(*primals)`` and the Jacobian-vector
     product ``J t`` for ``tangents`` (one per primal, shaped like it),
     shaped like ``f``'s output (a single array if ``f`` returned one; None
@@ -391,7 +399,8 @@ def _nest(table, single_out, single_in):
     return rows[0] if single_out else tuple(rows)
 
 
-def jacobian(f, *inputs, backprop_id=None):
+def jacobian(f: Callable[..., Any], *inputs: _core.ndarray,
+             backprop_id: Optional[_core.BackpropId] = None) -> Any:
     """The Jacobian of ``f`` at ``inputs``: for output ``y`` and input ``x``
     an array of shape ``y.shape + x.shape``; a tuple over the inputs when
     there are several, nested in a tuple over the outputs when ``f``
@@ -414,7 +423,8 @@ def jacobian(f, *inputs, backprop_id=None):
     return _nest(table, single, len(xs) == 1)
 
 
-def hessian(f, *inputs, backprop_id=None):
+def hessian(f: Callable[..., Any], *inputs: _core.ndarray,
+            backprop_id: Optional[_core.BackpropId] = None) -> Any:
     """The Hessian of ``f`` at ``inputs``: for output ``y`` and inputs
     ``x_j``, ``x_k`` an array of shape ``y.shape + x_j.shape + x_k.shape``
     (the Jacobian of the Jacobian, as ``torch.func.hessian``); nested in
@@ -440,7 +450,8 @@ def hessian(f, *inputs, backprop_id=None):
     return rows[0] if single else tuple(rows)
 
 
-def hvp(f, primals, v, *, backprop_id=None):
+def hvp(f: Callable[..., Any], primals: _Inputs, v: _Inputs, *,
+        backprop_id: Optional[_core.BackpropId] = None) -> Tuple[_core.ndarray, Any]:
     """``(output, hvp)``: ``f(*primals)``, which must be a single-element
     float array, and the Hessian of ``f`` times ``v`` (one vector per primal,
     shaped like it), one array per primal (a single array when ``primals``
