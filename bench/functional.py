@@ -8,6 +8,7 @@
 | ---- | ---- |
 | ``jacobian_mlp`` | the Jacobian (10 x 16) of a small MLP 16-64-10 (tanh) at one input: ``xgrad.functional.jacobian(f, x)`` vs ``torch.func.jacrev(f)(x)`` |
 | ``hvp_mlp_loss`` | a Hessian-vector product of an MLP loss (batch 32, 16-64-10, tanh, softmax cross-entropy) with respect to the first layer's weights: ``xgrad.functional.hvp(loss, W1, v)`` vs torch.func's recommended forward-over-reverse ``jvp(grad(loss), (W1,), (v,))`` |
+| ``hvp_mlp_loss_reverse`` | the same, torch by reverse-over-reverse ``vjp(grad(loss), W1)`` (xgrad's method) |
 | ``jvp_mlp`` | a Jacobian-vector product of the same MLP on the batch with respect to W1: ``xgrad.functional.jvp`` (double-vjp) vs ``torch.func.jvp`` (forward mode) |
 
 float32, the same weights and data in both. Before timing, each result must
@@ -130,6 +131,16 @@ def hvp_torch(torch, d):
     return step
 
 
+def hvp_torch_reverse(torch, d):
+    loss, _ = _torch_loss(torch, d)
+    W1, v = torch.tensor(d['W1']), torch.tensor(d['v'])
+    gradient = torch.func.grad(loss)
+
+    def step():
+        return loss(W1), torch.func.vjp(gradient, W1)[1](v)[0]
+    return step
+
+
 def jvp_xgrad(xgrad, d):
     _, net = _xgrad_loss(xgrad, d)
     W1, v = xgrad.array(d['W1']), xgrad.array(d['v'])
@@ -142,9 +153,19 @@ def jvp_torch(torch, d):
     return lambda: torch.func.jvp(net, (W1,), (v,))
 
 
+NOTES = (
+    "jacobian is reverse mode, one backward pass per output element (10 here), where "
+    "torch.func.jacrev batches the 10 passes into one with vmap. What dominates xgrad's "
+    "time (callgrind, bench/functional.py --profile): the 10 passes, each with "
+    "enable_double_backprop=True only to keep the graph for the next one (xgrad's grad has "
+    "no retain_graph): about 189k instructions per pass where a pass without double "
+    "backprop costs about 97k (the forward about 58k); the rest (seeds, views, ID, stacking) "
+    "is about 12%.")
+
 WORKLOADS = {
     'jacobian_mlp': (jacobian_xgrad, jacobian_torch),
     'hvp_mlp_loss': (hvp_xgrad, hvp_torch),
+    'hvp_mlp_loss_reverse': (hvp_xgrad, hvp_torch_reverse),
     'jvp_mlp': (jvp_xgrad, jvp_torch),
 }
 
@@ -227,6 +248,7 @@ def main(argv=None):
         'versions': {'python': platform.python_version(), 'numpy': numpy.__version__,
                      'torch': torch.__version__, 'xgrad_location': xgrad.__file__},
         'rounds': rounds, 'min_time_s': min_time,
+        'notes': NOTES,
         'workloads': {},
     }
     for name in only:

@@ -32,5 +32,5 @@ def test_checkpoint_bench_runs():
 def test_functional_bench_agrees_with_torch_func():
     proc = _run('functional.py', '--rounds', '1', '--min-time', '0.001')
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name in ('jacobian_mlp', 'hvp_mlp_loss', 'jvp_mlp'):
+    for name in ('jacobian_mlp', 'hvp_mlp_loss', 'hvp_mlp_loss_reverse', 'jvp_mlp'):
         assert name in proc.stdout
