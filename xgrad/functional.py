@@ -197,7 +197,8 @@ class _Graph:
         self.context = context
 
     def mode(self):
-        """The transform's graph records whatever the thread's modes say."""
+        """The transform's graph records even inside the user's
+        ``no_backprop_mode`` (the user's graphs follow the modes)."""
         return _core.force_backprop_mode(self.bp)
 
     def attach(self, xs):
