@@ -54,6 +54,14 @@ BATCH, WIDTH, HIDDEN, CLASSES = 64, 128, 512, 10
 LR = 1e-3
 
 
+MEMORY_MEASURE = (
+    'tracemalloc: peak traced bytes during one step above the traced bytes at its start '
+    '(NumPy data buffers and Python objects; not xgrad\'s C++ graph bookkeeping); median of '
+    '{} steps. Tracing starts after the parameters exist, so start_mib is the previous '
+    'step\'s gradients, and the peak above it is the activations the step keeps for '
+    'backward (the new gradients replace the old ones, cleared after the forward pass)')
+
+
 def block(h, W1, b1, W2):
     return h + xgrad.tanh(h @ W1 + b1) @ W2
 
@@ -162,10 +170,7 @@ def main(argv=None):
                   'step': 'forward, softmax cross-entropy, backward, SGD update',
                   'one_activation_mib': activation,
                   'parameters_mib': sum(q.size for q in params) * 4 / 2 ** 20},
-        'memory_measure': 'tracemalloc: peak traced bytes during one step above the traced '
-                          'bytes at its start (NumPy data buffers and Python objects; not '
-                          'xgrad\'s C++ graph bookkeeping); median of {} steps'.format(
-                              args.mem_rounds),
+        'memory_measure': MEMORY_MEASURE.format(args.mem_rounds),
         'memory': memory,
         'memory_ratio_checkpoint_over_plain': (memory['checkpoint']['peak_above_start_mib'] /
                                                memory['plain']['peak_above_start_mib']),
