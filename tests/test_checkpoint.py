@@ -351,3 +351,20 @@ def test_fn_raising_records_nothing():
     gc.collect()
     assert xgrad._core._live_array_count() == live
     assert getattr(sys.modules['xgrad._random_tape']._local, 'tape', None) is None
+
+
+def test_inside_functional_transforms():
+    rs = numpy.random.RandomState(9)
+    W = _a(rs.randn(3, 3))
+    b = _a(rs.randn(3))
+    x = _a(rs.randn(3))
+
+    def f(ck):
+        def g(v):
+            return xgrad.checkpoint(block, v, W, b) if ck else block(v, W, b)
+        return g
+
+    for transform in (lambda g: xgrad.functional.jacobian(g, x),
+                      lambda g: xgrad.functional.hessian(lambda v: xgrad.sum(g(v) ** 2), x),
+                      lambda g: xgrad.functional.jvp(g, (x,), (b,))[1]):
+        _same([transform(f(True)).to_numpy()], [transform(f(False)).to_numpy()])
