@@ -107,6 +107,7 @@ VARIADIC = {
     'meshgrid': "(*xi, indexing='xy')",
     'tree_lstm': '(*inputs)',
     'fromfunction': "(function, shape, *, dtype=<class 'float'>, device=None, **kwargs)",
+    'checkpoint': '(fn, *args)',
 }
 
 

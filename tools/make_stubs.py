@@ -45,6 +45,8 @@ def _type(annotation):
         return 'ndarray'
     if annotation is None or annotation is type(None):
         return 'None'
+    if annotation is typing.Any:  # what the function returns depends on its arguments
+        return 'Any'
     if annotation in (bool, int, float, str):
         return annotation.__name__
     if annotation is numpy.ndarray:
@@ -120,6 +122,7 @@ def stub_text():
         '',
         'import numpy',
         '',
+        'from xgrad import functional as functional',
         'from xgrad import linalg as linalg',
     ]
     for module in sorted(imports):

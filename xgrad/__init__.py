@@ -30,6 +30,8 @@ from xgrad._ops import *  # NOQA: the op library (every module's __all__)
 from xgrad._ops.registry import OpInfo, Sample, Arg, registered_ops, op_info  # NOQA
 from xgrad import linalg  # NOQA
 from xgrad import random  # NOQA
+from xgrad import functional  # NOQA
+from xgrad._checkpoint import checkpoint  # NOQA
 from xgrad._numpy_fallbacks import (  # NOQA
     copysign, fix, broadcast_arrays, is_available, _to_cupy)
 

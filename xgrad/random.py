@@ -11,6 +11,7 @@ devices they are drawn on the GPU by CuPy's generator of that device.
 import numpy
 
 from xgrad import _core
+from xgrad import _random_tape
 
 __all__ = ['normal', 'uniform', 'standard_normal', 'rand', 'randn', 'randint',
            'random_sample', 'random', 'seed']
@@ -21,6 +22,9 @@ def _draw(name, args, kwargs):
         else _core.get_device(kwargs['device'])
     kwargs = {k: v for k, v in kwargs.items() if k != 'device'}
     if device.is_native:
+        tape = _random_tape.current()
+        if tape is not None:  # in a checkpointed function: noted, or replayed
+            tape.numpy_global()
         return _core._array_of(numpy.asarray(getattr(numpy.random, name)(*args, **kwargs)),
                                device)
     with device.scope():

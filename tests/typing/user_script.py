@@ -40,4 +40,14 @@ if xgrad.is_available():  # bool
     assert a.shape == b.shape == (1, 2, 4, 4) and first is None and len(parts) == 5
     assert c.shape == h.shape == (1, 2) and flag and host.shape == b.shape
     assert len(indices) == 2 and bool(xgrad.all(dst == scores))
+# Function transforms and checkpointing (issue 25)
+v3 = xgrad.ones((3,), xgrad.float64)
+jac = xgrad.functional.jacobian(lambda v: v * v, v3)
+out, vjp_fn = xgrad.functional.vjp(lambda v: v * 2, v3)
+vjps: Tuple[xgrad.ndarray, ...] = vjp_fn(v3)
+out2, tangent_out = xgrad.functional.jvp(lambda v: v * v, (v3,), (v3,))
+value, hv = xgrad.functional.hvp(lambda v: xgrad.sum(v * v), v3, v3)
+value.backward()
+kept: xgrad.ndarray = xgrad.checkpoint(layer, x, w)
+assert jac.shape == (3, 3) and len(vjps) == 1 and kept.shape == (1, 3, 4, 4)
 print(grads[0] is not None, worst < 1e-6, loss.shape)

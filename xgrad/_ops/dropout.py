@@ -8,13 +8,13 @@ in ``x`` given the mask, so every gradient (first, second, ...) is the
 incoming gradient times the same mask.
 """
 
-
 import numpy
 
 from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import OpInfo, Sample, real, register
+from xgrad import _random_tape
 
 __all__ = ['dropout']
 
@@ -53,6 +53,13 @@ def _uniform(random_state, shape):
                         type(random_state).__name__))
 
 
+def _draw(ratio, random_state, x):
+    if random_state is None and not x.device.is_native:
+        return _device_mask(ratio, x)
+    # seeded: the same mask as on the host
+    return _mask(ratio, random_state, x.shape, x.dtype)
+
+
 def _mask(ratio, random_state, shape, dtype):
     """1 / (1 - ratio) where the element is kept, 0 where it is dropped."""
     keep = numpy.asarray(_uniform(random_state, shape) >= ratio)
@@ -87,10 +94,11 @@ def dropout(x, ratio=0.5, random_state=None):
         raise TypeError('{}: ratio must be a number, not {}'.format(op, type(ratio).__name__))
     if not 0 <= ratio < 1:
         raise ValueError('{}: ratio must be in [0, 1), not {}'.format(op, ratio))
-    if random_state is None and not x.device.is_native:
-        mask = _device_mask(float(ratio), x)
-    else:  # seeded: the same mask as on the host
-        mask = _mask(float(ratio), random_state, x.shape, x.dtype)
+    tape = _random_tape.current()
+    if tape is None:
+        mask = _draw(float(ratio), random_state, x)
+    else:  # in a checkpointed function: noted, or replayed
+        mask = tape.dropout(float(ratio), random_state, x, _draw, _mask, _default_rng)
     return _args.apply(Dropout(mask), x)
 
 

@@ -1,0 +1,36 @@
+"""bench/functional.py and bench/checkpoint.py run (issue 25): each checks
+its results before timing (functional against torch.func, checkpoint
+against the plain step), so a quick run is a correctness test too. No
+timing is asserted."""
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(script, *args):
+    path = ROOT / 'bench' / script
+    if not path.exists():
+        pytest.skip('bench/ is not part of this checkout')
+    return subprocess.run([sys.executable, str(path), '--quick'] + list(args),
+                          capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+
+
+def test_checkpoint_bench_runs():
+    proc = _run('checkpoint.py', '--blocks', '3', '--rounds', '1', '--mem-rounds', '1')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'checkpoint / plain: memory' in proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec('torch') is None,
+                    reason='torch is not installed (bench/functional.py compares with it)')
+def test_functional_bench_agrees_with_torch_func():
+    proc = _run('functional.py', '--rounds', '1', '--min-time', '0.001')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ('jacobian_mlp', 'hvp_mlp_loss', 'hvp_mlp_loss_reverse', 'jvp_mlp'):
+        assert name in proc.stdout
