@@ -15,6 +15,7 @@ PACKAGE = ROOT / 'xgrad'
 # Lowest first. A module takes the layer of the longest prefix that names it.
 LAYERS = [
     ('errors', ['xgrad._errors']),
+    ('random state tape', ['xgrad._random_tape']),
     ('kernels and dtypes', ['xgrad._backend', 'xgrad._kernels', 'xgrad._dtypes']),
     ('devices', ['xgrad._device']),
     ('engine: contexts', ['xgrad._context']),

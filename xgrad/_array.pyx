@@ -16,13 +16,12 @@ cimport numpy as cnp
 
 from xgrad._context cimport (
     BackpropId, Context, _resolve_bp, _resolve_device, is_enabled)
-from xgrad._graph cimport ArrayNode, OpNode, shape_is
+from xgrad._graph cimport ArrayNode, OpNode, add_hook, print_graph, shape_is
 from xgrad._dtypes cimport check_inplace, inplace_casts
 
 import numpy
 
 from xgrad._context import anygraph, no_backprop_mode
-from xgrad._graph import HookHandle
 from xgrad._errors import DeviceError, DimensionError, DtypeError, GradientError, XgradError
 from xgrad import _device as _device_module
 
@@ -330,7 +329,8 @@ cdef class ndarray:
     def offset(self):
         """Bytes from ``data_ptr`` to the first element (a view's place in
         the memory it views; 0 for an array that owns its memory)."""
-        return _data_address(self._data) - _data_address(_memory_owner(self._data))
+        owner = _device_module.memory_owner(self._data)
+        return _device_module.data_address(self._data) - _device_module.data_address(owner)
 
     @property
     def device(self):
@@ -352,7 +352,7 @@ cdef class ndarray:
     def data_ptr(self):
         """The address of the memory the data views (ChainerX: the first
         element is at ``data_ptr + offset``)."""
-        return _data_address(_memory_owner(self._data))
+        return _device_module.data_address(_device_module.memory_owner(self._data))
 
     @property
     def data_size(self):
@@ -563,30 +563,8 @@ cdef class ndarray:
         return self._register(hook, backprop_id, True)
 
     def _register(self, hook, backprop_id, bint post):
-        if not callable(hook):
-            raise TypeError('{}(): hook must be callable, not {}'.format(
-                'register_post_accumulate_hook' if post else 'register_hook',
-                type(hook).__name__))
         cdef BackpropId bp = self._valid_bp(backprop_id)
-        cdef ArrayNode node = self._node_on(bp)
-        if node is None:
-            raise XgradError('Cannot register a gradient hook: the array is not on the '
-                             "graph of backprop ID '{}' (require_grad() it, or use an "
-                             'array computed from one that is)'.format(bp.name))
-        if post and node.creator is not None:
-            raise XgradError('register_post_accumulate_hook() takes a leaf: this array '
-                             "was computed by {} on backprop ID '{}'".format(
-                                 type(node.creator).__name__, bp.name))
-        handle = HookHandle(hook, node, post)
-        if post:
-            if node.post_hooks is None:
-                node.post_hooks = []
-            node.post_hooks.append(handle)
-        else:
-            if node.hooks is None:
-                node.hooks = []
-            node.hooks.append(handle)
-        return handle
+        return add_hook(self._node_on(bp), hook, post, bp)
 
     cdef ArrayNode _constant_check(self, BackpropId bp):
         cdef ArrayNode node = self._node_on(bp)
@@ -625,24 +603,7 @@ cdef class ndarray:
     def _debug_dump_computational_graph(self, backprop_id=None):
         """Print this array's graph on ``backprop_id``, outputs first."""
         cdef BackpropId bp = self._valid_bp(backprop_id)
-        cdef ArrayNode node = self._node_on(bp)
-        if node is None:
-            print('(no node on {})'.format(bp.name))
-            return
-        seen = set()
-        stack = [(node, 0)]
-        while stack:
-            n, depth = stack.pop()
-            print('{}{}'.format('  ' * depth, n))
-            creator = (<ArrayNode>n).creator
-            if creator is None or id(creator) in seen:
-                continue
-            seen.add(id(creator))
-            print('{}  <- {}'.format('  ' * depth, creator.name))
-            for i in reversed(range((<OpNode>creator)._n_in)):
-                child = (<OpNode>creator)._input_node((<ArrayNode>n).graph_index, i)
-                if child is not None:
-                    stack.append((child, depth + 2))
+        print_graph(self._node_on(bp), bp)
 
     # -- in-place operations (only on arrays outside every graph) ---------------
 
@@ -1016,23 +977,6 @@ cdef class ndarray:
 
     def repeat(self, repeats, axis=None):
         return _OPS.repeat(self, repeats, axis)
-
-
-def _data_address(data):
-    """The address of raw ``data``'s first element, on the host or a GPU."""
-    interface = getattr(data, '__array_interface__', None)
-    if interface is None:
-        interface = data.__cuda_array_interface__
-    return interface['data'][0]
-
-
-def _memory_owner(data):
-    """The array (NumPy or CuPy) at the root of raw ``data``'s chain of views:
-    the one whose memory ``data`` lies in."""
-    owner = data
-    while isinstance(owner.base, type(data)):
-        owner = owner.base
-    return owner
 
 
 def _fromrawpointer(ptr, shape, dtype, strides, device, offset, base):

@@ -20,7 +20,7 @@ from xgrad._context import (  # NOQA
 from xgrad._graph import ArrayNode, OpNode, HookHandle  # NOQA
 from xgrad._array import (  # NOQA
     ndarray, _live_array_count, _raw_data, _array_of, _fromrawpointer,
-    _unpickle_array, _data_address, _memory_owner, _gradient_mismatch)
+    _unpickle_array, _gradient_mismatch)
 from xgrad._function_node import (  # NOQA
     FunctionNode, apply, apply_to_device, _function_node_forward)
 from xgrad._backward import IndexedGradient, backward, grad  # NOQA

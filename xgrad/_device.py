@@ -178,6 +178,23 @@ def is_broadcast_view(data):
     return any(s == 0 and n > 1 for s, n in zip(data.strides, data.shape))
 
 
+def data_address(data):
+    """The address of raw ``data``'s first element, on the host or a GPU."""
+    interface = getattr(data, '__array_interface__', None)
+    if interface is None:
+        interface = data.__cuda_array_interface__
+    return interface['data'][0]
+
+
+def memory_owner(data):
+    """The array (NumPy or CuPy) at the root of raw ``data``'s chain of views:
+    the one whose memory ``data`` lies in."""
+    owner = data
+    while isinstance(owner.base, type(data)):
+        owner = owner.base
+    return owner
+
+
 def _is_cuda_array(data):
     from xgrad._backend import cuda
     return cuda.is_device_array(data)

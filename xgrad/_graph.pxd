@@ -43,6 +43,10 @@ cdef class OpNode:
     cdef void _unchain_graph(self, int k)
 
 
+cdef object add_hook(ArrayNode node, object hook, bint post, BackpropId bp)
+cdef void print_graph(ArrayNode node, BackpropId bp) except *
+
+
 cdef inline bint shape_is(cnp.ndarray arr, tuple shape):
     """Whether ``arr``'s shape is ``shape`` (a tuple of ints), without
     building its shape tuple."""

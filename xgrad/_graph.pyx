@@ -31,6 +31,8 @@ cimport cython
 from cpython.mem cimport PyMem_Free
 from cpython.ref cimport PyObject, Py_DECREF, Py_REFCNT
 
+from xgrad._errors import XgradError
+
 
 # ---------------------------------------------------------------------------
 # Deferred release: freeing a million-op chain without recursing a million
@@ -118,6 +120,55 @@ class HookHandle:
     def __repr__(self):
         return '<HookHandle of {!r}{}>'.format(
             self.hook, '' if self._node is not None else ' (removed)')
+
+
+cdef object add_hook(ArrayNode node, object hook, bint post, BackpropId bp):
+    """Add a gradient hook (``post``: a post-accumulate hook) to ``node``, an
+    array's node on ``bp`` (None: the array is not on that graph)."""
+    method = 'register_post_accumulate_hook' if post else 'register_hook'
+    if not callable(hook):
+        raise TypeError('{}(): hook must be callable, not {}'.format(
+            method, type(hook).__name__))
+    if node is None:
+        raise XgradError('{}(): the array is not on the graph of backprop ID '
+                         "'{}' (require_grad() it, or use an array computed from one "
+                         'that is)'.format(method, bp.name))
+    if post and node.creator is not None:
+        raise XgradError('{}() takes a leaf: this array was computed by {} on backprop '
+                         "ID '{}'".format(method, type(node.creator).__name__, bp.name))
+    handle = HookHandle(hook, node, post)
+    if post:
+        if node.post_hooks is None:
+            node.post_hooks = []
+        node.post_hooks.append(handle)
+    else:
+        if node.hooks is None:
+            node.hooks = []
+        node.hooks.append(handle)
+    return handle
+
+
+cdef void print_graph(ArrayNode node, BackpropId bp) except *:
+    """Print the graph below ``node`` on ``bp``, outputs first (ChainerX's
+    ``_debug_dump_computational_graph``), without recursion."""
+    if node is None:
+        print('(no node on {})'.format(bp.name))
+        return
+    cdef OpNode creator
+    seen = set()
+    stack = [(node, 0)]
+    while stack:
+        n, depth = stack.pop()
+        print('{}{}'.format('  ' * depth, n))
+        creator = (<ArrayNode>n).creator
+        if creator is None or id(creator) in seen:
+            continue
+        seen.add(id(creator))
+        print('{}  <- {}'.format('  ' * depth, (<object>creator).name))
+        for i in reversed(range(creator._n_in)):
+            child = creator._input_node((<ArrayNode>n).graph_index, i)
+            if child is not None:
+                stack.append((child, depth + 2))
 
 
 # ---------------------------------------------------------------------------
