@@ -59,6 +59,21 @@ def test_remove_takes_the_hook_off_once():
     assert calls == [2]
 
 
+def test_a_registered_hook_makes_no_reference_cycle():
+    import gc
+    gc.collect()
+    gc.disable()
+    try:
+        x = leaf()
+        h = x * 2.0
+        h.register_hook(lambda g: g)
+        x.register_post_accumulate_hook(len)
+        del x, h
+        assert gc.collect() == 0     # freed by reference counting alone
+    finally:
+        gc.enable()
+
+
 def test_hooks_run_in_grad_too():
     x = leaf()
     x.register_hook(lambda g: g + 1)

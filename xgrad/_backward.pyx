@@ -487,7 +487,7 @@ cdef class _BackwardPass:
         (read now, so that a cleargrad() meanwhile counts) plus this pass's;
         recorded for the commit. The node's gradient hooks see this pass's
         gradient first."""
-        if node.hooks is not None:
+        if node.hooks is not None and node.hooks.grad:
             g = self._hooked(node, g)
         if self.input_nodes is not None and node in self.input_nodes:
             self.outcome.record(node, g)
@@ -507,7 +507,7 @@ cdef class _BackwardPass:
         GradientError naming the hook; the pass then rolls back)."""
         value = self._unscaled(g)
         replaced = False
-        for handle in list(node.hooks):
+        for handle in list(node.hooks.grad):
             result = handle.hook(value)
             if result is None:
                 continue
@@ -758,7 +758,7 @@ cdef class _BackwardPass:
         # a hook may start another pass or an all-reduce).
         for i in range(0, len(slots), 3):
             node = <ArrayNode>slots[i]
-            if node.post_hooks is not None and slots[i + 2]:
+            if node.hooks is not None and node.hooks.post and slots[i + 2]:
                 _run_post_hooks(node)
 
     cdef void _prepare(self, ArrayNode node, object value, list slots) except *:
@@ -783,7 +783,7 @@ cdef void _run_post_hooks(ArrayNode node) except *:
     if node._array == NULL:
         return
     array = <object>node._array
-    for handle in list(node.post_hooks):
+    for handle in list(node.hooks.post):
         handle.hook(array)
 
 
@@ -978,8 +978,9 @@ def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
         for i, g in enumerate(grads):
             if g is not None and in_nodes[i] is not None:
                 (<ndarray>ins[i]).set_grad(g, bp)
-                if (<ArrayNode>in_nodes[i]).post_hooks is not None:
-                    _run_post_hooks(<ArrayNode>in_nodes[i])
+                node = <ArrayNode>in_nodes[i]
+                if node.hooks is not None and node.hooks.post:
+                    _run_post_hooks(node)
     return grads
 
 

@@ -44,9 +44,30 @@ cdef class _ThreadState:
 cdef _ThreadState _state()
 cdef void _push_mode(_ThreadState st, _ModeEntry entry)
 cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *
-cdef bint is_enabled(BackpropId bp)
+cdef bint _is_enabled_in_modes(BackpropId bp)
 cdef object _default_device()
 cdef object _resolve_device(device)
 cdef BackpropId _resolve_bp(backprop_id, Context context)
-cdef bint _is_native(object device) except -1
 cdef object device_ns(object device)
+cdef int _learn_device(object device) except -1
+
+# Read by the inline functions below in every module that uses them.
+cdef Py_ssize_t _active_mode_entries   # mode entries pushed, all threads
+cdef object _known_device              # the device _learn_device saw last
+cdef bint _known_is_native
+
+
+cdef inline bint is_enabled(BackpropId bp):
+    """Whether backprop is enabled for ``bp`` in this thread (modes only);
+    while no mode entry exists in any thread (the common case), True
+    without looking at thread state."""
+    if _active_mode_entries == 0:
+        return True
+    return _is_enabled_in_modes(bp)
+
+
+cdef inline bint _is_native(object device) except -1:
+    """``device.is_native``, for the last device asked about at C speed."""
+    if device is not _known_device:
+        _learn_device(device)
+    return _known_is_native

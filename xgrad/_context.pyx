@@ -191,7 +191,7 @@ cdef class _ThreadState:
 cdef object _tls = threading.local()
 # Mode entries pushed in all threads together: while it is 0 (the common
 # case) every graph is enabled and is_enabled need not look at thread state.
-cdef Py_ssize_t _active_mode_entries = 0
+_active_mode_entries = 0
 
 
 cdef _ThreadState _state():
@@ -225,10 +225,9 @@ cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *:
     _active_mode_entries -= 1
 
 
-cdef bint is_enabled(BackpropId bp):
-    """Whether backprop is enabled for ``bp`` in this thread (modes only)."""
-    if _active_mode_entries == 0:
-        return True
+cdef bint _is_enabled_in_modes(BackpropId bp):
+    """is_enabled (_context.pxd) when some thread has a mode entry: this
+    thread's innermost entry that names ``bp`` or its context decides."""
     cdef list modes = _state().modes
     cdef Py_ssize_t i
     cdef _ModeEntry e
@@ -460,8 +459,8 @@ cdef BackpropId _resolve_bp(backprop_id, Context context):
 # The last device whose attributes the hot path asked for, and those
 # attributes: devices are singletons whose ``is_native`` and ``ns`` never
 # change, and the backward loop asks once per op.
-cdef object _known_device = None
-cdef bint _known_is_native = False
+_known_device = None
+_known_is_native = False
 cdef object _known_ns = None
 
 
@@ -474,13 +473,6 @@ cdef int _learn_device(object device) except -1:
     _known_ns = ns
     _known_device = device
     return 0
-
-
-cdef bint _is_native(object device) except -1:
-    """``device.is_native``, for the last device asked about at C speed."""
-    if device is not _known_device:
-        _learn_device(device)
-    return _known_is_native
 
 
 cdef object device_ns(object device):

@@ -1,8 +1,14 @@
 # The op protocol and recording (_function_node.pyx).
+cimport cython
+
 from xgrad._graph cimport OpNode
 from xgrad._array cimport ndarray
 
 
+# Not tracked by the garbage collector: the built-in ops hold no arrays
+# (Python subclasses are tracked through their __dict__). The directive must
+# be here: a subclass of a type of another module is tracked otherwise.
+@cython.no_gc
 cdef class FunctionNode(OpNode):
     cdef bint _applied
     cdef tuple _retain_in_idx

@@ -19,10 +19,17 @@ cdef class ArrayNode:
     cdef object shape
     cdef object dtype
     cdef object device
-    cdef list hooks        # HookHandles of gradient hooks (None: none)
-    cdef list post_hooks   # HookHandles of post-accumulate hooks (None: none)
+    cdef NodeHooks hooks   # None unless a hook was registered on this node
 
 
+@cython.final
+cdef class NodeHooks:
+    cdef list grad   # HookHandles of gradient hooks
+    cdef list post   # HookHandles of post-accumulate hooks
+    cdef object __weakref__
+
+
+@cython.no_gc
 cdef class OpNode:
     cdef tuple _graphs
     cdef Py_ssize_t _n_graphs

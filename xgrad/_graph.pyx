@@ -31,6 +31,8 @@ cimport cython
 from cpython.mem cimport PyMem_Free
 from cpython.ref cimport PyObject, Py_DECREF, Py_REFCNT
 
+import weakref
+
 from xgrad._errors import XgradError
 
 
@@ -92,34 +94,39 @@ cdef class ArrayNode:
             self.shape, self.dtype, self.rank, self.backprop_id)
 
 
+cdef class NodeHooks:
+    """The hooks registered on one array node: one field on the node, None
+    until the first registration (one object for the collector to visit);
+    the pass reads the lists, empty once every hook is removed."""
+
+    def __cinit__(self):
+        self.grad = []
+        self.post = []
+
+
 class HookHandle:
     """What ``ndarray.register_hook`` and ``register_post_accumulate_hook``
     return: ``remove()`` takes the hook off its array's node (once; a second
     call does nothing). The node keeps the handle itself, so the same
-    function registered twice is two hooks, removed one at a time."""
+    function registered twice is two hooks, removed one at a time; the
+    handle refers to the node's hooks weakly (no cycle through the node)."""
 
-    def __init__(self, hook, node, post):
+    def __init__(self, hook, hooks, post):
         self.hook = hook
-        self._node = node
+        self._hooks = weakref.ref(hooks)
         self._post = post
 
     def remove(self):
-        cdef ArrayNode node = self._node
-        if node is None:
-            return
-        self._node = None
-        hooks = node.post_hooks if self._post else node.hooks
-        if hooks is not None and self in hooks:
-            hooks.remove(self)
-            if not hooks:  # none left: the pass checks for None only
-                if self._post:
-                    node.post_hooks = None
-                else:
-                    node.hooks = None
+        cdef NodeHooks hooks = self._hooks() if self._hooks is not None else None
+        self._hooks = None
+        if hooks is not None:
+            registered = hooks.post if self._post else hooks.grad
+            if self in registered:
+                registered.remove(self)
 
     def __repr__(self):
         return '<HookHandle of {!r}{}>'.format(
-            self.hook, '' if self._node is not None else ' (removed)')
+            self.hook, '' if self._hooks is not None else ' (removed)')
 
 
 cdef object add_hook(ArrayNode node, object hook, bint post, BackpropId bp):
@@ -136,15 +143,10 @@ cdef object add_hook(ArrayNode node, object hook, bint post, BackpropId bp):
     if post and node.creator is not None:
         raise XgradError('{}() takes a leaf: this array was computed by {} on backprop '
                          "ID '{}'".format(method, type(node.creator).__name__, bp.name))
-    handle = HookHandle(hook, node, post)
-    if post:
-        if node.post_hooks is None:
-            node.post_hooks = []
-        node.post_hooks.append(handle)
-    else:
-        if node.hooks is None:
-            node.hooks = []
-        node.hooks.append(handle)
+    if node.hooks is None:
+        node.hooks = NodeHooks.__new__(NodeHooks)
+    handle = HookHandle(hook, node.hooks, post)
+    (node.hooks.post if post else node.hooks.grad).append(handle)
     return handle
 
 
