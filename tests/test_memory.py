@@ -3,7 +3,7 @@
 xgrad's graph objects (ndarray, ArrayNode, FunctionNode) are ``no_gc`` types:
 the garbage collector cannot see them, so a reference cycle through them would
 never be collected. The engine avoids cycles by design (see the ownership notes
-at the top of xgrad/_core.pyx); these tests hold it to that:
+at the top of xgrad/_graph.pyx); these tests hold it to that:
 
 * a training step (forward, backward, double backprop) leaves nothing for the
   garbage collector, and every array and op it made is gone by reference

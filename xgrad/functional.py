@@ -115,6 +115,18 @@ def _as_tuple(value, label, what):
                     '{}'.format(what, label, type(value).__name__))
 
 
+def _primals_and_vectors(f, primals, vectors, label, what):
+    """jvp's and hvp's arguments checked: ``(primals, vectors, single)``,
+    one vector per primal and like it; ``single``: one primal was given
+    as an array, not a sequence."""
+    _check_callable(f, what)
+    xs, single = _as_tuple(primals, 'primals', what)
+    xs = _check_primals(xs, 'primals', what)
+    vs, _ = _as_tuple(vectors, label, what)
+    _check_like(vs, xs, label, 'primals', what)
+    return xs, vs, single
+
+
 def _check_like(values, refs, label, ref_label, what, allow_none=False):
     """Each of ``values`` matches its ``refs`` entry in shape, dtype and
     device (count: GradientError; type: TypeError; shape: DimensionError;
@@ -360,11 +372,7 @@ def jvp(f: Callable[..., Any], primals: _Inputs, tangents: _Inputs, *,
     arrays, or one array each. Computed by the double-vjp trick (module
     docstring)."""
     what = 'jvp'
-    _check_callable(f, what)
-    xs, _ = _as_tuple(primals, 'primals', what)
-    xs = _check_primals(xs, 'primals', what)
-    ts, _ = _as_tuple(tangents, 'tangents', what)
-    _check_like(ts, xs, 'tangents', 'primals', what)
+    xs, ts, _ = _primals_and_vectors(f, primals, tangents, 'tangents', what)
     graph = _Graph(xs, backprop_id, what)
     try:
         with graph.mode():
@@ -459,11 +467,7 @@ def hvp(f: Callable[..., Any], primals: _Inputs, v: _Inputs, *,
     is one array). Two backward passes: the gradient with double backprop,
     then its vector-Jacobian product with ``v``."""
     what = 'hvp'
-    _check_callable(f, what)
-    xs, single_in = _as_tuple(primals, 'primals', what)
-    xs = _check_primals(xs, 'primals', what)
-    vs, _ = _as_tuple(v, 'v', what)
-    _check_like(vs, xs, 'v', 'primals', what)
+    xs, vs, single_in = _primals_and_vectors(f, primals, v, 'v', what)
     graph = _Graph(xs, backprop_id, what)
     try:
         with graph.mode():

@@ -1,5 +1,5 @@
 """NumPy's dispatch protocols on xgrad arrays (``ndarray.__array_ufunc__`` and
-``__array_function__`` in ``_core.pyx`` call the two functions here).
+``__array_function__`` in ``_array.pyx`` call the two functions here).
 
 Without them, ``numpy.float32(0.5) * w``, ``numpy.ones(3) + a`` or
 ``numpy.tanh(a)`` would convert ``a`` with ``__array__`` and return a plain
