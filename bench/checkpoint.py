@@ -21,7 +21,7 @@ must agree (rtol 1e-5).
 Time: one thread (``OMP_NUM_THREADS`` etc. = 1), the variants alternating,
 one sample each per round (bench/_timing.py), tracemalloc off; the
 checkpointed step's median time over the plain one's, and the median of
-the per-round ratios. Results: ``bench/results/checkpoint_memory.json``.
+the per-round ratios. Results: ``bench/results/checkpoint_memory_DATE.json``.
 """
 
 import os
@@ -49,7 +49,9 @@ import _machine  # noqa: E402
 import _timing  # noqa: E402
 import xgrad  # noqa: E402
 
-DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'checkpoint_memory.json')
+# Named by what it measures and the day it ran (bench/results/README.md).
+DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'checkpoint_memory_{}.json'.format(
+    datetime.date.today().isoformat()))
 BATCH, WIDTH, HIDDEN, CLASSES = 64, 128, 512, 10
 LR = 1e-3
 

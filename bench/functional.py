@@ -18,7 +18,7 @@ to 1 before NumPy and torch are imported, and ``torch.set_num_threads(1)``.
 Timing: the two take turns, one sample each per round, the first alternating
 (bench/_timing.py); reported are the medians, the ratio of the medians
 (xgrad / torch) and the median of the per-round (paired) ratios. Results go
-to ``bench/results/functional_vs_torch_func.json`` (full runs).
+to ``bench/results/functional_vs_torch_func_DATE.json`` (full runs).
 """
 
 import os
@@ -43,7 +43,9 @@ sys.path.insert(0, _ROOT)  # this checkout's xgrad (an in-place build), not an i
 import _machine  # noqa: E402
 import _timing  # noqa: E402
 
-DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'functional_vs_torch_func.json')
+# Named by what it measures and the day it ran (bench/results/README.md).
+DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'functional_vs_torch_func_{}.json'.format(
+    datetime.date.today().isoformat()))
 RTOL, ATOL_SCALE = 1e-4, 1e-5
 
 

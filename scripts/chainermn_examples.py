@@ -6,7 +6,7 @@ on synthetic MNIST-shaped data (nothing is downloaded).
 
     python scripts/chainermn_examples.py CHAINER_TREE [--ranks 1,2,3] [--venv DIR]
         [--train-size 6000] [--test-size 1000] [--epoch 2] [--unit 1000]
-        [--json bench/results/chainermn_mnist.json] [--timeout 900]
+        [--json bench/results/chainermn_mnist_2026-12-03.json] [--timeout 900]
 
 Every rank runs the example through ``python -m xgrad.chainerx_compat``
 (``mpiexec -n N``; the venv is scripts/chainermn_tests.py's: Chainer 7.8.1,
