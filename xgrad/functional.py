@@ -57,12 +57,13 @@ differs from its primal's (or output's). A failed call records nothing that
 outlives it and changes no array.
 """
 
+import contextlib
 import weakref
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy
 
-from xgrad import _core
+from xgrad import _core, _ops
 from xgrad._errors import (
     ContextError, DeviceError, DimensionError, DtypeError, GradientError, XgradError)
 
@@ -213,6 +214,16 @@ class _Graph:
         ``no_backprop_mode`` (the user's graphs follow the modes)."""
         return _core.force_backprop_mode(self.bp)
 
+    @contextlib.contextmanager
+    def recording(self):
+        """``mode()`` for the transform's whole computation, and the graph
+        released at the end, also on an error."""
+        try:
+            with self.mode():
+                yield
+        finally:
+            self.close()
+
     def attach(self, xs):
         """Fresh views of ``xs``, grad-required on the transform's graph (the
         views keep the primals' other graphs)."""
@@ -240,7 +251,6 @@ class _Graph:
 
 
 def _zeros(shape, dtype, device):
-    from xgrad import _ops
     return _ops.zeros(shape, dtype, device=device)
 
 
@@ -258,7 +268,6 @@ def _jacobian_of(graph, y, xps, keep_last, differentiable=False):
     ``differentiable``: the result is differentiated again on ``graph``
     (``hessian``), so it is assembled by recorded ops; otherwise, where no
     row is on any other graph, the rows are stacked as raw data (no op)."""
-    from xgrad import _ops
     m = y.size
     if m == 0:
         return [_zeros(y.shape + x.shape, x.dtype, x.device) for x in xps]
@@ -374,28 +383,25 @@ def jvp(f: Callable[..., Any], primals: _Inputs, tangents: _Inputs, *,
     what = 'jvp'
     xs, ts, _ = _primals_and_vectors(f, primals, tangents, 'tangents', what)
     graph = _Graph(xs, backprop_id, what)
-    try:
-        with graph.mode():
-            xps = graph.attach(xs)
-            ys, single = _outputs(f(*xps), f, what)
-            floats = [j for j, y in enumerate(ys) if y.dtype.kind == 'f']
-            us = [_zeros(ys[j].shape, ys[j].dtype, ys[j].device) for j in floats]
-            for u in us:
-                u.require_grad(graph.bp)
-            jv = [None] * len(ys)
-            if floats:
-                gs = graph.grad([ys[j] for j in floats], xps, us, keep=True)
-                pairs = [(g, t) for g, t in zip(gs, ts) if g is not None]
-                if pairs:
-                    dus = graph.grad([g for g, _ in pairs], us, [t for _, t in pairs],
-                                     keep=False)
-                else:
-                    dus = [None] * len(us)
-                for j, du in zip(floats, _filled(dus, us)):
-                    jv[j] = graph.detach(du)
-            outputs = tuple(graph.detach(y) for y in ys)
-    finally:
-        graph.close()
+    with graph.recording():
+        xps = graph.attach(xs)
+        ys, single = _outputs(f(*xps), f, what)
+        floats = [j for j, y in enumerate(ys) if y.dtype.kind == 'f']
+        us = [_zeros(ys[j].shape, ys[j].dtype, ys[j].device) for j in floats]
+        for u in us:
+            u.require_grad(graph.bp)
+        jv = [None] * len(ys)
+        if floats:
+            gs = graph.grad([ys[j] for j in floats], xps, us, keep=True)
+            pairs = [(g, t) for g, t in zip(gs, ts) if g is not None]
+            if pairs:
+                dus = graph.grad([g for g, _ in pairs], us, [t for _, t in pairs],
+                                 keep=False)
+            else:
+                dus = [None] * len(us)
+            for j, du in zip(floats, _filled(dus, us)):
+                jv[j] = graph.detach(du)
+        outputs = tuple(graph.detach(y) for y in ys)
     if single:
         return outputs[0], jv[0]
     return outputs, tuple(jv)
@@ -419,16 +425,13 @@ def jacobian(f: Callable[..., Any], *inputs: _core.ndarray,
     _check_callable(f, what)
     xs = _check_primals(inputs, 'inputs', what)
     graph = _Graph(xs, backprop_id, what)
-    try:
-        with graph.mode():
-            xps = graph.attach(xs)
-            ys, single = _outputs(f(*xps), f, what, float_only=True)
-            table = []
-            for i, y in enumerate(ys):
-                js = _jacobian_of(graph, y, xps, keep_last=i < len(ys) - 1)
-                table.append([graph.detach(j) for j in js])
-    finally:
-        graph.close()
+    with graph.recording():
+        xps = graph.attach(xs)
+        ys, single = _outputs(f(*xps), f, what, float_only=True)
+        table = []
+        for i, y in enumerate(ys):
+            js = _jacobian_of(graph, y, xps, keep_last=i < len(ys) - 1)
+            table.append([graph.detach(j) for j in js])
     return _nest(table, single, len(xs) == 1)
 
 
@@ -443,17 +446,14 @@ def hessian(f: Callable[..., Any], *inputs: _core.ndarray,
     _check_callable(f, what)
     xs = _check_primals(inputs, 'inputs', what)
     graph = _Graph(xs, backprop_id, what)
-    try:
-        with graph.mode():
-            xps = graph.attach(xs)
-            ys, single = _outputs(f(*xps), f, what, float_only=True)
-            table = []
-            for y in ys:
-                first = _jacobian_of(graph, y, xps, keep_last=True, differentiable=True)
-                table.append([[graph.detach(h) for h in _jacobian_of(graph, j, xps, True)]
-                              for j in first])
-    finally:
-        graph.close()
+    with graph.recording():
+        xps = graph.attach(xs)
+        ys, single = _outputs(f(*xps), f, what, float_only=True)
+        table = []
+        for y in ys:
+            first = _jacobian_of(graph, y, xps, keep_last=True, differentiable=True)
+            table.append([[graph.detach(h) for h in _jacobian_of(graph, j, xps, True)]
+                          for j in first])
     single_in = len(xs) == 1
     rows = [t[0][0] if single_in else tuple(tuple(r) for r in t) for t in table]
     return rows[0] if single else tuple(rows)
@@ -469,31 +469,27 @@ def hvp(f: Callable[..., Any], primals: _Inputs, v: _Inputs, *,
     what = 'hvp'
     xs, vs, single_in = _primals_and_vectors(f, primals, v, 'v', what)
     graph = _Graph(xs, backprop_id, what)
-    try:
-        with graph.mode():
-            xps = graph.attach(xs)
-            ys, single = _outputs(f(*xps), f, what, float_only=True)
-            if not single or ys[0].size != 1:
-                raise DimensionError(
-                    'hvp: f ({}) must return one single-element array, not {}'.format(
-                        _name(f), 'a tuple/list of {} arrays'.format(len(ys)) if not single
-                        else 'an array of shape {}'.format(ys[0].shape)))
-            y = ys[0]
-            gs = graph.grad([y], xps, [_ones_like(y)], keep=True)
-            pairs = [(g, w) for g, w in zip(gs, vs) if g is not None]
-            if pairs:
-                hs = graph.grad([g for g, _ in pairs], xps, [w for _, w in pairs],
-                                keep=False)
-            else:
-                hs = [None] * len(xps)
-            hs = tuple(graph.detach(h) for h in _filled(hs, xps))
-            output = graph.detach(y)
-    finally:
-        graph.close()
+    with graph.recording():
+        xps = graph.attach(xs)
+        ys, single = _outputs(f(*xps), f, what, float_only=True)
+        if not single or ys[0].size != 1:
+            raise DimensionError(
+                'hvp: f ({}) must return one single-element array, not {}'.format(
+                    _name(f), 'a tuple/list of {} arrays'.format(len(ys)) if not single
+                    else 'an array of shape {}'.format(ys[0].shape)))
+        y = ys[0]
+        gs = graph.grad([y], xps, [_ones_like(y)], keep=True)
+        pairs = [(g, w) for g, w in zip(gs, vs) if g is not None]
+        if pairs:
+            hs = graph.grad([g for g, _ in pairs], xps, [w for _, w in pairs],
+                            keep=False)
+        else:
+            hs = [None] * len(xps)
+        hs = tuple(graph.detach(h) for h in _filled(hs, xps))
+        output = graph.detach(y)
     return output, (hs[0] if single_in else hs)
 
 
 def _ones_like(y):
-    from xgrad import _ops
     return _ops.ones(y.shape, y.dtype, device=y.device)
 
