@@ -744,7 +744,6 @@ cdef class _BackwardPass:
         cdef list slots = []
         cdef list finals
         cdef Py_ssize_t i
-        cdef ArrayNode node
         with _commit_lock:
             # What is left has no creator to process: leaves (and grad inputs).
             for node_obj, value in list(self.table.acc.items()):
@@ -757,9 +756,8 @@ cdef class _BackwardPass:
         # Post-accumulate hooks, once every slot is written (outside the lock:
         # a hook may start another pass or an all-reduce).
         for i in range(0, len(slots), 3):
-            node = <ArrayNode>slots[i]
-            if node.hooks is not None and node.hooks.post and slots[i + 2]:
-                _run_post_hooks(node)
+            if slots[i + 2]:
+                _run_post_hooks(<ArrayNode>slots[i])
 
     cdef void _prepare(self, ArrayNode node, object value, list slots) except *:
         """The value a node's slot gets at commit (grad() inputs: its result)."""
@@ -779,8 +777,9 @@ cdef class _BackwardPass:
 
 
 cdef void _run_post_hooks(ArrayNode node) except *:
-    """Call the post-accumulate hooks of a leaf whose gradient was stored."""
-    if node._array == NULL:
+    """Call the post-accumulate hooks (if any) of a node whose gradient was
+    stored."""
+    if node.hooks is None or not node.hooks.post or node._array == NULL:
         return
     array = <object>node._array
     for handle in list(node.hooks.post):
@@ -887,8 +886,8 @@ def backward(*args, **kwargs):
               kwargs.get('loss_scale'))
 
 
-cdef _backward(outputs, backprop_id, bint double, grad_outputs, bint retain_grad,
-               loss_scale):
+cpdef _backward(outputs, backprop_id, bint double, grad_outputs, bint retain_grad,
+                loss_scale):
     cdef tuple outs = _as_array_tuple(outputs, 'outputs')
     if not outs:
         return
@@ -978,17 +977,8 @@ def grad(outputs, inputs, backprop_id=None, enable_double_backprop=False,
         for i, g in enumerate(grads):
             if g is not None and in_nodes[i] is not None:
                 (<ndarray>ins[i]).set_grad(g, bp)
-                node = <ArrayNode>in_nodes[i]
-                if node.hooks is not None and node.hooks.post:
-                    _run_post_hooks(node)
+                _run_post_hooks(<ArrayNode>in_nodes[i])
     return grads
 
 
-def _array_backward(outputs, backprop_id, enable_double_backprop, grad_outputs,
-                    retain_grad, loss_scale):
-    """What ``ndarray.backward`` calls (installed into xgrad._array)."""
-    _backward(outputs, backprop_id, enable_double_backprop, grad_outputs, retain_grad,
-              loss_scale)
-
-
-_install_backward(_array_backward)
+_install_backward(_backward)  # what ndarray.backward calls
