@@ -102,3 +102,16 @@ def measure(steps, rounds, min_time, warmup, warmup_time=0.0, pause=0.0):
             timing = timings[name]
             timing.samples.append(_sample(steps[name], timing.number) / timing.number)
     return timings
+
+
+def versus(timings, ours='xgrad', theirs='torch'):
+    """The side-by-side summary of ``measure``'s result for two steps: each
+    median and spread in microseconds, the ratio of medians and the median
+    of the per-round ratios (the pairs share each round's machine load)."""
+    paired = [a / b for a, b in zip(timings[ours].samples, timings[theirs].samples)]
+    return {
+        'time_us': {n: t.median * 1e6 for n, t in timings.items()},
+        'spread_us': {n: t.summary_us() for n, t in timings.items()},
+        'ratio': timings[ours].median / timings[theirs].median,
+        'paired_ratio': statistics.median(paired),
+    }

@@ -30,7 +30,6 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 
 import numpy  # noqa: E402
@@ -259,14 +258,7 @@ def main(argv=None):
         steps = {'xgrad': build_x(xgrad, d), 'torch': build_t(torch, d)}
         worst = check(name, steps['xgrad'], steps['torch'])
         timings = time_pair(steps, rounds, min_time)
-        paired = [a / b for a, b in zip(timings['xgrad'].samples, timings['torch'].samples)]
-        res = {
-            'time_us': {n: t.median * 1e6 for n, t in timings.items()},
-            'spread_us': {n: t.summary_us() for n, t in timings.items()},
-            'ratio': timings['xgrad'].median / timings['torch'].median,
-            'paired_ratio': statistics.median(paired),
-            'max_error_fraction_of_tolerance': worst,
-        }
+        res = dict(_timing.versus(timings), max_error_fraction_of_tolerance=worst)
         result['workloads'][name] = res
         print('{:14s} xgrad {:9.1f} us  torch {:9.1f} us  ratio {:.2f} (paired {:.2f})'.format(
             name, res['time_us']['xgrad'], res['time_us']['torch'], res['ratio'],

@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -389,14 +388,7 @@ def run_configuration(args):
         steps = {'xgrad': build_x(xgrad, data), 'torch': build_t(torch, data)}
         worst = check(name, steps['xgrad'], steps['torch'])
         timings = time_pair(steps, settings)
-        paired = [a / b for a, b in zip(timings['xgrad'].samples, timings['torch'].samples)]
-        res = {
-            'time_us': {n: t.median * 1e6 for n, t in timings.items()},
-            'spread_us': {n: t.summary_us() for n, t in timings.items()},
-            'ratio': timings['xgrad'].median / timings['torch'].median,
-            'paired_ratio': statistics.median(paired),
-            'max_error_fraction_of_tolerance': worst,
-        }
+        res = dict(_timing.versus(timings), max_error_fraction_of_tolerance=worst)
         out['workloads'][name] = res
         print('  {:10s} threads={:7s} xgrad {:9.1f} us  torch {:9.1f} us  ratio {:.2f} '
               '(paired {:.2f})'.format(name, str(out['threads']), res['time_us']['xgrad'],
