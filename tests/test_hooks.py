@@ -203,3 +203,70 @@ def test_post_accumulate_hook_is_not_called_when_the_pass_fails():
     with pytest.raises(ZeroDivisionError):
         xgrad.sum(h).backward()
     assert calls == [] and w.grad is None
+
+
+class _Marker(xgrad.FunctionNode):
+    """Identity whose backward writes 'marker' into a shared log."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def forward(self, inputs):
+        return inputs[0].copy(),
+
+    def backward(self, target_input_indexes, grad_outputs):
+        self.log.append('marker')
+        return grad_outputs[0],
+
+
+def test_a_leaf_hook_runs_as_soon_as_its_gradient_is_complete():
+    # loss = sum(w2 * marker(w1 * x)): w2's only consumer runs first, so its
+    # hook runs before the marker's backward; w1's after it.
+    log = []
+    x = xgrad.array(X.copy())
+    w1, w2 = leaf(), leaf()
+    w1.register_hook(lambda g: log.append('w1'))
+    w2.register_hook(lambda g: log.append(('w2', g.to_numpy().copy())))
+    h, = _Marker(log).apply((w1 * x,))
+    xgrad.sum(w2 * h).backward()
+    assert [e if isinstance(e, str) else e[0] for e in log] == ['w2', 'marker', 'w1']
+    assert_allclose(log[0][1], X * X)
+    assert_allclose(w2.grad.to_numpy(), X * X)
+    assert_allclose(w1.grad.to_numpy(), X * X)
+
+
+def test_a_leaf_used_by_several_ops_waits_for_all_of_them():
+    log = []
+    w = leaf()
+    w.register_hook(lambda g: log.append(('w', g.to_numpy().copy())))
+    h, = _Marker(log).apply((w * 2.0,))
+    xgrad.sum(w * h + w).backward()     # d/dw (2 w^2 + w) = 4w + 1
+    assert [e if isinstance(e, str) else e[0] for e in log] == ['marker', 'w']
+    assert_allclose(log[1][1], 4 * X + 1)
+    assert_allclose(w.grad.to_numpy(), 4 * X + 1)
+
+
+def test_a_leaf_hook_whose_pass_fails_later_leaves_nothing_stored():
+    w1, w2 = leaf(), leaf()
+    seen = []
+    w2.register_hook(lambda g: seen.append(1))
+    h = w1 * 2.0
+    h.register_hook(lambda g: 1 / 0)    # runs after w2's hook
+    with pytest.raises(ZeroDivisionError):
+        xgrad.sum(w2 * h).backward()
+    assert seen == [1]
+    assert w1.grad is None and w2.grad is None
+    xgrad.sum(w2 * w1).backward()       # the graph is intact: a new pass works
+    assert_allclose(w2.grad.to_numpy(), X)
+
+
+def test_a_leaf_hook_in_grad_runs_on_the_evaluated_subgraph_only():
+    log = []
+    w1, w2 = leaf(), leaf()
+    w1.register_hook(lambda g: log.append('w1'))
+    w2.register_hook(lambda g: log.append('w2'))
+    y = xgrad.sum(w1 * w2)
+    gw2, = xgrad.grad([y], [w2])
+    assert log == ['w2']
+    assert_allclose(gw2.to_numpy(), X)

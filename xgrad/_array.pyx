@@ -549,8 +549,11 @@ cdef class ndarray:
         before it is passed on or stored. ``hook`` may return a replacement
         (same shape, dtype and device) or None to keep ``g``; in double
         backprop ``g`` is itself on the graph. With ``loss_scale`` the hook
-        sees the unscaled gradient. Returns a handle whose ``remove()``
-        takes the hook off."""
+        sees the unscaled gradient. On a leaf the hook runs as soon as the
+        leaf's gradient for the pass is complete (every op of the pass that
+        consumes it has run), while the pass goes on: what lets an all-reduce
+        of it overlap the rest of backward. Returns a handle whose
+        ``remove()`` takes the hook off."""
         return self._register(hook, backprop_id, False)
 
     def register_post_accumulate_hook(self, hook, backprop_id=None):

@@ -22,7 +22,7 @@ from xgrad._backend cimport native_kernels
 from xgrad._context cimport (
     BackpropId, Context, _ModeEntry, _ThreadState, _state, _push_mode, _pop_mode,
     _resolve_bp, _is_native, is_enabled)
-from xgrad._graph cimport ArrayNode, OpNode, raw_meta_matches
+from xgrad._graph cimport ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks
 from xgrad._array cimport (
     _OPS, ndarray, _wrap, _as_raw_array, _context_of, _has_float_data)
 from xgrad._function_node cimport FunctionNode
@@ -295,6 +295,7 @@ cdef class _BackwardPass:
     cdef dict results       # grad(): input node -> gradient
     cdef set sub_nodes      # grad(): nodes in the evaluated sub-graph
     cdef set sub_ops
+    cdef dict waiting       # hooked leaf -> consuming edges not processed yet
 
     def __init__(self, BackpropId bp, bint double, bint retain_grad, loss_scale):
         self.bp = bp
@@ -363,6 +364,56 @@ cdef class _BackwardPass:
                         if p != NULL:
                             self.sub_nodes.add(<ArrayNode>p)
                     break
+
+    cdef void _count_hooked_leaves(self):
+        """For each leaf with gradient hooks, the edges from ops this pass
+        can process into it: once they are processed, its gradient is final
+        and its hooks run then, while the pass goes on (what lets an
+        all-reduce of it overlap the rest of backward). A leaf whose count
+        never reaches zero (an op got no gradient) is finished at commit."""
+        cdef ArrayNode node, child
+        cdef FunctionNode fn
+        cdef Py_ssize_t i, k
+        self.waiting = {}
+        seen = set()
+        stack = list(self.output_nodes)
+        while stack:
+            node = <ArrayNode>stack.pop()
+            fn = <FunctionNode>node.creator
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            if self.sub_ops is not None and fn not in self.sub_ops:
+                continue
+            k = node.graph_index
+            for i in range(fn._n_in):
+                child = fn._input_node(k, i)
+                if child is None:
+                    continue
+                if child.creator is not None:
+                    stack.append(child)
+                elif child.hooks is not None and child.hooks.grad:
+                    self.waiting[child] = self.waiting.get(child, 0) + 1
+        if not self.waiting:
+            self.waiting = None
+
+    cdef void _finish_hooked_leaves(self, FunctionNode fn, int k) except *:
+        """``fn`` was processed: a hooked leaf it consumed whose every
+        consumer is now done gets its final gradient (and hooks) now."""
+        cdef ArrayNode child
+        cdef Py_ssize_t i
+        for i in range(fn._n_in):
+            child = fn._input_node(k, i)
+            if child is None or child not in self.waiting:
+                continue
+            left = self.waiting[child] - 1
+            if left:
+                self.waiting[child] = left
+                continue
+            del self.waiting[child]
+            g = self.table.pop(child)
+            if g is not None:
+                self._final(child, g)
 
     cdef void _push(self, ArrayNode node):
         cdef FunctionNode fn = <FunctionNode>node.creator
@@ -450,6 +501,8 @@ cdef class _BackwardPass:
             self.input_nodes = set([n for n in in_nodes if n is not None])
             self.results = {}
             self._find_subgraph(in_nodes)
+        if _leaf_grad_hooks:
+            self._count_hooked_leaves()
         for node in list(self.output_nodes):
             self._push(node)
         try:
@@ -467,6 +520,7 @@ cdef class _BackwardPass:
             # After a failure this is the rollback: the table, the outcome
             # and the references to the ops are dropped, nothing else.
             self.heap.clear()
+            self.waiting = None
             self.outcome = None
             self.table = None
             self.pushed = None
@@ -546,6 +600,8 @@ cdef class _BackwardPass:
             targets = _targets(fn, k, self.sub_nodes)
             if targets:
                 self._propagate(fn, k, targets, gys)
+        if self.waiting is not None:
+            self._finish_hooked_leaves(fn, k)
         if not self.double:
             self.outcome.processed(fn, k)
 

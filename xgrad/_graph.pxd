@@ -51,6 +51,10 @@ cdef class OpNode:
 
 
 cdef object add_hook(ArrayNode node, object hook, bint post, BackpropId bp)
+
+# Gradient hooks registered on leaves and not removed (all threads): while 0,
+# a backward pass skips counting the consumers of hooked leaves.
+cdef Py_ssize_t _leaf_grad_hooks
 cdef void print_graph(ArrayNode node, BackpropId bp) except *
 
 

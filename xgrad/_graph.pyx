@@ -104,6 +104,9 @@ cdef class NodeHooks:
         self.post = []
 
 
+_leaf_grad_hooks = 0
+
+
 class HookHandle:
     """What ``ndarray.register_hook`` and ``register_post_accumulate_hook``
     return: ``remove()`` takes the hook off its array's node (once; a second
@@ -111,14 +114,19 @@ class HookHandle:
     function registered twice is two hooks, removed one at a time; the
     handle refers to the node's hooks weakly (no cycle through the node)."""
 
-    def __init__(self, hook, hooks, post):
+    def __init__(self, hook, hooks, post, leaf_grad):
         self.hook = hook
         self._hooks = weakref.ref(hooks)
         self._post = post
+        self._leaf_grad = leaf_grad  # counted in _leaf_grad_hooks
 
     def remove(self):
+        global _leaf_grad_hooks
         cdef NodeHooks hooks = self._hooks() if self._hooks is not None else None
         self._hooks = None
+        if self._leaf_grad:
+            self._leaf_grad = False
+            _leaf_grad_hooks -= 1
         if hooks is not None:
             registered = hooks.post if self._post else hooks.grad
             if self in registered:
@@ -143,9 +151,13 @@ cdef object add_hook(ArrayNode node, object hook, bint post, BackpropId bp):
     if post and node.creator is not None:
         raise XgradError('{}() takes a leaf: this array was computed by {} on backprop '
                          "ID '{}'".format(method, type(node.creator).__name__, bp.name))
+    global _leaf_grad_hooks
     if node.hooks is None:
         node.hooks = NodeHooks.__new__(NodeHooks)
-    handle = HookHandle(hook, node.hooks, post)
+    leaf_grad = not post and node.creator is None
+    if leaf_grad:
+        _leaf_grad_hooks += 1
+    handle = HookHandle(hook, node.hooks, post, leaf_grad)
     (node.hooks.post if post else node.hooks.grad).append(handle)
     return handle
 
