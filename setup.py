@@ -23,6 +23,7 @@ MODULES = [
     'xgrad._graph',
     'xgrad._array',
     'xgrad._function_node',
+    'xgrad._grad_table',
     'xgrad._backward',
     'xgrad._ops._xp',
     'xgrad._ops._op',

@@ -27,6 +27,7 @@ LAYERS = [
     ('engine: graph vertices', ['xgrad._graph']),
     ('engine: arrays', ['xgrad._array']),
     ('engine: recording', ['xgrad._function_node']),
+    ('engine: gradient accumulation', ['xgrad._grad_table']),
     ('engine: backward', ['xgrad._backward']),
     ('engine facade', ['xgrad._core']),
     ('op library', ['xgrad._ops']),
@@ -157,7 +158,8 @@ def test_no_import_cycle():
 
 
 @pytest.mark.parametrize('module', ['xgrad._context', 'xgrad._graph', 'xgrad._array',
-                                    'xgrad._function_node', 'xgrad._backward'])
+                                    'xgrad._function_node', 'xgrad._grad_table',
+                                    'xgrad._backward'])
 def test_engine_modules_are_short_and_say_what_they_own(module):
     path = PACKAGE / (module.split('.')[-1] + '.pyx')
     text = path.read_text()

@@ -108,6 +108,7 @@ VARIADIC = {
     'tree_lstm': '(*inputs)',
     'fromfunction': "(function, shape, *, dtype=<class 'float'>, device=None, **kwargs)",
     'checkpoint': '(fn, *args)',
+    'op_hooks': '(*hooks: object)',
 }
 
 

@@ -27,11 +27,11 @@ STUB = ROOT / 'xgrad' / '__init__.pyi'
 
 # Public names re-exported from a module whose own types mypy reads.
 MODULES = ('xgrad._core', 'xgrad._errors', 'xgrad._device', 'xgrad._ops.registry',
-           'xgrad.testing._checks')
+           'xgrad.testing._checks', 'xgrad.hooks')
 # The engine's modules, whose names the stub takes from xgrad._core (typed by
 # xgrad/_core.pyi), as xgrad/__init__.py does.
 ENGINE = ('xgrad._context', 'xgrad._graph', 'xgrad._array', 'xgrad._function_node',
-          'xgrad._backward')
+          'xgrad._grad_table', 'xgrad._backward')
 
 
 def _type(annotation):

@@ -8,7 +8,7 @@ import numpy as _numpy
 from xgrad._errors import (  # NOQA
     XgradError, ChainerxError, ContextError, BackendError, DeviceError,
     DimensionError, DtypeError, NotImplementedError, IndexError, GradientError,
-    GradientCheckError, BackpropModeError)
+    GradientCheckError, BackpropModeError, AnomalyError)
 from xgrad._core import (  # NOQA
     ndarray, Context, BackpropId, AnyGraph, anygraph, FunctionNode,
     backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,
@@ -32,6 +32,8 @@ from xgrad import linalg  # NOQA
 from xgrad import random  # NOQA
 from xgrad import functional  # NOQA
 from xgrad._checkpoint import checkpoint  # NOQA
+from xgrad import hooks  # NOQA
+from xgrad.hooks import op_hooks, detect_anomaly  # NOQA
 from xgrad._numpy_fallbacks import (  # NOQA
     copysign, fix, broadcast_arrays, is_available, _to_cupy)
 

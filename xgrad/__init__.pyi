@@ -32,6 +32,7 @@ from xgrad._device import (
     Device as Device,
 )
 from xgrad._errors import (
+    AnomalyError as AnomalyError,
     BackendError as BackendError,
     BackpropModeError as BackpropModeError,
     ChainerxError as ChainerxError,
@@ -51,6 +52,10 @@ from xgrad._ops.registry import (
     Sample as Sample,
     op_info as op_info,
     registered_ops as registered_ops,
+)
+from xgrad.hooks import (
+    detect_anomaly as detect_anomaly,
+    op_hooks as op_hooks,
 )
 from xgrad.testing._checks import (
     check_backward as check_backward,

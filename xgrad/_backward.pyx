@@ -21,11 +21,12 @@ cimport numpy as cnp
 from xgrad._backend cimport native_kernels
 from xgrad._context cimport (
     BackpropId, Context, _ModeEntry, _ThreadState, _state, _push_mode, _pop_mode,
-    _resolve_bp, _is_native, is_enabled)
+    _resolve_bp, _is_native, is_enabled, _op_scope_state)
 from xgrad._graph cimport ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks
 from xgrad._array cimport (
     _OPS, ndarray, _wrap, _as_raw_array, _context_of, _has_float_data)
-from xgrad._function_node cimport FunctionNode
+from xgrad._function_node cimport FunctionNode, backward_hooks_pre, backward_hooks_post
+from xgrad._grad_table cimport IndexedGradient, _GradTable
 
 import math
 import operator
@@ -99,100 +100,6 @@ cdef ndarray _view_in_scope(ndarray a):
     if a._has_enabled_node():
         return _OPS.view(a)
     return _wrap(a._data, a._device)
-
-
-@cython.final
-cdef class IndexedGradient:
-    """A raw-path gradient that is zero except ``value`` at ``key``: what a
-    slice's backward returns instead of a full array of zeros. The pass adds
-    ``value`` into the input's accumulated gradient at ``key``, in place when
-    the buffer is its own, so T slices of one array (an RNN's per-step
-    inputs) cost T slice-sized adds, not T full-size arrays. ``key`` must be
-    a basic index (ints, slices, None, Ellipsis: no element twice)."""
-
-    def __cinit__(self, key, value):
-        self.key = key
-        self.value = value
-
-
-@cython.final
-cdef class _GradTable:
-    """Accumulation: the gradient that flowed into each node during one pass
-    (scaled by the loss scale), and nothing else. Gradient slots of arrays are
-    neither read nor written here, so dropping the table undoes it."""
-    cdef dict acc           # ArrayNode -> this pass's gradient
-    # Nodes whose buffer in ``acc`` is ours to add into in place. Membership
-    # counts only while the node is in ``acc``: every store sets or clears it,
-    # and ``pop`` leaves it (a set's deletions leave dummies that make it
-    # resize every few adds).
-    cdef set owned
-
-    def __cinit__(self):
-        self.acc = {}
-        self.owned = set()
-
-    cdef inline void _store(self, ArrayNode node, object g, bint owned):
-        self.acc[node] = g
-        if owned:
-            self.owned.add(node)
-        elif self.owned:
-            self.owned.discard(node)
-
-    cdef void put(self, ArrayNode node, object g, bint owned):
-        self._store(node, g, owned)
-
-    cdef object pop(self, ArrayNode node):
-        """The node's gradient, removed from the table; None if none flowed in."""
-        return self.acc.pop(node, None)
-
-    cdef void _add_on_device(self, ArrayNode node, ndarray old, ndarray g) except *:
-        """``add`` on a GPU: in place into a buffer this pass owns (one
-        kernel), else one kernel into a new buffer the pass then owns."""
-        ns = old._device.ns
-        with old._device.scope():
-            if (node in self.owned and old._data.shape == g._data.shape
-                    and old._data.dtype == g._data.dtype and old._data.flags.c_contiguous):
-                ns.accumulate(old._data, g._data)
-                return
-            total = ns.add(old._data, g._data)
-        self._store(node, _wrap(total, old._device), True)
-
-    cdef void add_at(self, ArrayNode node, IndexedGradient g, object device) except *:
-        """Add ``g`` (zero but at its key) to the node's gradient: in place
-        into a buffer this pass owns, else into a fresh buffer of zeros."""
-        cdef ndarray old
-        cdef PyObject* p = PyDict_GetItem(self.acc, node)
-        if p != NULL:
-            old = <ndarray>p
-            if old._nodes is None and node in self.owned:
-                old._data[g.key] += g.value
-                return
-        full = numpy.zeros(node.shape, node.dtype)
-        full[g.key] = g.value
-        self.add(node, _wrap(full, device), True)
-
-    cdef void add(self, ArrayNode node, ndarray g, bint fresh) except *:
-        """Add ``g`` to the node's gradient; in place into a buffer this pass
-        owns (``fresh``: ``g`` is one) when no graph records the sum."""
-        cdef ndarray old
-        cdef PyObject* p = PyDict_GetItem(self.acc, node)
-        if p == NULL:
-            self._store(node, g, fresh and g._nodes is None)
-            return
-        old = <ndarray>p
-        if old._nodes is None and g._nodes is None:
-            if not _is_native(old._device):
-                self._add_on_device(node, old, g)
-                return
-            if node in self.owned and native_kernels.add_into(old._data, g._data):
-                return
-            if fresh and native_kernels.add_into(g._data, old._data):
-                self._store(node, g, True)
-                return
-            self._store(node, _wrap(_as_raw_array(native_kernels.add(old._data, g._data)),
-                                    old._device), True)
-        else:
-            self._store(node, _OPS.add(old, g), False)
 
 
 # Commits of passes that may write the same gradient slot (a leaf shared by
@@ -610,6 +517,9 @@ cdef class _BackwardPass:
         cdef ArrayNode node
         cdef Py_ssize_t t, u
         cdef bint raw, fresh = False
+        cdef _ThreadState st = _op_scope_state()
+        if st is not None:
+            backward_hooks_pre(st, fn, gys)
         grads = self._call_backward_raw(fn, targets, gys)
         raw = grads is not None
         if not raw:
@@ -621,6 +531,8 @@ cdef class _BackwardPass:
                 raise GradientError(
                     '{}.backward returned {} gradients for {} target inputs'.format(
                         fn.name, len(grads), len(targets)))
+        if st is not None:
+            self._after_backward(st, fn, k, targets, gys, grads)
         for t in range(len(targets)):
             g = grads[t]
             if g is None:
@@ -674,6 +586,26 @@ cdef class _BackwardPass:
                     fn.name))
             self.table.add(node, <ndarray>g, fresh)
             self._push(node)
+
+    cdef void _after_backward(self, _ThreadState st, FunctionNode fn, int k,
+                              tuple targets, tuple gys, tuple grads) except *:
+        """Inside op_hooks/detect_anomaly: the op's gradients as one xgrad
+        array (or None) per input, for the anomaly check and the hooks."""
+        cdef Py_ssize_t t
+        cdef ArrayNode node
+        per_input = [None] * fn._n_in
+        for t in range(len(targets)):
+            g = grads[t]
+            if g is None or isinstance(g, ndarray):
+                per_input[targets[t]] = g
+                continue
+            node = fn._input_node(k, targets[t])
+            if type(g) is IndexedGradient:
+                dense = fn._device.xp.zeros(node.shape, dtype=node.dtype)
+                dense[(<IndexedGradient>g).key] = (<IndexedGradient>g).value
+                g = dense
+            per_input[targets[t]] = _wrap(_as_raw_array(g), fn._device)
+        backward_hooks_post(st, fn, self.bp, gys, tuple(per_input))
 
     cdef object _call_backward_raw(self, FunctionNode fn, tuple targets, tuple gys):
         """The fast path: the op's gradients computed on raw arrays, or None

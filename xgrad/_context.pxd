@@ -39,6 +39,8 @@ cdef class _ThreadState:
     cdef object default_device
     cdef Context default_context
     cdef bint has_context
+    cdef tuple op_hooks    # op hooks active in this thread, outermost first
+    cdef int anomaly       # depth of detect_anomaly() scopes in this thread
 
 
 cdef _ThreadState _state()
@@ -55,6 +57,20 @@ cdef int _learn_device(object device) except -1
 cdef Py_ssize_t _active_mode_entries   # mode entries pushed, all threads
 cdef object _known_device              # the device _learn_device saw last
 cdef bint _known_is_native
+cdef Py_ssize_t _active_op_scopes      # op_hooks/detect_anomaly scopes, all threads
+
+
+cdef inline _ThreadState _op_scope_state():
+    """This thread's state when an op_hooks or detect_anomaly scope is
+    active in it, else None; while none is active in any thread (the common
+    case), None without looking at thread state."""
+    cdef _ThreadState st
+    if _active_op_scopes == 0:
+        return None
+    st = _state()
+    if st.op_hooks or st.anomaly:
+        return st
+    return None
 
 
 cdef inline bint is_enabled(BackpropId bp):

@@ -186,6 +186,8 @@ cdef class _ThreadState:
 
     def __init__(self):
         self.modes = []
+        self.op_hooks = ()
+        self.anomaly = 0
 
 
 cdef object _tls = threading.local()
@@ -223,6 +225,34 @@ cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *:
                 'A backprop mode scope was exited in a thread that did not '
                 'enter it (or exited twice); modes are per thread.')
     _active_mode_entries -= 1
+
+
+# op_hooks() and detect_anomaly() scopes entered in all threads together:
+# while it is 0 an op asks no thread state about hooks (_op_scope_state).
+_active_op_scopes = 0
+
+
+def _enter_op_scope(tuple hooks, bint anomaly):
+    """Enter an op_hooks (``hooks``) or detect_anomaly scope in this thread;
+    returns the token that ``_exit_op_scope`` takes."""
+    global _active_op_scopes
+    cdef _ThreadState st = _state()
+    token = (st, st.op_hooks)
+    st.op_hooks = st.op_hooks + hooks
+    st.anomaly += anomaly
+    _active_op_scopes += 1
+    return token
+
+
+def _exit_op_scope(token, bint anomaly):
+    global _active_op_scopes
+    cdef _ThreadState st = _state()
+    if token[0] is not st:
+        raise XgradError('An op_hooks/detect_anomaly scope was exited in a thread '
+                         'that did not enter it; op hooks are per thread.')
+    st.op_hooks = token[1]
+    st.anomaly -= anomaly
+    _active_op_scopes -= 1
 
 
 cdef bint _is_enabled_in_modes(BackpropId bp):

@@ -23,4 +23,5 @@ from xgrad._array import (  # NOQA
     _unpickle_array, _gradient_mismatch)
 from xgrad._function_node import (  # NOQA
     FunctionNode, apply, apply_to_device, _function_node_forward)
-from xgrad._backward import IndexedGradient, backward, grad  # NOQA
+from xgrad._grad_table import IndexedGradient  # NOQA
+from xgrad._backward import backward, grad  # NOQA

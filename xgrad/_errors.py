@@ -67,3 +67,9 @@ class GradientCheckArgumentError(GradientCheckError, builtins.ValueError):
 
 class BackpropModeError(XgradError):
     """Misuse of backprop modes or scopes."""
+
+
+class AnomalyError(XgradError):
+    """Under ``detect_anomaly()``: an op's backward made NaN or inf from
+    finite output gradients. The message names the op, the input, the
+    backprop ID and where the op's forward was called."""

@@ -10,13 +10,16 @@ from cpython.mem cimport PyMem_Calloc
 from cpython.ref cimport PyObject, Py_INCREF
 cimport numpy as cnp
 
-from xgrad._context cimport BackpropId, Context, _default_device, is_enabled
+from xgrad._context cimport (
+    BackpropId, Context, _ThreadState, _default_device, _op_scope_state, is_enabled)
 from xgrad._graph cimport ArrayNode, OpNode
 from xgrad._array cimport ndarray, _wrap, _has_float_data, _as_raw_array
 
+import traceback
+
 import numpy
 
-from xgrad._errors import DeviceError, XgradError
+from xgrad._errors import AnomalyError, DeviceError, XgradError
 from xgrad._errors import NotImplementedError as XgradNotImplementedError
 from xgrad._errors import IndexError as XgradIndexError
 from xgrad import _device as _device_module
@@ -312,6 +315,9 @@ cpdef tuple apply(FunctionNode fn, inputs):
         raise XgradError('{} has already been applied; a FunctionNode is one '
                          'application'.format(fn.name))
     device = _common_device(xs)
+    cdef _ThreadState st = _op_scope_state()
+    if st is not None:
+        forward_hooks_pre(st, fn, xs)
     raw = tuple([None if x is None else (<ndarray>x)._data for x in xs])
     cdef tuple out_raw
     if device.is_native:
@@ -329,13 +335,84 @@ cpdef tuple apply(FunctionNode fn, inputs):
     cdef tuple outs = tuple([None if o is None else _wrap(_as_raw_array(o), device)
                              for o in out_raw])
     _link(fn, xs, outs, device)
+    if st is not None:
+        forward_hooks_post(st, fn, xs, outs)
     return outs
+
+
+# ---------------------------------------------------------------------------
+# Op hooks and anomaly detection around forward (xgrad.hooks; the pass calls
+# the backward ones). Reached only inside an op_hooks/detect_anomaly scope.
+# ---------------------------------------------------------------------------
+
+cdef void forward_hooks_pre(_ThreadState st, FunctionNode fn, tuple xs) except *:
+    for hook in st.op_hooks:
+        hook.forward_preprocess(fn, xs, None)
+
+
+cdef void forward_hooks_post(_ThreadState st, FunctionNode fn, tuple xs,
+                             tuple outs) except *:
+    if st.anomaly:
+        # The caller's frames: the Cython ones of the engine leave none.
+        fn._forward_stack = traceback.extract_stack()
+    for hook in st.op_hooks:
+        hook.forward_postprocess(fn, xs, outs)
+
+
+cdef void backward_hooks_pre(_ThreadState st, FunctionNode fn, tuple gys) except *:
+    for hook in st.op_hooks:
+        hook.backward_preprocess(fn, gys, None)
+
+
+cdef void backward_hooks_post(_ThreadState st, FunctionNode fn, BackpropId bp,
+                              tuple gys, tuple grads) except *:
+    """``grads``: one xgrad array (or None) per input of ``fn``."""
+    if st.anomaly:
+        _check_anomaly(fn, bp, gys, grads)
+    for hook in st.op_hooks:
+        hook.backward_postprocess(fn, gys, grads)
+
+
+cdef bint _all_finite(object arrays):
+    for a in arrays:
+        if a is not None and not bool((<ndarray>a)._device.xp.isfinite(
+                (<ndarray>a)._data).all()):
+            return False
+    return True
+
+
+cdef void _check_anomaly(FunctionNode fn, BackpropId bp, tuple gys,
+                         tuple grads) except *:
+    """detect_anomaly(): an AnomalyError when ``fn``'s backward made NaN or
+    inf from finite output gradients, with the stack of its forward call.
+    (On a GPU each check reads one boolean on the host.)"""
+    if not _all_finite(gys):
+        return
+    for i, g in enumerate(grads):
+        if g is None or _all_finite((g,)):
+            continue
+        data = (<ndarray>g)._data
+        kind = 'NaN' if bool((<ndarray>g)._device.xp.isnan(data).any()) else 'inf'
+        if fn._forward_stack is None:
+            where = ('Its forward ran outside detect_anomaly(), so no stack was '
+                     'recorded: run the forward inside it too.')
+        else:
+            where = 'Its forward was called from:\n' + ''.join(
+                traceback.format_list(fn._forward_stack))
+        raise AnomalyError(
+            "{} of op {} on backprop ID '{}' is {} although every output gradient "
+            'is finite. {}'.format(
+                'The gradient of input {}'.format(i), fn.name, bp.name, kind, where))
+
 
 
 cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
     """``apply`` for one input and one output, the output on ``device``
     (gradients flow back to ``x``'s device), without the tuple plumbing."""
     cdef object y
+    cdef _ThreadState st = _op_scope_state()
+    if st is not None:
+        forward_hooks_pre(st, fn, (x,))
     if type(x._data) is _NUMPY_NDARRAY:
         y = fn._forward1(x._data)
     else:
@@ -347,6 +424,8 @@ cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):
     fn._applied = True
     if x._nodes is not None:
         _link(fn, (x,), (out,), x._device)
+    if st is not None:
+        forward_hooks_post(st, fn, (x,), (out,))
     return out
 
 
@@ -361,6 +440,9 @@ cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
         raise DeviceError('Operands are on different devices: {} and {}'.format(
             a._device.name, b._device.name))
     cdef object y
+    cdef _ThreadState st = _op_scope_state()
+    if st is not None:
+        forward_hooks_pre(st, fn, (a, b))
     if type(a._data) is _NUMPY_NDARRAY:
         y = fn._forward2(a._data, b._data)
     else:
@@ -372,6 +454,8 @@ cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b):
     fn._applied = True
     if a._nodes is not None or b._nodes is not None:
         _link(fn, (a, b), (out,), a._device)
+    if st is not None:
+        forward_hooks_post(st, fn, (a, b), (out,))
     return out
 
 
@@ -413,4 +497,11 @@ def _function_node_forward(function_node, inputs, outputs,
     fn._retain_in_idx = tuple(input_indexes_to_retain)
     fn._retain_out_idx = tuple(output_indexes_to_retain)
     fn._applied = True
-    _link(fn, xs, outs, _common_device(xs + outs))
+    device = _common_device(xs + outs)
+    # Chainer ran the forward before this call: the op's hooks see it here.
+    cdef _ThreadState st = _op_scope_state()
+    if st is not None:
+        forward_hooks_pre(st, fn, xs)
+    _link(fn, xs, outs, device)
+    if st is not None:
+        forward_hooks_post(st, fn, xs, outs)

@@ -15,7 +15,7 @@ from xgrad._backend.cuda import device_key as _device_key
 
 from xgrad._array cimport ndarray, _wrap
 from xgrad._function_node cimport apply1, apply_to_device
-from xgrad._backward cimport IndexedGradient
+from xgrad._grad_table cimport IndexedGradient
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
 from xgrad._ops.reduction cimport normalize_axes
