@@ -316,8 +316,8 @@ def test_using_device_is_per_thread():
     checked = threading.Event()
 
     def using():
-        with xgrad.using_device('native:1') as device:
-            assert device.name == 'native:1'
+        with xgrad.using_device('native:1') as scope:  # ChainerX's DeviceScope
+            assert scope.device.name == 'native:1'
             inside.set()
             _wait(checked)
             assert xgrad.get_default_device().name == 'native:1'

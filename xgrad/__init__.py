@@ -13,8 +13,10 @@ from xgrad._core import (  # NOQA
     ndarray, Context, BackpropId, AnyGraph, anygraph, FunctionNode,
     backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,
     get_default_context, set_default_context, context_scope,
+    get_global_default_context, set_global_default_context, get_backend,
     get_default_device, set_default_device, using_device,
-    get_device, backward, grad, _function_node_forward)
+    ContextScope, DeviceScope, BackpropScope, NoBackpropMode, ForceBackpropMode,
+    get_device, backward, grad, _function_node_forward, _fromrawpointer)
 from xgrad._device import Backend, Device  # NOQA
 from xgrad._ops import (  # NOQA
     array, asarray, from_numpy, to_numpy, full, zeros, ones, empty, zeros_like,
@@ -39,15 +41,13 @@ from xgrad._numpy_fallbacks import (  # NOQA
 
 __version__ = '0.1.0'
 
-bool_ = _numpy.dtype('bool')
-int8 = _numpy.dtype('int8')
-int16 = _numpy.dtype('int16')
-int32 = _numpy.dtype('int32')
-int64 = _numpy.dtype('int64')
-uint8 = _numpy.dtype('uint8')
-float16 = _numpy.dtype('float16')
-float32 = _numpy.dtype('float32')
-float64 = _numpy.dtype('float64')
+# ChainerX's dtype names are NumPy's scalar types (``xgrad.float32 is
+# numpy.float32``), and ``bool``, ``int`` and ``float`` are Python's, as
+# chainerx/__init__.py imports them; every function taking a dtype takes
+# these, NumPy dtypes and names alike.
+from numpy import (  # NOQA
+    bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
+from builtins import bool, int, float  # NOQA
 all_dtypes = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
 float_dtypes = (float16, float32, float64)
 
@@ -68,3 +68,10 @@ from xgrad.testing._checks import check_backward, check_double_backward  # NOQA
 
 # ChainerX's dtype is NumPy's: ``isinstance(x.dtype, xgrad.dtype)`` holds.
 dtype = _numpy.dtype
+
+
+def _is_debug():
+    """Whether the core is a debug build (ChainerX's ``_is_debug``, which
+    chainerx/__init__.py warns about): never for xgrad, which has no
+    separate debug build."""
+    return False

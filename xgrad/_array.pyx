@@ -393,6 +393,15 @@ cdef class ndarray:
             return data.copy()
         return data
 
+    @property
+    def __array_priority__(self):
+        """100.0, ChainerX's value: above NumPy's (0.0), so that code
+        which compares priorities (NumPy's binary operators for objects
+        without ``__array_ufunc__``, ``numpy.matrix``, masked arrays, CuPy's
+        operators) hands a mixed operation to this array's reflected
+        operator. Read-only, as in ChainerX."""
+        return 100.0
+
     # NumPy meets xgrad arrays: ``numpy.float32(2) * a``, ``numpy.ones(3) + a``
     # and ``numpy.tanh(a)`` all come here. Dispatching to the xgrad op of the
     # same name keeps the graph; anything else raises rather than returning a
@@ -850,6 +859,16 @@ cdef class ndarray:
         if not _known_operand(other):
             return NotImplemented
         return _OPS.remainder(other, self)
+
+    # ChainerX also binds ``%`` under these names (no Python operator calls them).
+    def __remainder__(self, other):
+        return self.__mod__(other)
+
+    def __rremainder__(self, other):
+        return self.__rmod__(other)
+
+    def __iremainder__(self, other):
+        return self.__imod__(other)
 
     def __matmul__(self, other):
         if not _known_operand(other):

@@ -37,8 +37,7 @@ cdef class _ModeEntry:
 cdef class _ThreadState:
     cdef list modes
     cdef object default_device
-    cdef Context default_context
-    cdef bint has_context
+    cdef Context default_context    # None: the global default context
     cdef tuple op_hooks    # op hooks active in this thread, outermost first
     cdef int anomaly       # depth of detect_anomaly() scopes in this thread
 

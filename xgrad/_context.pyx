@@ -169,6 +169,7 @@ class AnyGraph:
 
 anygraph = AnyGraph()
 
+# ChainerX sets it on import (chainerx/__init__.py); None when unset.
 cdef Context _global_default_context = Context()
 
 
@@ -276,40 +277,107 @@ cdef bint _is_enabled_in_modes(BackpropId bp):
 
 
 def get_default_context():
+    """This thread's default context; without one, the global default
+    context (ChainerX's ``GetDefaultContext``). ContextError when neither is
+    set."""
     cdef _ThreadState st = _state()
-    if st.has_context:
-        if st.default_context is None:
-            raise ContextError('No default context is set in this thread.')
+    if st.default_context is not None:
         return st.default_context
+    if _global_default_context is None:
+        raise ContextError('Global default context is not set.')
     return _global_default_context
 
 
+cdef Context _default_context_or_none():
+    """ChainerX's ``GetDefaultContextNoExcept``: this thread's, else the
+    global one, else None."""
+    cdef Context context = _state().default_context
+    return context if context is not None else _global_default_context
+
+
 def set_default_context(context):
+    """Set this thread's default context; None falls back to the global
+    default context. A different context resets this thread's default
+    device (to the new context's ``native:0``), as in ChainerX."""
     if context is not None and not isinstance(context, Context):
         raise TypeError('context must be a Context or None')
     cdef _ThreadState st = _state()
-    st.has_context = True
-    st.default_context = context
+    if st.default_context is not context:
+        st.default_context = context
+        st.default_device = None
 
 
-class context_scope:
-    """``with xgrad.context_scope(ctx):`` makes ``ctx`` this thread's default."""
+def get_global_default_context():
+    """The context every thread without its own default context uses
+    (``chainerx.get_global_default_context``). ContextError when unset."""
+    if _global_default_context is None:
+        raise ContextError('Global default context is not set.')
+    return _global_default_context
 
-    def __init__(self, context):
-        if not isinstance(context, Context):
-            raise TypeError('context must be a Context')
-        self._context = context
+
+def set_global_default_context(context):
+    """Set the context of every thread without its own default context;
+    None unsets it (ChainerX's ``set_global_default_context``). Threads
+    that set a default context, or are inside ``context_scope``, keep it."""
+    global _global_default_context
+    if context is not None and not isinstance(context, Context):
+        raise TypeError('context must be a Context or None')
+    _global_default_context = context
+
+
+def get_backend(str backend_name):
+    """The backend ``backend_name`` (``'native'``, ``'cuda'``) of the default
+    context; BackendError for any other name."""
+    return get_default_context().get_backend(backend_name)
+
+
+def _no_constructor(cls):
+    raise TypeError('{}: No constructor defined! (use {})'.format(
+        cls.__name__, _FACTORY[cls.__name__]))
+
+
+_FACTORY = {'ContextScope': 'xgrad.context_scope(context)',
+            'DeviceScope': 'xgrad.using_device(device)',
+            'BackpropScope': 'xgrad.backprop_scope(name)',
+            'NoBackpropMode': 'xgrad.no_backprop_mode(...)',
+            'ForceBackpropMode': 'xgrad.force_backprop_mode(...)'}
+
+
+cdef class ContextScope:
+    """What ``xgrad.context_scope(context)`` returns. ``__enter__`` makes
+    ``context`` this thread's default context (and so resets the default
+    device) and returns None; ``__exit__`` restores the context and the
+    device that were the defaults before, as ChainerX's ContextScope."""
+    cdef Context _context
+    cdef object _orig_context
+    cdef object _orig_device
+    cdef bint _entered
+
+    def __init__(self, *args, **kwargs):
+        _no_constructor(type(self))
 
     def __enter__(self):
         cdef _ThreadState st = _state()
-        self._saved = (st.has_context, st.default_context)
-        st.has_context = True
-        st.default_context = self._context
-        return self._context
+        self._orig_context = _default_context_or_none()
+        self._orig_device = st.default_device
+        self._entered = True
+        set_default_context(self._context)
 
     def __exit__(self, *exc):
-        cdef _ThreadState st = _state()
-        st.has_context, st.default_context = self._saved
+        if self._entered:
+            self._entered = False
+            set_default_context(self._orig_context)
+            _state().default_device = self._orig_device
+
+
+def context_scope(context):
+    """``with xgrad.context_scope(ctx):`` makes ``ctx`` this thread's default
+    context for the block (the ``as`` target is None, as in ChainerX)."""
+    if not isinstance(context, Context):
+        raise TypeError('context must be a Context')
+    cdef ContextScope scope = ContextScope.__new__(ContextScope)
+    scope._context = context
+    return scope
 
 
 cdef object _default_device():
@@ -323,7 +391,7 @@ def get_default_device():
     return _default_device()
 
 
-def get_device(device, index=None):
+def get_device(device=None, index=None):
     """``xgrad.get_device('native:1')`` / ``get_device('native', 1)``."""
     if device is None and index is None:
         return _default_device()  # ChainerX reads None as the default
@@ -335,24 +403,46 @@ def set_default_device(device):
         get_default_context(), device)
 
 
-class using_device:
-    """``with xgrad.using_device('native:1'):`` sets this thread's default device."""
+cdef class DeviceScope:
+    """What ``xgrad.using_device(device)`` returns. ``__enter__`` makes the
+    device this thread's default (a GPU also becomes CuPy's current device)
+    and returns the scope, whose ``device`` is the device; ``__exit__``
+    restores the previous default, as ChainerX's DeviceScope."""
+    cdef object _device
+    cdef object _orig_device
+    cdef object _cupy_scope
+    cdef bint _entered
 
-    def __init__(self, device, index=None):
-        self._device = _device_module.parse_device(
-            get_default_context(), device, index)
+    def __init__(self, *args, **kwargs):
+        _no_constructor(type(self))
+
+    @property
+    def device(self):
+        return self._device
 
     def __enter__(self):
         cdef _ThreadState st = _state()
-        self._saved = st.default_device
-        self._scope = self._device.scope()  # a GPU becomes CuPy's current device
-        self._scope.__enter__()
+        cupy_scope = self._device.scope()
+        cupy_scope.__enter__()
+        self._cupy_scope = cupy_scope
+        self._orig_device = st.default_device
+        self._entered = True
         st.default_device = self._device
-        return self._device
+        return self
 
     def __exit__(self, *exc):
-        _state().default_device = self._saved
-        self._scope.__exit__(*exc)
+        if self._entered:
+            self._entered = False
+            _state().default_device = self._orig_device
+            self._cupy_scope.__exit__(*exc)
+
+
+def using_device(device, index=None):
+    """``with xgrad.using_device('native:1') as scope:`` sets this thread's
+    default device for the block; ``scope.device`` is the device."""
+    cdef DeviceScope scope = DeviceScope.__new__(DeviceScope)
+    scope._device = _device_module.parse_device(get_default_context(), device, index)
+    return scope
 
 
 cdef object _resolve_device(device):
@@ -402,6 +492,9 @@ cdef _ModeEntry _make_mode_entry(bint enable, arg, context):
 cdef class _BackpropModeScope:
     cdef _ModeEntry entry
 
+    def __init__(self, *args, **kwargs):
+        _no_constructor(type(self))
+
     def __enter__(self):
         if self.entry is not None:
             _push_mode(_state(), self.entry)
@@ -411,16 +504,24 @@ cdef class _BackpropModeScope:
             _pop_mode(_state(), self.entry)
 
 
+cdef class NoBackpropMode(_BackpropModeScope):
+    """What ``xgrad.no_backprop_mode(...)`` returns; ``__enter__`` returns None."""
+
+
+cdef class ForceBackpropMode(_BackpropModeScope):
+    """What ``xgrad.force_backprop_mode(...)`` returns; ``__enter__`` returns None."""
+
+
 def no_backprop_mode(arg=None, context=None):
     """Disable recording for one graph, several, or every graph of a context."""
-    cdef _BackpropModeScope s = _BackpropModeScope.__new__(_BackpropModeScope)
+    cdef _BackpropModeScope s = NoBackpropMode.__new__(NoBackpropMode)
     s.entry = _make_mode_entry(False, arg, context)
     return s
 
 
 def force_backprop_mode(arg=None, context=None):
     """Re-enable recording inside ``no_backprop_mode`` (same arguments)."""
-    cdef _BackpropModeScope s = _BackpropModeScope.__new__(_BackpropModeScope)
+    cdef _BackpropModeScope s = ForceBackpropMode.__new__(ForceBackpropMode)
     s.entry = _make_mode_entry(True, arg, context)
     return s
 
@@ -445,36 +546,51 @@ def is_backprop_required(backprop_id=None, context=None):
     return is_enabled((<Context>context)._default_id)
 
 
-class backprop_scope:
-    """``with xgrad.backprop_scope('name') as bp:`` makes a new graph for the
-    block and releases it at the end."""
+cdef class BackpropScope:
+    """What ``xgrad.backprop_scope(name)`` returns. ``__enter__`` makes a new
+    backprop ID in the context and returns it; ``__exit__`` releases it. One
+    scope enters once: entering it again while inside, or after it exited,
+    raises ChainerxError, as in ChainerX."""
+    cdef str _name
+    cdef Context _context
+    cdef object _state_name
+    cdef BackpropId _bp
 
-    def __init__(self, backprop_name, context=None):
-        if not isinstance(backprop_name, str):
-            raise TypeError('backprop_name must be a str')
-        if context is not None and not isinstance(context, Context):
-            raise TypeError('context must be a Context or None')
-        self._name = backprop_name
-        self._context = context
-        self._state = 'new'
-        self._bp = None
+    def __init__(self, *args, **kwargs):
+        _no_constructor(type(self))
 
     def __enter__(self):
-        if self._state == 'entered':
+        if self._state_name == 'entered':
             raise XgradError('Backprop scope cannot be nested.')
-        if self._state == 'exited':
+        if self._state_name == 'exited':
             raise XgradError('Exited backprop scope cannot be reused.')
-        ctx = self._context if self._context is not None else get_default_context()
-        self._bp = ctx.make_backprop_id(self._name)
-        self._state = 'entered'
+        self._bp = self._context.make_backprop_id(self._name)
+        self._state_name = 'entered'
         return self._bp
 
     def __exit__(self, *exc):
-        self._state = 'exited'
+        self._state_name = 'exited'
+        if self._bp is None:
+            return
         try:
             self._bp.context.release_backprop_id(self._bp)
         except XgradError:
             pass
+
+
+def backprop_scope(backprop_name, context=None):
+    """``with xgrad.backprop_scope('name') as bp:`` makes a new graph for the
+    block and releases it at the end. The context (default: this thread's
+    default) is taken now, as ChainerX does."""
+    if not isinstance(backprop_name, str):
+        raise TypeError('backprop_name must be a str')
+    if context is not None and not isinstance(context, Context):
+        raise TypeError('context must be a Context or None')
+    cdef BackpropScope scope = BackpropScope.__new__(BackpropScope)
+    scope._name = backprop_name
+    scope._context = context if context is not None else get_default_context()
+    scope._state_name = 'new'
+    return scope
 
 
 cdef BackpropId _resolve_bp(backprop_id, Context context):

@@ -16,7 +16,9 @@ from xgrad._context import (  # NOQA
     Context, BackpropId, AnyGraph, anygraph,
     backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,
     get_default_context, set_default_context, context_scope,
-    get_default_device, set_default_device, using_device, get_device)
+    get_global_default_context, set_global_default_context, get_backend,
+    get_default_device, set_default_device, using_device, get_device,
+    ContextScope, DeviceScope, BackpropScope, NoBackpropMode, ForceBackpropMode)
 from xgrad._graph import ArrayNode, OpNode, HookHandle  # NOQA
 from xgrad._array import (  # NOQA
     ndarray, _live_array_count, _raw_data, _array_of, _fromrawpointer,

@@ -83,6 +83,16 @@ class Device:
         from xgrad._backend import cuda
         return cuda.cupy().cuda.Device(self.index)
 
+    def synchronize(self):
+        """Wait until the work queued on this device is done (ChainerX's
+        ``Device.synchronize``): nothing to wait for on a native device, whose
+        ops finish before they return; a cuda device's whole GPU, as CuPy's
+        ``Device.synchronize``."""
+        if self.is_native:
+            return
+        from xgrad._backend import cuda
+        cuda.cupy().cuda.Device(self.index).synchronize()
+
     def __repr__(self):
         return 'native:{}'.format(self.index) if self.backend.name == 'native' \
             else self.name
@@ -91,7 +101,15 @@ class Device:
         return self.name
 
     def __reduce__(self):
-        return (get_device, (self.name,))
+        # As ChainerX: unpickled as the device of that backend and index in
+        # the default context of the unpickling thread.
+        return (_recover_device, (self.backend.name, self.index))
+
+
+def _recover_device(backend_name, device_index):
+    """The device a pickled Device names (ChainerX's ``_device._recover_device``)."""
+    from xgrad._context import get_default_context
+    return get_default_context().get_backend(backend_name).get_device(device_index)
 
 
 def _get_backend(context, name):

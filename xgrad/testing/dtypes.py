@@ -1,7 +1,7 @@
 """The dtype groups ChainerX's tests parametrize over, as dtype names.
 
 ChainerX's ``chainerx.testing`` lists dtypes by name (strings), not as
-``numpy.dtype`` objects as ``xgrad.all_dtypes`` does; tests written for
+NumPy scalar types as ``xgrad.all_dtypes`` does; tests written for
 ChainerX pass these names to ``pytest.mark.parametrize``.
 """
 
