@@ -67,3 +67,9 @@ class GradientCheckArgumentError(GradientCheckError, builtins.ValueError):
 
 class BackpropModeError(XgradError):
     """Misuse of backprop modes or scopes."""
+
+
+class DistributedError(XgradError):
+    """Data-parallel training (``xgrad.distributed``) cannot go on: ranks that
+    disagree on their parameters, a collective that did not complete in
+    time (a rank died or never joined), or arguments it cannot take."""
