@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy
 
 from xgrad._core import ndarray, _raw_data, _array_of
-from xgrad._errors import DistributedError
+from xgrad._errors import DistributedError, XgradError
 from xgrad.distributed import _buckets
 from xgrad.distributed._transport import transport_for
 
@@ -102,18 +102,23 @@ class DataParallel:
                 raise DistributedError('parameter {!r} is the same array as {!r}'.format(
                     name, seen[id(p)]))
             seen[id(p)] = name
+            try:
+                computed = p._is_chained(self._bp)
+            except XgradError:
+                computed = False   # not on that graph at all
+            if computed:
+                raise DistributedError(
+                    'parameter {!r} is not a leaf: it was computed by an op on {}; pass '
+                    'the arrays the computation starts from'.format(name, self._bp_name()))
             if not p.is_grad_required(self._bp):
                 raise DistributedError(
-                    "parameter {!r} does not require grad on backprop ID {!r}: call "
-                    "require_grad() on it first".format(name, self._bp_name(p)))
-            if p._is_chained(self._bp):
-                raise DistributedError(
-                    'parameter {!r} is not a leaf: it was computed by an op on backprop ID '
-                    '{!r}; pass the arrays the computation starts from'.format(
-                        name, self._bp_name(p)))
+                    'parameter {!r} does not require grad on {}: call require_grad() on it '
+                    'first'.format(name, self._bp_name()))
 
-    def _bp_name(self, p):
-        return 'the default' if self._bp is None else getattr(self._bp, 'name', self._bp)
+    def _bp_name(self):
+        if self._bp is None:
+            return 'the default backprop ID'
+        return 'backprop ID {!r}'.format(getattr(self._bp, 'name', self._bp))
 
     def _check_ranks_agree(self) -> None:
         """Collectively compare the ranks' parameter lists (names, shapes,
