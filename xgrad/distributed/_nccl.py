@@ -5,6 +5,8 @@ gradient copies into the buffer), runs on the side stream, and records an
 event there; a request is that event, done when the GPU finished it. CuPy
 comes through xgrad's cuda backend (the CPU stand-in in the tests)."""
 
+import importlib
+
 import numpy
 
 from xgrad._backend.cuda import cupy
@@ -14,7 +16,9 @@ class NCCLTransport:
 
     def __init__(self, comm):
         self._cp = cupy()
-        self._nccl = self._cp.cuda.nccl
+        # (a submodule CuPy may not have imported yet; the stand-in sets it)
+        self._nccl = getattr(self._cp.cuda, 'nccl', None) or importlib.import_module(
+            self._cp.__name__ + '.cuda.nccl')
         self.comm = comm
         self.rank = comm.rank_id()
         self.size = comm.size()
