@@ -238,11 +238,10 @@ class DataParallel:
             self._closed_by_hook = True
 
     def finish(self) -> None:
-        """Close this rank's round: needed only after a backward pass that
-        may have given none of the parameters a gradient (otherwise the
-        first parameter's post-accumulate hook closes it). Call it then on
-        every rank after every backward; a round already closed makes it
-        start no second one."""
+        """Close this rank's round. Needed only when a backward pass may give
+        none of the parameters a gradient on some rank (no post-accumulate
+        hook closes the round there); then call it after every backward, on
+        every rank: where a post hook already closed the round it does nothing."""
         self._check_usable()
         if not self._open and self._closed_by_hook:
             self._closed_by_hook = False
