@@ -18,6 +18,9 @@
 #           half of tests/gpu; the emulated half runs in CPU CI and takes
 #           longer than 420 s); on the dry run they all skip
 #   check   python -m xgrad check --device cuda:0 --no-progress
+#   nccl    bench/nccl_smoke.py: xgrad.distributed on a single-rank
+#           NcclCommunicator, a tiny MLP: averaged == local gradients (its 25 s
+#           came out of check's limit, 120 -> 95 s; the dry run skips it)
 #   bench   bench/gpu.py: elementwise bandwidth as a fraction of the HBM copy
 #           bandwidth, the MLP step on the GPU vs the CPU, the CuPy-only
 #           floor and PyTorch where present
@@ -97,8 +100,9 @@ step info 45 "${RUN[@]}" -m xgrad info
 # (the registry's gradients on the GPU are the next step's, not repeated here)
 step tests 120 "$PY" -m pytest tests/gpu tests/kernels -m cuda -q -p no:cacheprovider \
     --maxfail=20 -o console_output_style=count -k 'not (test_registry_gpu and test_gradients)'
-step check 120 "${RUN[@]}" -m xgrad check --device cuda:0 --no-progress \
+step check 95 "${RUN[@]}" -m xgrad check --device cuda:0 --no-progress \
     ${CHECK_ONLY[@]+"${CHECK_ONLY[@]}"}
+step nccl 25 "${RUN[@]}" bench/nccl_smoke.py
 step bench 60 "${RUN[@]}" bench/gpu.py --out "$TMP/gpu.json"
 if [ -f "$TMP/gpu.json" ]; then
     printf '\n== bench/gpu.py results (JSON)\n' >> "$RESULT"

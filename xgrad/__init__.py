@@ -8,7 +8,7 @@ import numpy as _numpy
 from xgrad._errors import (  # NOQA
     XgradError, ChainerxError, ContextError, BackendError, DeviceError,
     DimensionError, DtypeError, NotImplementedError, IndexError, GradientError,
-    GradientCheckError, BackpropModeError, AnomalyError)
+    GradientCheckError, BackpropModeError, AnomalyError, DistributedError)
 from xgrad._core import (  # NOQA
     ndarray, Context, BackpropId, AnyGraph, anygraph, FunctionNode,
     backprop_scope, no_backprop_mode, force_backprop_mode, is_backprop_required,

@@ -64,6 +64,7 @@ from xgrad._errors import (
     ContextError as ContextError,
     DeviceError as DeviceError,
     DimensionError as DimensionError,
+    DistributedError as DistributedError,
     DtypeError as DtypeError,
     GradientCheckError as GradientCheckError,
     GradientError as GradientError,

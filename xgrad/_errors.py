@@ -73,3 +73,9 @@ class AnomalyError(XgradError):
     """Under ``detect_anomaly()``: an op's backward made NaN or inf from
     finite output gradients. The message names the op, the input, the
     backprop ID and where the op's forward was called."""
+
+
+class DistributedError(XgradError):
+    """Data-parallel training (``xgrad.distributed``) cannot go on: ranks that
+    disagree on their parameters, a collective that did not complete in
+    time (a rank died or never joined), or arguments it cannot take."""
