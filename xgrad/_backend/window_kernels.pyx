@@ -101,6 +101,42 @@ cdef void _fill_same(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
                                 block[oy * w + a] = 0
 
 
+# Planes of at most this many output positions, in rows shorter than 8,
+# take _fill_small (at 8x8 _fill_same is still about 2x faster).
+DEF SMALL_PLANE = 256
+
+
+cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
+                      Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
+                      Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m) noexcept nogil:
+    """``_fill`` for small output planes (2x2-7x7): there a block is a
+    handful of rows of 2-16 elements, and the per-row and per-block calls
+    (memset, memcpy, bounds) cost more than the copy. Here each tap's
+    source offsets (-1: padding) are tabulated once and every sample's
+    block is one gather loop over them (about 3x faster at 4x4)."""
+    cdef Py_ssize_t c, i, j, s, oy, ox, iy, ix, l, n = oh * ow, hw = h * w
+    cdef int tab[SMALL_PLANE]
+    cdef const real* plane
+    cdef real* block
+    for i in range(kh):
+        for j in range(kw):
+            for oy in range(oh):
+                iy = oy * sh + i * dh - ph
+                for ox in range(ow):
+                    ix = ox * sw + j * dw - pw
+                    tab[oy * ow + ox] = <int>(iy * w + ix) if (
+                        0 <= iy < h and 0 <= ix < w) else -1
+            for c in range(c_count):
+                block = out + ((c * kh + i) * kw + j) * m * n
+                plane = x + c * hw
+                for s in range(m):
+                    for l in range(n):
+                        block[l] = plane[tab[l]] if tab[l] >= 0 else 0
+                    block += n
+                    plane += c_count * hw
+
+
 def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple pad,
               tuple dilate, tuple outsize):
     """Fill ``out`` (C, kh, kw, m, oh, ow), C-contiguous, with the windows of
@@ -127,6 +163,15 @@ def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple p
             return False
     cdef void* px = cnp.PyArray_DATA(x)
     cdef void* po = cnp.PyArray_DATA(out)
+    if ow < 8 and oh * ow <= SMALL_PLANE and h * w < (1 << 30):
+        with nogil:
+            if t == cnp.NPY_FLOAT:
+                _fill_small[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw,
+                                   dh, dw, oh, ow, m)
+            else:
+                _fill_small[double](<double*>px, <double*>po, c, h, w, kh, kw, sh, sw, ph, pw,
+                                    dh, dw, oh, ow, m)
+        return True
     if sh == 1 and sw == 1 and dh == 1 and dw == 1 and oh == h and ow == w:
         with nogil:
             if t == cnp.NPY_FLOAT:
