@@ -167,7 +167,7 @@ def build(info, xgrad, torch):
     """{name: step} for ``info`` and the reason torch is left out (or None)."""
     from xgrad._ops.registry import F32, sample_seed
     sample = _sample(info)
-    dtype = F32 if F32 in info.dtypes else (info.dtypes or (F32,))[0]
+    dtype = F32 if F32 in info.dtypes else (info.dtypes or info.int_dtypes or (F32,))[0]
     rs = numpy.random.RandomState(sample_seed('op_overhead', info.name, sample.name))
     data = info.sample_data(sample, dtype, rs)
     grad_inputs = info.differentiable_inputs(sample) if info.differentiable else ()
