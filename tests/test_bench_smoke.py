@@ -23,3 +23,32 @@ def test_every_benchmark_agrees_with_the_numpy_floor():
                  'large_elementwise', 'large_mlp', 'conv', 'batch_norm'):
         assert name in result.stdout
     assert 'ERROR' not in result.stdout
+
+
+def _bench_command(args):
+    script = ROOT / 'bench' / args[0]
+    if not script.exists():
+        import pytest
+        pytest.skip('bench/ is not part of this checkout')
+    pytest = __import__('pytest')
+    pytest.importorskip('torch')
+    return subprocess.run([sys.executable, str(script)] + args[1:], capture_output=True,
+                          text=True, timeout=300, cwd=str(ROOT))
+
+
+def test_conv_sweep_runs_one_point_and_a_pool_point_against_torch():
+    # --limit: one conv point (its gradients are checked against torch's
+    # first), then the pooling points of --quick; writes nothing.
+    result = _bench_command(['conv_sweep.py', '--quick', '--limit', '1', '--rounds', '1',
+                             '--min-time', '0.001'])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"at_or_below_torch"' in result.stdout and 'max_pool' in result.stderr
+
+
+def test_op_overhead_times_registered_ops_against_torch_and_numpy():
+    result = _bench_command(['op_overhead.py', '--only', 'tanh,conv,max_pool', '--rounds', '1',
+                             '--min-time', '0.001'])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ('| tanh |', '| conv |', '| max_pool |'):
+        assert name in result.stdout
+    assert 'ERROR' not in result.stderr

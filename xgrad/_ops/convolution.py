@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
 from xgrad._backend import cuda
-from xgrad._backend.window_kernels import im2col_2d
+from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
@@ -149,13 +149,24 @@ def unpad(apad, geom, spatial):
 # ---------------------------------------------------------------------------
 # Raw kernels (NumPy in, NumPy out)
 
-# Columns are built a few samples at a time into one reused buffer of about
-# this many elements: the matmul then reads them from cache, not memory.
+# Which batch ranges one GEMM takes. Small images (a few hundred positions
+# per sample, the 4x4-16x16 layers of small CNNs) give per-sample or
+# few-sample GEMMs whose N is too narrow for the BLAS to reach its rate, and
+# each chunk costs a Python round; so while the columns of the whole batch
+# stay under _WHOLE_BATCH_ELEMENTS (16 MiB of float32) they are one GEMM (and
+# conv keeps them for its weight gradient). Past that, columns are built a
+# few samples at a time into one buffer of about _CHUNK_ELEMENTS, which the
+# matmul reads from cache, not memory (large images: 32x32 and up, where
+# one sample's GEMM is already wide).
 _CHUNK_ELEMENTS = 1 << 20
+_WHOLE_BATCH_ELEMENTS = 1 << 22
 
 
 def _chunks(n, per_sample):
-    """(lo, hi) batch ranges of about ``_CHUNK_ELEMENTS`` elements each."""
+    """(lo, hi) batch ranges: the whole batch when its columns are at most
+    ``_WHOLE_BATCH_ELEMENTS``, else about ``_CHUNK_ELEMENTS`` each."""
+    if n * per_sample <= _WHOLE_BATCH_ELEMENTS:
+        return [(0, n)] if n else []
     step = max(1, _CHUNK_ELEMENTS // max(1, per_sample))
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
@@ -213,6 +224,31 @@ def _native_column_chunks(x, geom, outsize):
         yield lo, hi, part.reshape(g, c // g * kk, m * ll)
 
 
+def _native_col2im(x, geom):
+    """Whether col2im_2d can add back a 2-D convolution's columns for ``x``
+    (a NumPy array; the columns are built contiguous here)."""
+    return type(x) is numpy.ndarray and x.ndim == 4
+
+
+def _col2im_whole(xm, wt, geom, spatial, shape, work):
+    """conv_transpose by GEMMs over batch ranges + the native col2im: xm
+    (n, g, c/g, L) the input (L positions of ``spatial``), wt (g, o/g *
+    prod(k), c/g) the weights; the output (n, o, oh, ow) of ``shape``. Each range is one GEMM: its samples
+    side by side, (g, c/g, m * L) @, so the columns come out in im2col_2d's
+    layout (o, kh, kw, m, h, w)."""
+    n, g, cg, ll = xm.shape
+    o = shape[1]
+    out = numpy.zeros(shape, work)
+    for lo, hi in _chunks(n, o * _prod(geom.ksize) * ll):
+        m = hi - lo
+        rhs = xm[lo:hi].transpose(1, 2, 0, 3).reshape(g, cg, m * ll)  # a copy unless m == 1
+        cols = numpy.matmul(wt, rhs).reshape((o,) + tuple(geom.ksize) + (m,) + tuple(spatial))
+        if not col2im_2d(cols, out[lo:hi], tuple(geom.ksize), tuple(geom.stride),
+                         tuple(geom.pad), tuple(geom.dilate)):
+            raise RuntimeError('col2im_2d refused {} {}'.format(shape, geom))
+    return out
+
+
 def _col2im_add(out, cols, geom, outsize):
     """Add ``cols`` (N, C, k_1..k_n, l_1..l_n) into the padded ``out``, each
     element where its window tap reads (the adjoint of im2col)."""
@@ -264,17 +300,24 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
+    # the bias, shaped to add to y's chunks as they are written (one pass)
+    bias = None if b is None else b.astype(work, copy=False).reshape(g, o // g, 1)
     chunks = 0
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         chunks += 1
         if hi - lo == 1:
             xp.matmul(wm, cols, out=y[lo])
+            if bias is not None:
+                y[lo] += bias
         else:  # columns are (.., sample, position): put the samples first
             part = xp.matmul(wm, cols).reshape(g, o // g, hi - lo, _prod(outsize))
-            y[lo:hi] = part.transpose(2, 0, 1, 3)
+            if bias is None:
+                y[lo:hi] = part.transpose(2, 0, 1, 3)
+            else:  # the transposing copy and the bias add in one pass
+                xp.add(part.transpose(2, 0, 1, 3), bias, out=y[lo:hi])
     if keep_columns is not None and chunks == 1:  # (one chunk: its buffer is not reused)
         keep_columns.append(cols)
-    return _add_bias(y.reshape((n, o) + tuple(outsize)), b).astype(dtype, copy=False)
+    return y.reshape((n, o) + tuple(outsize)).astype(dtype, copy=False)
 
 
 def conv_transpose_kernel(x, w, b, geom, outsize):
@@ -282,11 +325,20 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     w[c, o, k] * x[n, c, l] to y[n, o, l * s + k * d - p], plus b[o]."""
     n, c, g = x.shape[0], x.shape[1], geom.groups
     o = w.shape[1] * g
-    if all(s == 1 for s in geom.stride) and all(
-            p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate)):
-        # With stride 1 this is conv with the kernel flipped and in/out swapped,
-        # padded by span - 1 - p: im2col + a wide matmul beat a narrow matmul
-        # + col2im (about twice as fast).
+    spatial = x.shape[2:]
+    # Two algorithms, the same GEMM FLOPs; they differ in the columns they
+    # move: (a) with stride 1 this is conv with the kernel flipped and in/out
+    # swapped, padded by span - 1 - p: im2col of x over the output
+    # positions, c * prod(k) * prod(outsize) elements; (b) one GEMM
+    # w^T x gives the columns of the output, o * prod(k) * prod(spatial)
+    # elements, which col2im adds back. Take the one that moves fewer: (a)
+    # for a conv's input gradient when the conv widens the channels (1->16,
+    # 16->32: 2-16x fewer), (b) when it narrows them, and always (b) for
+    # stride > 1 (a would need a dilated x).
+    flip = all(s == 1 for s in geom.stride) and all(
+        p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
+    if flip and not (_native_col2im(x, geom)
+                     and o * _prod(spatial) < c * _prod(outsize)):
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
         flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
         full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
@@ -294,9 +346,12 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
         return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
-    spatial = x.shape[2:]
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
+    if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
+        return _add_bias(_col2im_whole(xm, wt, geom, spatial, (n, o) + tuple(outsize),
+                                       work),
+                         b).astype(dtype, copy=False)
     out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work, x)
     per_sample = o * _prod(geom.ksize) * _prod(spatial)
     for lo, hi in _chunks(n, per_sample):
