@@ -3,12 +3,15 @@
 synthetic MNIST-shaped data, with xgrad as ``chainerx``.
 
     python scripts/mnist_synthetic.py CHAINER_TREE --device native:0 --epoch 3 --unit 1000
+        [--timer-hook]
 
 The data: 28x28 float32 images in [0, 1] of ten classes, each class a fixed
 random stroke pattern with per-sample noise and shifts, so a model must
 learn (a linear model does not get 100%). Sizes as MNIST's unless
 ``--train-size``/``--test-size``. Prints the example's log and, at the end,
-the final validation accuracy and seconds per training iteration.
+the final validation accuracy and seconds per training iteration. With
+``--timer-hook`` the whole run is inside an ``xgrad.hooks.TimerHook`` (the
+example itself is unchanged) and its per-op table is printed at the end.
 """
 
 import argparse
@@ -45,8 +48,12 @@ def main():
     parser.add_argument('chainer_tree')
     parser.add_argument('--train-size', type=int, default=60000)
     parser.add_argument('--test-size', type=int, default=10000)
+    parser.add_argument('--timer-hook', action='store_true',
+                        help="time every xgrad op with xgrad.hooks.TimerHook and print its table")
     args, example_args = parser.parse_known_args()
 
+    from chainer_examples import _plotting_stand_ins  # beside this script
+    _plotting_stand_ins()   # train_mnist.py imports matplotlib
     from xgrad import chainerx_compat
     chainerx_compat.install()
     import chainer
@@ -58,8 +65,12 @@ def main():
     script = os.path.join(args.chainer_tree, 'examples', 'mnist', 'train_mnist.py')
     out = '/tmp/xgrad-mnist-{}'.format(os.getpid())
     sys.argv = [script, '--out', out] + example_args
+    import contextlib
+    import xgrad
+    hook = xgrad.hooks.TimerHook() if args.timer_hook else contextlib.nullcontext()
     start = time.perf_counter()
-    runpy.run_path(script, run_name='__main__')
+    with hook:
+        runpy.run_path(script, run_name='__main__')
     elapsed = time.perf_counter() - start
     with open(os.path.join(out, 'log')) as f:
         log = json.load(f)
@@ -71,6 +82,9 @@ def main():
               else example_args[example_args.index('--device') + 1],
               last['validation/main/accuracy'], last['main/accuracy'], last['iteration'],
               elapsed / last['iteration']))
+    if args.timer_hook:
+        print('TimerHook: {:.2f} s in xgrad ops of {:.2f} s'.format(hook.total_time(), elapsed))
+        hook.print_report(unit='auto_foreach')
 
 
 if __name__ == '__main__':

@@ -15,6 +15,7 @@ from xgrad._context cimport (
 from xgrad._graph cimport ArrayNode, OpNode
 from xgrad._array cimport ndarray, _wrap, _has_float_data, _as_raw_array
 
+import sys
 import traceback
 
 import numpy
@@ -345,6 +346,18 @@ cpdef tuple apply(FunctionNode fn, inputs):
 # the backward ones). Reached only inside an op_hooks/detect_anomaly scope.
 # ---------------------------------------------------------------------------
 
+cdef list _caller_frames():
+    """(file, line, function) of each Python frame calling now, outermost
+    first: what a traceback shows, kept without the frames themselves."""
+    frames = []
+    f = sys._getframe(0)
+    while f is not None:
+        frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name, None))
+        f = f.f_back
+    frames.reverse()
+    return frames
+
+
 cdef void forward_hooks_pre(_ThreadState st, FunctionNode fn, tuple xs) except *:
     for hook in st.op_hooks:
         hook.forward_preprocess(fn, xs, None)
@@ -353,8 +366,9 @@ cdef void forward_hooks_pre(_ThreadState st, FunctionNode fn, tuple xs) except *
 cdef void forward_hooks_post(_ThreadState st, FunctionNode fn, tuple xs,
                              tuple outs) except *:
     if st.anomaly:
-        # The caller's frames: the Cython ones of the engine leave none.
-        fn._forward_stack = traceback.extract_stack()
+        # The caller's frames (the engine's Cython functions leave none);
+        # source lines are read only if an anomaly is reported.
+        fn._forward_stack = _caller_frames()
     for hook in st.op_hooks:
         hook.forward_postprocess(fn, xs, outs)
 
@@ -398,7 +412,7 @@ cdef void _check_anomaly(FunctionNode fn, BackpropId bp, tuple gys,
                      'recorded: run the forward inside it too.')
         else:
             where = 'Its forward was called from:\n' + ''.join(
-                traceback.format_list(fn._forward_stack))
+                traceback.format_list(traceback.StackSummary.from_list(fn._forward_stack)))
         raise AnomalyError(
             "{} of op {} on backprop ID '{}' is {} although every output gradient "
             'is finite. {}'.format(

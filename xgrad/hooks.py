@@ -219,9 +219,9 @@ class TimerHook(OpHook):
         rows = [('Op', 'Forward', 'Calls', 'Mean', 'Backward', 'Calls', 'Mean')]
         for name, r in summary.items():
             fc, bc = r['forward_calls'], r['backward_calls']
-            rows.append((name, fmt(r['forward_time']), str(fc),
+            rows.append((name, fmt(r['forward_time']) if fc else '-', str(fc),
                          fmt(r['forward_time'] / fc) if fc else '-',
-                         fmt(r['backward_time']), str(bc),
+                         fmt(r['backward_time']) if bc else '-', str(bc),
                          fmt(r['backward_time'] / bc) if bc else '-'))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
