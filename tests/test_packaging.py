@@ -64,7 +64,7 @@ def test_test_extra_is_light_and_kernels_extra_has_cupy_and_nvrtc():
     assert names == {'cupy-cuda12x', 'nvidia-cuda-nvrtc-cu12'}
     assert all("platform_machine == 'x86_64'" in d for d in extras['kernels'])
     ci = (ROOT / '.ci' / 'run').read_text()
-    assert re.search(r'pip install .*-e "\.\[test,kernels\]"', ci)
+    assert re.search(r'pip install .*-e "\.\[test,kernels,mpi\]"', ci)
 
 
 def test_license_is_an_spdx_expression():

@@ -627,3 +627,12 @@ cdef object device_ns(object device):
     if device is not _known_device:
         _learn_device(device)
     return _known_ns
+
+
+def _recover_device(backend_name, device_index):
+    """The device a pickled Device names, in this thread's default context
+    (ChainerX's ``_device._recover_device``)."""
+    return get_default_context().get_backend(backend_name).get_device(device_index)
+
+
+_device_module._recover_device[0] = _recover_device

@@ -103,13 +103,12 @@ class Device:
     def __reduce__(self):
         # As ChainerX: unpickled as the device of that backend and index in
         # the default context of the unpickling thread.
-        return (_recover_device, (self.backend.name, self.index))
+        return (_recover_device[0], (self.backend.name, self.index))
 
 
-def _recover_device(backend_name, device_index):
-    """The device a pickled Device names (ChainerX's ``_device._recover_device``)."""
-    from xgrad._context import get_default_context
-    return get_default_context().get_backend(backend_name).get_device(device_index)
+# What unpickles a Device: xgrad._context._recover_device (it reads the
+# thread's default context), which registers itself here when imported.
+_recover_device = [None]
 
 
 def _get_backend(context, name):

@@ -37,15 +37,17 @@ PYTHON, MPIEXEC, MISSING = _mpi_python()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or '')
 
 
-def run(scenario, ranks=2):
-    """(exit status, output) of one scenario; the whole process group is
-    killed past TIME_LIMIT, and the test fails saying so."""
+def run(scenario, ranks=2, script=None):
+    """(exit status, output) of one scenario (or of ``script``, a file);
+    the whole process group is killed past TIME_LIMIT, and the test fails
+    saying so."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
                OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1', MKL_NUM_THREADS='1')
     if hasattr(os, 'geteuid') and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT='1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1')
     command = [MPIEXEC, '--map-by', 'slot:OVERSUBSCRIBE', '-n', str(ranks),
-               PYTHON, '-m', 'mpi4py', os.path.join(HERE, 'mpi_worker.py'), scenario]
+               PYTHON, '-m', 'mpi4py'] + (
+                   [script] if script else [os.path.join(HERE, 'mpi_worker.py'), scenario])
     proc = subprocess.Popen(command, cwd=HERE, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -113,3 +115,19 @@ def test_a_rank_that_never_calls_backward_times_out_the_other_and_the_job_ends()
     assert 'rank 0 raised after' in out, out
     assert 'did not complete within the timeout of 2 s on rank 0 of 2' in out, out
     assert "bucket 0 of 3 (parameters 'b2', 'W2'" in out, out
+
+
+@pytest.mark.parametrize('doc', ['README.md', 'docs/distributed.md'])
+def test_the_documented_examples_run_on_two_ranks(doc, tmp_path):
+    """The python blocks that import mpi4py (tests/test_readme.py leaves
+    them out: they are meant for mpiexec), each as its own script."""
+    import re
+    text = open(os.path.join(ROOT, doc)).read()
+    blocks = [b for b in re.findall(r'```python\n(.*?)```', text, re.S)
+              if re.search(r'^\s*(from|import) mpi4py', b, re.M)]
+    assert blocks, 'no mpi4py example in ' + doc
+    for i, block in enumerate(blocks):
+        script = tmp_path / 'example_{}.py'.format(i)
+        script.write_text(block)
+        code, out = run(doc, script=str(script))
+        assert code == 0, '{} block {}:\n{}'.format(doc, i, out)
