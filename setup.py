@@ -24,6 +24,7 @@ MODULES = [
     'xgrad._array',
     'xgrad._function_node',
     'xgrad._backward',
+    'xgrad._graph_walk',
     'xgrad._ops._xp',
     'xgrad._ops._op',
     'xgrad._ops.elementwise',
