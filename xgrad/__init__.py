@@ -32,6 +32,7 @@ from xgrad import linalg  # NOQA
 from xgrad import random  # NOQA
 from xgrad import functional  # NOQA
 from xgrad._checkpoint import checkpoint  # NOQA
+from xgrad._graph_export import graph_to_dot  # NOQA
 from xgrad._numpy_fallbacks import (  # NOQA
     copysign, fix, broadcast_arrays, is_available, _to_cupy)
 
