@@ -25,6 +25,7 @@ MODULES = [
     'xgrad._function_node',
     'xgrad._grad_table',
     'xgrad._backward',
+    'xgrad._graph_walk',
     'xgrad._ops._xp',
     'xgrad._ops._op',
     'xgrad._ops.elementwise',

@@ -36,6 +36,7 @@ from xgrad import functional  # NOQA
 from xgrad._checkpoint import checkpoint  # NOQA
 from xgrad import hooks  # NOQA
 from xgrad.hooks import op_hooks, detect_anomaly  # NOQA
+from xgrad._graph_export import graph_to_dot  # NOQA
 from xgrad._numpy_fallbacks import (  # NOQA
     copysign, fix, broadcast_arrays, is_available, _to_cupy)
 
