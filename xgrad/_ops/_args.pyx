@@ -21,7 +21,7 @@ from xgrad._ops.reduction cimport normalize_axes as _normalize_axes
 
 from xgrad import _core, _dtypes
 from xgrad._backend import cuda
-from xgrad._backend.cuda import is_device_array, module_of  # NOQA (the ops' import point)
+from xgrad._backend.cuda import is_device_array, module_of as _cuda_module_of
 from xgrad._errors import DeviceError, DimensionError, DtypeError, IndexError  # NOQA
 from xgrad._ops.creation import array
 
@@ -48,8 +48,14 @@ cdef object _module_of(tuple raws):
     """``cuda.module_of(*raws)``, answered by type for NumPy data."""
     for r in raws:
         if not _is_host_value(r):
-            return module_of(*raws)
+            return _cuda_module_of(*raws)
     return NUMPY
+
+
+def module_of(*raw):
+    """NumPy or CuPy: the array module of raw data (``cuda.module_of``, the
+    op library's import point for it), answered by type for NumPy data."""
+    return _module_of(raw)
 
 
 def array_result(r):
@@ -321,14 +327,37 @@ def operands(op, *values, names=None):
     return arrays, out
 
 
+def broadcastable(shapes):
+    """Whether ``shapes`` (tuples of ints) broadcast together, NumPy's rule:
+    ``numpy.broadcast_shapes`` without its Python set-up and empty arrays."""
+    cdef Py_ssize_t ndim = 0, i, k, n
+    cdef tuple s
+    for shape in shapes:
+        if len(shape) > ndim:
+            ndim = len(shape)
+    for i in range(1, ndim + 1):
+        n = 1
+        for shape in shapes:
+            s = <tuple>shape if type(shape) is tuple else tuple(shape)
+            if len(s) < i:
+                continue
+            k = s[len(s) - i]
+            if k == 1 or k == n:
+                continue
+            if n != 1:
+                return False
+            n = k
+    return True
+
+
 def check_broadcast(op, *values):
     """DimensionError naming the shapes when ``values`` do not broadcast."""
-    shapes = [v.shape if hasattr(v, 'shape') else numpy.shape(v) for v in values]
-    try:
-        numpy.broadcast_shapes(*shapes)
-    except ValueError:
+    shapes = [(<Array>v)._data.shape if isinstance(v, Array) else
+              () if _is_host_value(v) and type(v) is not NPA else
+              v.shape if hasattr(v, 'shape') else numpy.shape(v) for v in values]
+    if not broadcastable(shapes):
         raise DimensionError('{}: operands with shapes {} cannot be broadcast '
-                             'together'.format(op, ' and '.join(map(str, shapes)))) from None
+                             'together'.format(op, ' and '.join(map(str, shapes))))
 
 
 def constant_result(op, ufunc, values):

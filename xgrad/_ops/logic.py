@@ -73,13 +73,10 @@ def where(condition, x, y):
     _args.same_device([cond] + inputs, 'where')
     with _args.scope(cond):
         raw_cond = _args.raw(cond).astype(bool, copy=False)
-    try:
-        numpy.broadcast_shapes(cond.shape, *[a.shape for a in inputs])
-    except ValueError:
+    if not _args.broadcastable([cond.shape] + [a.shape for a in inputs]):
         raise _args.DimensionError(
             'where: condition, x and y with shapes {} cannot be broadcast '
-            'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y)))
-        ) from None
+            'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y))))
     if not inputs:  # two scalars: their kinds' default dtypes (int32, float32)
         dtype = _args.result_dtype(*scalars)
         return _args.constant(cond, _where_scalars, raw_cond, *[
