@@ -191,12 +191,24 @@ class _Average:
                 count = count * inside.reshape(shape)
             self.count = count
 
+    def native_counts(self):
+        """(counts, count) as window_kernels.average_pool_2d takes them."""
+        if isinstance(self.count, numpy.ndarray):
+            return numpy.ascontiguousarray(self.count, numpy.float64), 0.0
+        return None, float(self.count)
+
 
 class _AveragePool(LinearPair):
     op_name = 'average_pool'
 
     def compute(self, x):
         a = self.plan
+        if _native(x):  # one pass in C (window_kernels.pyx), NumPy's sums exactly
+            x = numpy.ascontiguousarray(x)
+            y = numpy.empty(x.shape[:2] + a.outsize, x.dtype)
+            if window_kernels.average_pool_2d(x, y, *a.native_counts(), a.geom.ksize,
+                                              a.geom.stride, a.geom.pad, False):
+                return y
         xpad = pad_input(x.astype(_args.compute_dtype(x.dtype), copy=False), a.geom, a.outsize)
         y = _args.module_of(xpad).zeros(x.shape[:2] + a.outsize, xpad.dtype)
         for _, index in window_offsets(a.geom, a.outsize):
@@ -213,6 +225,12 @@ class _AveragePoolGrad(LinearPair):
 
     def compute(self, gy):
         a = self.plan
+        if _native(gy):
+            gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
+            if window_kernels.average_pool_2d(gx, numpy.ascontiguousarray(gy),
+                                              *a.native_counts(), a.geom.ksize,
+                                              a.geom.stride, a.geom.pad, True):
+                return gx
         xp = _args.module_of(gy)
         with numpy.errstate(invalid='ignore', divide='ignore'):
             count = _args.on_device_of(gy, a.count)
