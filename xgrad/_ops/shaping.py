@@ -21,6 +21,7 @@ negative axes, empty and 0-d arrays where NumPy takes them, NumPy's result
 dtypes (concatenating int32 with float32 gives float64).
 """
 
+import functools
 import itertools
 from typing import List
 
@@ -487,13 +488,28 @@ def flipud(m):
     return _reversed(x, (0,))
 
 
+def _tri(n, m=None, k=0):
+    """``numpy.tri(n, m, k, dtype=bool)``; up to 4096 elements, read-only and
+    kept for the next call with that shape (where copies its condition)."""
+    if n * (n if m is None else m) > 4096:
+        return numpy.tri(n, m, k=k, dtype=bool)
+    return _small_tri(n, m, k)
+
+
+@functools.lru_cache(maxsize=64)
+def _small_tri(n, m, k):
+    mask = numpy.tri(n, m, k=k, dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
 def _triangle(op, m, k, lower):
     x = _args.as_array(m, op + ': m')
     k = _args.int_arg(k, 'k', op=op)
     if x.ndim < 1:
         raise _args.DimensionError('{}: m must have at least 1 dimension, not 0'.format(op))
     # NumPy's own formula: the last two axes (a 1-d m broadcasts to a square).
-    mask = numpy.tri(*x.shape[-2:], k=k if lower else k - 1, dtype=bool)
+    mask = _tri(*x.shape[-2:], k=k if lower else k - 1)
     zero = numpy.zeros((), x.dtype).item()  # a weak scalar: keeps x's dtype
     return where(mask, x, zero) if lower else where(mask, zero, x)
 
