@@ -74,10 +74,24 @@ class _Argmax:
 
 
 def _native(a):
-    """Whether the 2-D max pooling kernels take ``a``: a NumPy float32/64
-    batch (N, C, h, w)."""
-    return (type(a) is numpy.ndarray and a.ndim == 4
+    """Whether the 2-D pooling kernels take ``a``: a NumPy float32/64 batch
+    (N, C, h, w), or (N, C, w) taken as h = 1."""
+    return (type(a) is numpy.ndarray and (a.ndim == 4 or a.ndim == 3)
             and a.dtype in (numpy.float32, numpy.float64))
+
+
+def _as_2d(a):
+    """``a`` (contiguous, NumPy) with one spatial axis as a 2-D batch of
+    height 1 (a view); 2-D batches as they are."""
+    return a if a.ndim == 4 else a.reshape(a.shape[:2] + (1,) + a.shape[2:])
+
+
+def _geometry_2d(geom):
+    """(ksize, stride, pad) for the 2-D kernels: one spatial axis becomes
+    windows of height 1 over an image of height 1."""
+    if len(geom.ksize) == 2:
+        return geom.ksize, geom.stride, geom.pad
+    return (1,) + tuple(geom.ksize), (1,) + tuple(geom.stride), (0,) + tuple(geom.pad)
 
 
 class _MaxPool(PyOp):
@@ -94,7 +108,7 @@ class _MaxPool(PyOp):
             x = numpy.ascontiguousarray(x)
             y = numpy.empty(x.shape[:2] + outsize, x.dtype)
             tap = numpy.empty(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
-            if window_kernels.max_pool_2d(x, y, tap, geom.ksize, geom.stride, geom.pad):
+            if window_kernels.max_pool_2d(_as_2d(x), _as_2d(y), tap, *_geometry_2d(geom)):
                 self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
                 return (y,)
         xpad = pad_input(x, geom, outsize, fill=-numpy.inf)
@@ -123,8 +137,8 @@ class _MaxPoolGrad(LinearPair):
         a = self.plan
         if _native(gy):
             gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
-            if window_kernels.max_pool_2d_scatter(numpy.ascontiguousarray(gy), a.tap, gx,
-                                                  a.geom.ksize, a.geom.stride, a.geom.pad,
+            if window_kernels.max_pool_2d_scatter(_as_2d(numpy.ascontiguousarray(gy)),
+                                                  a.tap, _as_2d(gx), *_geometry_2d(a.geom),
                                                   False):
                 return gx
         gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype, gy)
@@ -143,9 +157,9 @@ class _MaxPoolGather(LinearPair):
         a = self.plan
         if _native(gx):
             out = numpy.empty(gx.shape[:2] + a.outsize, gx.dtype)
-            if window_kernels.max_pool_2d_scatter(out, a.tap, numpy.ascontiguousarray(gx),
-                                                  a.geom.ksize, a.geom.stride, a.geom.pad,
-                                                  True):
+            if window_kernels.max_pool_2d_scatter(_as_2d(out), a.tap,
+                                                  _as_2d(numpy.ascontiguousarray(gx)),
+                                                  *_geometry_2d(a.geom), True):
                 return out
         gxpad = pad_input(gx, a.geom, a.outsize)
         xp = _args.module_of(gx)
@@ -206,8 +220,8 @@ class _AveragePool(LinearPair):
         if _native(x):  # one pass in C (window_kernels.pyx), NumPy's sums exactly
             x = numpy.ascontiguousarray(x)
             y = numpy.empty(x.shape[:2] + a.outsize, x.dtype)
-            if window_kernels.average_pool_2d(x, y, *a.native_counts(), a.geom.ksize,
-                                              a.geom.stride, a.geom.pad, False):
+            if window_kernels.average_pool_2d(_as_2d(x), _as_2d(y), *a.native_counts(),
+                                              *_geometry_2d(a.geom), False):
                 return y
         xpad = pad_input(x.astype(_args.compute_dtype(x.dtype), copy=False), a.geom, a.outsize)
         y = _args.module_of(xpad).zeros(x.shape[:2] + a.outsize, xpad.dtype)
@@ -227,9 +241,9 @@ class _AveragePoolGrad(LinearPair):
         a = self.plan
         if _native(gy):
             gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
-            if window_kernels.average_pool_2d(gx, numpy.ascontiguousarray(gy),
-                                              *a.native_counts(), a.geom.ksize,
-                                              a.geom.stride, a.geom.pad, True):
+            if window_kernels.average_pool_2d(_as_2d(gx), _as_2d(numpy.ascontiguousarray(gy)),
+                                              *a.native_counts(), *_geometry_2d(a.geom),
+                                              True):
                 return gx
         xp = _args.module_of(gy)
         with numpy.errstate(invalid='ignore', divide='ignore'):
