@@ -107,6 +107,8 @@ def is_scalar(v):
 
 def is_int(v):
     """A Python or NumPy integer, not a bool."""
+    if type(v) is int:
+        return True
     return isinstance(v, (numbers.Integral, numpy.integer)) and not isinstance(
         v, (bool, numpy.bool_))
 

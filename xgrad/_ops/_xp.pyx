@@ -73,6 +73,14 @@ def _split(a, indices_or_sections, axis=0):
     return pieces
 
 
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    """``numpy.sum``; for an ndarray its method (the same add.reduce, without
+    the Python-level wrapper)."""
+    if type(a) is _NDARRAY:
+        return a.sum(axis, dtype, out, keepdims, **kwargs)
+    return numpy.sum(a, axis, dtype, out, keepdims=keepdims, **kwargs)
+
+
 def cast(a, dtype):
     """``a`` as ``dtype`` (itself when it has that dtype already)."""
     return a if a.dtype == dtype else a.astype(dtype)
@@ -92,7 +100,11 @@ class _NumpyNamespace:
     raw = True  # computes on raw arrays: nothing is recorded
 
     def __getattr__(self, name):
-        return getattr(numpy, name)
+        # Kept on the instance: the next look-up does not come here (a
+        # Python-level call per use of xp.where, xp.floor... in a formula).
+        value = getattr(numpy, name)
+        self.__dict__[name] = value
+        return value
 
     sum_to = staticmethod(_sum_to)
     scatter = staticmethod(_scatter)
@@ -104,6 +116,7 @@ class _NumpyNamespace:
     transpose = staticmethod(_transpose)
     reshape = staticmethod(_reshape)
     split = staticmethod(_split)
+    sum = staticmethod(_sum)
     broadcast_to = staticmethod(_broadcast_to)
     negative = staticmethod(_negative)
     multiply = staticmethod(numpy.multiply)
