@@ -193,14 +193,26 @@ def promoted_float(dtype):
     return _dtypes.float_result_type(dtype)
 
 
+cdef bint _is_bool_value(object v):
+    """``isinstance(v, (bool, numpy.bool_)) or v.dtype == numpy.bool_``, with
+    NumPy dtypes asked their kind (a dtype compared with a type converts it)."""
+    cdef type t = type(v)
+    if t is bool or isinstance(v, numpy.bool_):
+        return True
+    if t is float or t is int:
+        return False
+    d = (<Array>v)._data.dtype if isinstance(v, Array) else getattr(v, 'dtype', None)
+    if isinstance(d, numpy.dtype):
+        return d.kind == 'b'
+    return d == numpy.bool_
+
+
 def promoted(op, values, float_result=False, takes_bool=True):
     """``values`` (as ``operands`` returns them) promoted by ChainerX's rule
     (xgrad/_dtypes.pyx): arrays cast to the result dtype, scalars made to
     keep it; the result dtype is float for ``float_result`` ops. DtypeError
     for a bool operand unless the op ``takes_bool``."""
-    if not takes_bool and any(
-            isinstance(v, (bool, numpy.bool_)) or getattr(v, 'dtype', None) == numpy.bool_
-            for v in values):
+    if not takes_bool and any(_is_bool_value(v) for v in values):
         raise DtypeError('{}: bool operands are not allowed in arithmetic (ChainerX)'
                          .format(op))
     dtype = (_dtypes.float_result_type if float_result else _dtypes.result_type)(*values)
