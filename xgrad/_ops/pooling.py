@@ -19,6 +19,8 @@ derivative order stays in the pair:
   over each window, and the gradient of that is the average again.
 """
 
+import functools
+
 import numpy
 
 from xgrad._backend import window_kernels
@@ -183,6 +185,24 @@ def max_pool(x, ksize, stride=None, pad=0, cover_all=False):
 # ---------------------------------------------------------------------------
 # Average pooling
 
+@functools.lru_cache(maxsize=64)
+def _inside_counts(outsize, ksize, stride, pad, spatial):
+    """The elements inside the input of each window (pad_mode 'ignore'): a
+    product of per-axis counts, float64 of shape (1, 1, *outsize); read-only
+    and kept for the next pooling of that geometry."""
+    count = numpy.ones((1, 1) + (1,) * len(outsize))
+    for axis, (l, k, s, p, d) in enumerate(zip(outsize, ksize, stride, pad, spatial)):
+        start = numpy.arange(l) * s
+        inside = numpy.minimum(start + k, p + d) - numpy.maximum(start, p)
+        # Not clamped at 0, as in ChainerX and Chainer: a window wholly in
+        # the padding has a count <= 0, so its average is 0 (-0) or nan.
+        shape = [1] * (2 + len(outsize))
+        shape[2 + axis] = l
+        count = count * inside.reshape(shape)
+    count.flags.writeable = False
+    return count
+
+
 class _Average:
     """An average pooling's geometry and its per-output element counts."""
 
@@ -192,18 +212,9 @@ class _Average:
         self.spatial = spatial
         if pad_mode == 'zero':
             self.count = _prod(geom.ksize)
-        else:  # elements inside the input: a product of per-axis counts
-            count = numpy.ones((1, 1) + (1,) * len(outsize))
-            for axis, (l, k, s, p, d) in enumerate(zip(outsize, geom.ksize, geom.stride,
-                                                      geom.pad, spatial)):
-                start = numpy.arange(l) * s
-                inside = numpy.minimum(start + k, p + d) - numpy.maximum(start, p)
-                # Not clamped at 0, as in ChainerX and Chainer: a window wholly in
-                # the padding has a count <= 0, so its average is 0 (-0) or nan.
-                shape = [1] * (2 + len(outsize))
-                shape[2 + axis] = l
-                count = count * inside.reshape(shape)
-            self.count = count
+        else:
+            self.count = _inside_counts(tuple(outsize), tuple(geom.ksize),
+                                        tuple(geom.stride), tuple(geom.pad), tuple(spatial))
 
     def native_counts(self):
         """(counts, count) as window_kernels.average_pool_2d takes them."""
