@@ -32,6 +32,7 @@ MODULES = [
     'xgrad._ops.reduction',
     'xgrad._ops.linalg',
     'xgrad._ops.manipulation',
+    'xgrad._ops._args',
 ]
 
 # The backward pass uses C++ containers (a heap of ops) from Cython.

@@ -102,6 +102,80 @@ def test_native_max_pool_matches_the_numpy_path(monkeypatch, dtype, ksize, strid
         gx, gx0, rtol=0, atol=16 * numpy.finfo(dtype).eps * numpy.abs(results[0][3]).max())
 
 
+AVERAGE_POOLS = [  # ksize, stride, pad
+    ((2, 2), None, 0), ((3, 3), (2, 2), 1), ((3, 2), (1, 2), (1, 0)), ((2, 2), (3, 3), 0),
+    ((4, 4), (1, 1), 3), ((1, 1), (2, 1), (0, 0))]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('pad_mode', ['ignore', 'zero'])
+@pytest.mark.parametrize('ksize, stride, pad', AVERAGE_POOLS)
+def test_native_average_pool_matches_the_numpy_path(monkeypatch, dtype, pad_mode, ksize,
+                                                    stride, pad):
+    """The average, its gradient and the gradient's gradient, native against
+    pooling.py's NumPy path, bit for bit: the kernel makes the same additions
+    in the same order (taps in window order from +0, gx tap by tap) and the
+    same IEEE divisions, so the result is exact on every machine."""
+    import xgrad
+    from xgrad._backend import window_kernels
+    rng = numpy.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 7, 6)).astype(dtype)
+    ggx = xgrad.array(rng.standard_normal(x.shape).astype(dtype))
+    calls = []
+    kernel = window_kernels.average_pool_2d
+    results = []
+    for native in (True, False):
+        monkeypatch.setattr(window_kernels, 'average_pool_2d', (
+            lambda *a: calls.append(a[-1]) or kernel(*a)) if native else (lambda *a: False))
+        xv = xgrad.array(x).require_grad()
+        y = xgrad.average_pool(xv, ksize, stride=stride, pad=pad, pad_mode=pad_mode)
+        gy = xgrad.array(rng.standard_normal(y.shape).astype(dtype)
+                         if native else results[0][3]).require_grad()
+        gx, = xgrad.grad([y], [xv], grad_outputs=[gy], enable_double_backprop=True)
+        ggy, = xgrad.grad([gx], [gy], grad_outputs=[ggx])
+        results.append([a.to_numpy() for a in (y, gx, ggy, gy)])
+    assert set(calls) == {False, True}  # the forward and the gradient ran natively
+    for a, b in zip(results[0][:3], results[1][:3]):
+        numpy.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('pool, kwargs', [
+    ('max_pool', dict(ksize=2)), ('max_pool', dict(ksize=3, stride=2, pad=1, cover_all=True)),
+    ('average_pool', dict(ksize=3, stride=1)),
+    ('average_pool', dict(ksize=3, stride=2, pad=2)),
+    ('average_pool', dict(ksize=2, stride=1, pad=1, pad_mode='zero'))])
+def test_native_pooling_of_one_spatial_axis_matches_the_numpy_path(monkeypatch, dtype, pool,
+                                                                   kwargs):
+    """(N, C, w) goes through the 2-D kernels as height 1: the same values,
+    gradient and gradient of the gradient as pooling.py's NumPy path (exact
+    but for max pooling's gx, where overlapping windows add in another order)."""
+    import xgrad
+    from xgrad._ops import pooling
+    rng = numpy.random.default_rng(3)
+    x = rng.integers(-3, 3, (2, 3, 9)).astype(dtype)  # ties for max pooling
+    ggx = xgrad.array(rng.standard_normal(x.shape).astype(dtype))
+    results = []
+    for native in (True, False):
+        if not native:
+            monkeypatch.setattr(pooling, '_native', lambda a: False)
+        xv = xgrad.array(x).require_grad()
+        y = getattr(xgrad, pool)(xv, **kwargs)
+        gy = xgrad.array(rng.standard_normal(y.shape).astype(dtype)
+                         if native else results[0][3]).require_grad()
+        gx, = xgrad.grad([y], [xv], grad_outputs=[gy], enable_double_backprop=True)
+        ggy, = xgrad.grad([gx], [gy], grad_outputs=[ggx])
+        results.append([a.to_numpy() for a in (y, gx, ggy, gy)])
+    (y, gx, ggy), (y0, gx0, ggy0) = results[0][:3], results[1][:3]
+    numpy.testing.assert_array_equal(y, y0)
+    numpy.testing.assert_array_equal(ggy, ggy0)
+    if pool == 'average_pool':
+        numpy.testing.assert_array_equal(gx, gx0)
+    else:
+        numpy.testing.assert_allclose(
+            gx, gx0, rtol=0, atol=16 * numpy.finfo(dtype).eps * numpy.abs(results[0][3]).max())
+
+
 @pytest.mark.parametrize('shape', [(5, 3, 4, 4), (2, 1, 1, 1), (2, 2, 1, 5), (3, 2, 8, 8),
                                    (2, 2, 2, 3)])
 @pytest.mark.parametrize('ksize, pad', [((3, 3), (1, 1)), ((5, 5), (2, 2)), ((7, 3), (3, 1))])

@@ -110,15 +110,21 @@ cdef inline int _category(int code):
     return 2 if KIND[code] == K_FLOAT else 1
 
 
+cdef type _NPA = numpy.ndarray
+
+
 cdef bint is_scalar(object v):
     """A Python or NumPy bool, int or float: promoted as a scalar, not as
     an array (NumPy 0-d arrays and xgrad arrays are arrays)."""
     cdef type t = type(v)
     if t is float or t is int or t is bool:
         return True
+    if t is _NPA:
+        return False
+    # (an array of any kind has a dtype: asked before the abstract-class check)
     return isinstance(v, (numpy.bool_, numpy.integer, numpy.floating)) or (
-        isinstance(v, numbers.Real) and not isinstance(v, numpy.ndarray)
-        and not hasattr(v, 'dtype'))
+        not hasattr(v, 'dtype') and isinstance(v, numbers.Real)
+        and not isinstance(v, numpy.ndarray))
 
 
 cdef int _scalar_code(object v):

@@ -1,14 +1,14 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Window kernels of 2-D convolution and pooling: im2col and its adjoint
-(col2im), and max pooling forward, its gradient and the gradient's adjoint
-(gather).
+(col2im), max pooling forward, its gradient and the gradient's adjoint
+(gather), and average pooling forward and gradient.
 
 Why im2col here: NumPy's im2col pads a copy of the input, then copies a 6-D strided view
 of it into the column buffer; on small images (8x8 digits) that costs more
 than the matmul. Here each column row is written straight from the input,
 zeros where a window reaches into the padding, with contiguous runs copied
-as runs. Max pooling in NumPy makes one masked pass per window tap; here
-it is one pass over the outputs.
+as runs. Max and average pooling in NumPy make one (masked) pass per window
+tap; here it is one pass over the outputs.
 """
 
 cimport numpy as cnp
@@ -439,4 +439,114 @@ def max_pool_2d_scatter(cnp.ndarray gy, cnp.ndarray taps, cnp.ndarray gx, tuple 
         else:
             _max_pool_scatter[double, cnp.uint16_t](<double*>pg, <cnp.uint16_t*>pt,
                 <double*>px, planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
+    return True
+
+
+# -- average pooling ---------------------------------------------------------
+#
+# The same sums, in the same order, as pooling.py's NumPy pass per tap: each
+# output adds its window's taps in window order from +0 (a tap in the padding
+# adds 0), then is divided by its count; the gradient adds gy / count into gx
+# tap by tap. So the results are NumPy's, bit for bit.
+
+cdef void _average_pool(const real* x, real* y, const double* counts, double count,
+                        Py_ssize_t planes, Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh,
+                        Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
+                        Py_ssize_t pw, Py_ssize_t oh, Py_ssize_t ow) noexcept nogil:
+    """counts (oh * ow, per-output element counts) or, when NULL, one count
+    for every window."""
+    cdef Py_ssize_t p, oy, ox, i, j, iy, ix
+    cdef real s
+    cdef const real* plane
+    for p in range(planes):
+        plane = x + p * h * w
+        for oy in range(oh):
+            for ox in range(ow):
+                s = 0
+                for i in range(kh):
+                    iy = oy * sh + i - ph
+                    for j in range(kw):
+                        ix = ox * sw + j - pw
+                        s = s + (plane[iy * w + ix] if 0 <= iy < h and 0 <= ix < w else 0)
+                # NumPy divides by the float64 counts (the float32 quotient
+                # rounded from the double one: the same as dividing in float32)
+                y[(p * oh + oy) * ow + ox] = <real>(
+                    <double>s / (counts[oy * ow + ox] if counts != NULL else count))
+
+
+cdef void _average_pool_grad(const real* gy, real* gx, const double* counts, double count,
+                             Py_ssize_t planes, Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh,
+                             Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
+                             Py_ssize_t pw, Py_ssize_t oh, Py_ssize_t ow) noexcept nogil:
+    """gx (zeroed) += gy / count over each window, tap by tap (col2im's order)."""
+    cdef Py_ssize_t p, oy, ox, i, j, iy, ix
+    cdef real* plane
+    cdef const real* g
+    for p in range(planes):
+        plane = gx + p * h * w
+        g = gy + p * oh * ow
+        for i in range(kh):
+            for j in range(kw):
+                for oy in range(oh):
+                    iy = oy * sh + i - ph
+                    if not 0 <= iy < h:
+                        continue
+                    for ox in range(ow):
+                        ix = ox * sw + j - pw
+                        if 0 <= ix < w:
+                            # gy / count in gy's dtype (the count cast first), as
+                            # pooling.py's xp.divide(gy, count, dtype=...)
+                            plane[iy * w + ix] += g[oy * ow + ox] / <real>(
+                                counts[oy * ow + ox] if counts != NULL else count)
+
+
+cdef bint _average_operands(cnp.ndarray a, cnp.ndarray b, object counts):
+    cdef int t = cnp.PyArray_TYPE(a)
+    return ((t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE) and cnp.PyArray_TYPE(b) == t
+            and cnp.PyArray_NDIM(a) == 4 and cnp.PyArray_NDIM(b) == 4
+            and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_IS_C_CONTIGUOUS(b)
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISNOTSWAPPED(b)
+            and cnp.PyArray_ISALIGNED(a) and cnp.PyArray_ISALIGNED(b)
+            and cnp.PyArray_DIM(a, 0) == cnp.PyArray_DIM(b, 0)
+            and cnp.PyArray_DIM(a, 1) == cnp.PyArray_DIM(b, 1)
+            and (counts is None or (
+                type(counts) is cnp.ndarray
+                and cnp.PyArray_TYPE(<cnp.ndarray>counts) == cnp.NPY_DOUBLE
+                and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>counts)
+                and cnp.PyArray_SIZE(<cnp.ndarray>counts)
+                == cnp.PyArray_DIM(b, 2) * cnp.PyArray_DIM(b, 3))))
+
+
+def average_pool_2d(cnp.ndarray x, cnp.ndarray y, object counts, double count, tuple ksize,
+                    tuple stride, tuple pad, bint grad):
+    """grad False: fill y (N, C, oh, ow) with the window sums of x (N, C, h,
+    w) over their counts; True: add y / count over each window into the
+    zeroed x. ``counts``: float64 per-output counts (oh * ow elements), or
+    None for ``count`` everywhere. False (nothing written) when the operands
+    do not qualify."""
+    if not _average_operands(x, y, counts):
+        return False
+    cdef Py_ssize_t planes = cnp.PyArray_DIM(x, 0) * cnp.PyArray_DIM(x, 1)
+    cdef Py_ssize_t h = cnp.PyArray_DIM(x, 2), w = cnp.PyArray_DIM(x, 3)
+    cdef Py_ssize_t oh = cnp.PyArray_DIM(y, 2), ow = cnp.PyArray_DIM(y, 3)
+    cdef Py_ssize_t kh = ksize[0], kw = ksize[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = pad[0], pw = pad[1]
+    cdef const double* pc = NULL if counts is None else <const double*>cnp.PyArray_DATA(
+        <cnp.ndarray>counts)
+    cdef void* px = cnp.PyArray_DATA(x)
+    cdef void* py = cnp.PyArray_DATA(y)
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    with nogil:
+        if grad and f32:
+            _average_pool_grad[float](<float*>py, <float*>px, pc, count, planes, h, w,
+                                      kh, kw, sh, sw, ph, pw, oh, ow)
+        elif grad:
+            _average_pool_grad[double](<double*>py, <double*>px, pc, count, planes, h, w,
+                                       kh, kw, sh, sw, ph, pw, oh, ow)
+        elif f32:
+            _average_pool[float](<float*>px, <float*>py, pc, count, planes, h, w,
+                                 kh, kw, sh, sw, ph, pw, oh, ow)
+        else:
+            _average_pool[double](<double*>px, <double*>py, pc, count, planes, h, w,
+                                  kh, kw, sh, sw, ph, pw, oh, ow)
     return True

@@ -54,6 +54,33 @@ def matmul_raw(a, b):
     return _np_matmul(a, b)
 
 
+def _split(a, indices_or_sections, axis=0):
+    """``numpy.split`` at explicit indices by basic slicing: the same views
+    (array_split's swapaxes round trip and Python-level set-up cost more than
+    the copy-free split of a small gradient); sections go to NumPy."""
+    if type(a) is not _NDARRAY or not isinstance(indices_or_sections, (list, tuple)):
+        return numpy.split(a, indices_or_sections, axis)
+    axis = axis % a.ndim if -a.ndim <= axis < a.ndim else axis
+    if not 0 <= axis < a.ndim:
+        return numpy.split(a, indices_or_sections, axis)
+    lead = (slice(None),) * axis
+    pieces = []
+    start = 0
+    for end in indices_or_sections:
+        pieces.append(a[lead + (slice(start, end),)])
+        start = end
+    pieces.append(a[lead + (slice(start, None),)])
+    return pieces
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    """``numpy.sum``; for an ndarray its method (the same add.reduce, without
+    the Python-level wrapper)."""
+    if type(a) is _NDARRAY:
+        return a.sum(axis, dtype, out, keepdims, **kwargs)
+    return numpy.sum(a, axis, dtype, out, keepdims=keepdims, **kwargs)
+
+
 def cast(a, dtype):
     """``a`` as ``dtype`` (itself when it has that dtype already)."""
     return a if a.dtype == dtype else a.astype(dtype)
@@ -73,7 +100,11 @@ class _NumpyNamespace:
     raw = True  # computes on raw arrays: nothing is recorded
 
     def __getattr__(self, name):
-        return getattr(numpy, name)
+        # Kept on the instance: the next look-up does not come here (a
+        # Python-level call per use of xp.where, xp.floor... in a formula).
+        value = getattr(numpy, name)
+        self.__dict__[name] = value
+        return value
 
     sum_to = staticmethod(_sum_to)
     scatter = staticmethod(_scatter)
@@ -84,6 +115,8 @@ class _NumpyNamespace:
     swapaxes = staticmethod(_swapaxes)
     transpose = staticmethod(_transpose)
     reshape = staticmethod(_reshape)
+    split = staticmethod(_split)
+    sum = staticmethod(_sum)
     broadcast_to = staticmethod(_broadcast_to)
     negative = staticmethod(_negative)
     multiply = staticmethod(numpy.multiply)

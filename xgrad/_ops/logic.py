@@ -61,7 +61,14 @@ def where(condition, x, y):
     broadcasting, ChainerX's promotion; either operand may be a scalar).
     The gradient flows to the chosen operand only."""
     like = next((a for a in (condition, x, y) if isinstance(a, _args.ndarray)), None)
-    cond = _args.as_array(condition, 'condition', like)
+    if (type(condition) is numpy.ndarray and like is not None and like.device.is_native
+            and condition.dtype.kind not in 'OUSVM'):
+        # A NumPy mask for native operands (tril's, triu's): its bool copy,
+        # without an xgrad array around it (what as_array would make).
+        cond = raw_cond = condition.astype(bool)
+    else:
+        cond = _args.as_array(condition, 'condition', like)
+        raw_cond = None
     inputs = []
     scalars = []
     for name, v in (('x', x), ('y', y)):
@@ -70,16 +77,16 @@ def where(condition, x, y):
         else:
             inputs.append(_args.as_array(v, name, like))
             scalars.append(None)
-    _args.same_device([cond] + inputs, 'where')
-    with _args.scope(cond):
-        raw_cond = _args.raw(cond).astype(bool, copy=False)
-    try:
-        numpy.broadcast_shapes(cond.shape, *[a.shape for a in inputs])
-    except ValueError:
+    if raw_cond is None:
+        _args.same_device([cond] + inputs, 'where')
+        with _args.scope(cond):
+            raw_cond = _args.raw(cond).astype(bool, copy=False)
+    else:
+        _args.same_device(inputs, 'where')
+    if not _args.broadcastable([cond.shape] + [a.shape for a in inputs]):
         raise _args.DimensionError(
             'where: condition, x and y with shapes {} cannot be broadcast '
-            'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y)))
-        ) from None
+            'together'.format(', '.join(str(numpy.shape(v)) for v in (condition, x, y))))
     if not inputs:  # two scalars: their kinds' default dtypes (int32, float32)
         dtype = _args.result_dtype(*scalars)
         return _args.constant(cond, _where_scalars, raw_cond, *[
@@ -167,7 +174,8 @@ def _truth_reduction(name, reducer):
                 name, type(keepdims).__name__))
         keepdims = bool(keepdims)
         axes = _args.normalize_axes(axis, a.ndim)
-        return _args.constant(a, reducer, _args.raw(a), axis=axes, keepdims=keepdims)
+        # the array's own method (NumPy's function wraps it)
+        return _args.constant(a, getattr(_args.raw(a), name), axis=axes, keepdims=keepdims)
     op.__name__ = name
     op.__doc__ = ('Whether {} element along ``axis`` is true (nonzero); NumPy\'s '
                   '``{}``.'.format('every' if name == 'all' else 'some', name))

@@ -19,6 +19,8 @@ derivative order stays in the pair:
   over each window, and the gradient of that is the average again.
 """
 
+import functools
+
 import numpy
 
 from xgrad._backend import window_kernels
@@ -74,10 +76,24 @@ class _Argmax:
 
 
 def _native(a):
-    """Whether the 2-D max pooling kernels take ``a``: a NumPy float32/64
-    batch (N, C, h, w)."""
-    return (type(a) is numpy.ndarray and a.ndim == 4
+    """Whether the 2-D pooling kernels take ``a``: a NumPy float32/64 batch
+    (N, C, h, w), or (N, C, w) taken as h = 1."""
+    return (type(a) is numpy.ndarray and (a.ndim == 4 or a.ndim == 3)
             and a.dtype in (numpy.float32, numpy.float64))
+
+
+def _as_2d(a):
+    """``a`` (contiguous, NumPy) with one spatial axis as a 2-D batch of
+    height 1 (a view); 2-D batches as they are."""
+    return a if a.ndim == 4 else a.reshape(a.shape[:2] + (1,) + a.shape[2:])
+
+
+def _geometry_2d(geom):
+    """(ksize, stride, pad) for the 2-D kernels: one spatial axis becomes
+    windows of height 1 over an image of height 1."""
+    if len(geom.ksize) == 2:
+        return geom.ksize, geom.stride, geom.pad
+    return (1,) + tuple(geom.ksize), (1,) + tuple(geom.stride), (0,) + tuple(geom.pad)
 
 
 class _MaxPool(PyOp):
@@ -94,7 +110,7 @@ class _MaxPool(PyOp):
             x = numpy.ascontiguousarray(x)
             y = numpy.empty(x.shape[:2] + outsize, x.dtype)
             tap = numpy.empty(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
-            if window_kernels.max_pool_2d(x, y, tap, geom.ksize, geom.stride, geom.pad):
+            if window_kernels.max_pool_2d(_as_2d(x), _as_2d(y), tap, *_geometry_2d(geom)):
                 self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
                 return (y,)
         xpad = pad_input(x, geom, outsize, fill=-numpy.inf)
@@ -123,8 +139,8 @@ class _MaxPoolGrad(LinearPair):
         a = self.plan
         if _native(gy):
             gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
-            if window_kernels.max_pool_2d_scatter(numpy.ascontiguousarray(gy), a.tap, gx,
-                                                  a.geom.ksize, a.geom.stride, a.geom.pad,
+            if window_kernels.max_pool_2d_scatter(_as_2d(numpy.ascontiguousarray(gy)),
+                                                  a.tap, _as_2d(gx), *_geometry_2d(a.geom),
                                                   False):
                 return gx
         gxpad = _padded_zeros(gy.shape[:2] + a.spatial, a.geom, a.outsize, gy.dtype, gy)
@@ -143,9 +159,9 @@ class _MaxPoolGather(LinearPair):
         a = self.plan
         if _native(gx):
             out = numpy.empty(gx.shape[:2] + a.outsize, gx.dtype)
-            if window_kernels.max_pool_2d_scatter(out, a.tap, numpy.ascontiguousarray(gx),
-                                                  a.geom.ksize, a.geom.stride, a.geom.pad,
-                                                  True):
+            if window_kernels.max_pool_2d_scatter(_as_2d(out), a.tap,
+                                                  _as_2d(numpy.ascontiguousarray(gx)),
+                                                  *_geometry_2d(a.geom), True):
                 return out
         gxpad = pad_input(gx, a.geom, a.outsize)
         xp = _args.module_of(gx)
@@ -169,6 +185,24 @@ def max_pool(x, ksize, stride=None, pad=0, cover_all=False):
 # ---------------------------------------------------------------------------
 # Average pooling
 
+@functools.lru_cache(maxsize=64)
+def _inside_counts(outsize, ksize, stride, pad, spatial):
+    """The elements inside the input of each window (pad_mode 'ignore'): a
+    product of per-axis counts, float64 of shape (1, 1, *outsize); read-only
+    and kept for the next pooling of that geometry."""
+    count = numpy.ones((1, 1) + (1,) * len(outsize))
+    for axis, (l, k, s, p, d) in enumerate(zip(outsize, ksize, stride, pad, spatial)):
+        start = numpy.arange(l) * s
+        inside = numpy.minimum(start + k, p + d) - numpy.maximum(start, p)
+        # Not clamped at 0, as in ChainerX and Chainer: a window wholly in
+        # the padding has a count <= 0, so its average is 0 (-0) or nan.
+        shape = [1] * (2 + len(outsize))
+        shape[2 + axis] = l
+        count = count * inside.reshape(shape)
+    count.flags.writeable = False
+    return count
+
+
 class _Average:
     """An average pooling's geometry and its per-output element counts."""
 
@@ -178,18 +212,15 @@ class _Average:
         self.spatial = spatial
         if pad_mode == 'zero':
             self.count = _prod(geom.ksize)
-        else:  # elements inside the input: a product of per-axis counts
-            count = numpy.ones((1, 1) + (1,) * len(outsize))
-            for axis, (l, k, s, p, d) in enumerate(zip(outsize, geom.ksize, geom.stride,
-                                                      geom.pad, spatial)):
-                start = numpy.arange(l) * s
-                inside = numpy.minimum(start + k, p + d) - numpy.maximum(start, p)
-                # Not clamped at 0, as in ChainerX and Chainer: a window wholly in
-                # the padding has a count <= 0, so its average is 0 (-0) or nan.
-                shape = [1] * (2 + len(outsize))
-                shape[2 + axis] = l
-                count = count * inside.reshape(shape)
-            self.count = count
+        else:
+            self.count = _inside_counts(tuple(outsize), tuple(geom.ksize),
+                                        tuple(geom.stride), tuple(geom.pad), tuple(spatial))
+
+    def native_counts(self):
+        """(counts, count) as window_kernels.average_pool_2d takes them."""
+        if isinstance(self.count, numpy.ndarray):
+            return numpy.ascontiguousarray(self.count, numpy.float64), 0.0
+        return None, float(self.count)
 
 
 class _AveragePool(LinearPair):
@@ -197,6 +228,12 @@ class _AveragePool(LinearPair):
 
     def compute(self, x):
         a = self.plan
+        if _native(x):  # one pass in C (window_kernels.pyx), NumPy's sums exactly
+            x = numpy.ascontiguousarray(x)
+            y = numpy.empty(x.shape[:2] + a.outsize, x.dtype)
+            if window_kernels.average_pool_2d(_as_2d(x), _as_2d(y), *a.native_counts(),
+                                              *_geometry_2d(a.geom), False):
+                return y
         xpad = pad_input(x.astype(_args.compute_dtype(x.dtype), copy=False), a.geom, a.outsize)
         y = _args.module_of(xpad).zeros(x.shape[:2] + a.outsize, xpad.dtype)
         for _, index in window_offsets(a.geom, a.outsize):
@@ -213,6 +250,12 @@ class _AveragePoolGrad(LinearPair):
 
     def compute(self, gy):
         a = self.plan
+        if _native(gy):
+            gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
+            if window_kernels.average_pool_2d(_as_2d(gx), _as_2d(numpy.ascontiguousarray(gy)),
+                                              *a.native_counts(), *_geometry_2d(a.geom),
+                                              True):
+                return gx
         xp = _args.module_of(gy)
         with numpy.errstate(invalid='ignore', divide='ignore'):
             count = _args.on_device_of(gy, a.count)

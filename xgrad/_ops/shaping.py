@@ -21,6 +21,8 @@ negative axes, empty and 0-d arrays where NumPy takes them, NumPy's result
 dtypes (concatenating int32 with float32 gives float64).
 """
 
+import functools
+import itertools
 from typing import List
 
 import numpy
@@ -47,21 +49,33 @@ _INTS = (numpy.int64, numpy.int32, BOOL)
 # Joining
 
 class Concatenate(PyOp):
-    """The inputs joined along ``axis`` in one copy; the gradient is one split
-    of gy at the inputs' boundaries (cast back to each input's dtype)."""
+    """The inputs, each reshaped to its joining shape (stack's new axis,
+    concatenate(axis=None)'s flattening), joined along ``axis`` in one copy;
+    the gradient is one split of gy at the inputs' boundaries, each piece
+    reshaped back and cast to its input's dtype. One op however many inputs
+    need reshaping (not one reshape op each)."""
     op_name = 'concatenate'
 
-    def __init__(self, axis, sizes, dtypes):
+    def __init__(self, axis, shapes, dtypes):
         self.axis = axis
-        self.offsets = numpy.cumsum(sizes[:-1]).tolist()
+        self.shapes = shapes
+        self.offsets = list(itertools.accumulate(s[axis] for s in shapes[:-1]))
         self.dtypes = dtypes
 
     def forward(self, inputs):
-        return (_args.module_of(inputs[0]).concatenate(inputs, axis=self.axis),)
+        self.in_shapes = tuple(x.shape for x in inputs)
+        xs = [x if x.shape == s else x.reshape(s) for x, s in zip(inputs, self.shapes)]
+        return (_args.module_of(inputs[0]).concatenate(xs, axis=self.axis),)
 
     def grads(self, xp, targets, gys, xs, ys):
         pieces = xp.split(gys[0], self.offsets, self.axis)
-        return tuple(xp.cast(pieces[t], self.dtypes[t]) for t in targets)
+        out = []
+        for t in targets:
+            g = pieces[t]
+            if g.shape != self.in_shapes[t]:
+                g = xp.reshape(g, self.in_shapes[t])
+            out.append(xp.cast(g, self.dtypes[t]))
+        return tuple(out)
 
 
 def _arrays(arrays, op):
@@ -102,13 +116,11 @@ def _join(op, xs, shapes, axis):
         raise _args.DimensionError(
             '{}: shapes {} differ outside the concatenation axis {}'.format(
                 op, ', '.join(map(str, shapes)), axis))
-    xs = [x if x.shape == s else reshape(x, s) for x, s in zip(xs, shapes)]
     # ChainerX's promotion over all inputs (float16 with int64 is float16);
     # the casts are recorded, so each gradient returns in its input's dtype.
     dtype = _args.result_dtype(*xs)
     xs = [x if x.dtype == dtype else x.astype(dtype) for x in xs]
-    return _args.apply(Concatenate(axis, [s[axis] for s in shapes],
-                                   [x.dtype for x in xs]), *xs)
+    return _args.apply(Concatenate(axis, shapes, [x.dtype for x in xs]), *xs)
 
 
 def concatenate(arrays, axis=0):
@@ -476,13 +488,28 @@ def flipud(m):
     return _reversed(x, (0,))
 
 
+def _tri(n, m=None, k=0):
+    """``numpy.tri(n, m, k, dtype=bool)``; up to 4096 elements, read-only and
+    kept for the next call with that shape (where copies its condition)."""
+    if n * (n if m is None else m) > 4096:
+        return numpy.tri(n, m, k=k, dtype=bool)
+    return _small_tri(n, m, k)
+
+
+@functools.lru_cache(maxsize=64)
+def _small_tri(n, m, k):
+    mask = numpy.tri(n, m, k=k, dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
 def _triangle(op, m, k, lower):
     x = _args.as_array(m, op + ': m')
     k = _args.int_arg(k, 'k', op=op)
     if x.ndim < 1:
         raise _args.DimensionError('{}: m must have at least 1 dimension, not 0'.format(op))
     # NumPy's own formula: the last two axes (a 1-d m broadcasts to a square).
-    mask = numpy.tri(*x.shape[-2:], k=k if lower else k - 1, dtype=bool)
+    mask = _tri(*x.shape[-2:], k=k if lower else k - 1)
     zero = numpy.zeros((), x.dtype).item()  # a weak scalar: keeps x's dtype
     return where(mask, x, zero) if lower else where(mask, zero, x)
 

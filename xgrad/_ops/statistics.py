@@ -312,7 +312,7 @@ amin = _extremum('amin', AMin, 'minimum')
 # ---------------------------------------------------------------------------
 # argmax, argmin, count_nonzero: integer results, no gradient
 
-def _arg_extremum(op, finder, what):
+def _arg_extremum(op, finder, what, method=None):
     def find(a, axis=None):
         a = _input(op, a)
         axis = _one_axis(op, axis, a.ndim)
@@ -321,6 +321,10 @@ def _arg_extremum(op, finder, what):
                 '{}: cannot find the {} of an empty sequence (array of shape {}, '
                 'axis {})'.format(op, what, a.shape, axis))
         raw = _args.raw(a)
+        if method is not None:  # the array's own (NumPy's function wraps it)
+            found = getattr(raw, method)
+            return _args.constant(a, lambda: _args.array_result(
+                found(axis=axis)).astype(numpy.int64, copy=False))
         found = _args.in_module(finder, _args.module_of(raw))
         return _args.constant(a, lambda: _args.array_result(
             found(raw, axis=axis)).astype(numpy.int64, copy=False))
@@ -331,8 +335,8 @@ def _arg_extremum(op, finder, what):
     return find
 
 
-argmax = _arg_extremum('argmax', numpy.argmax, 'maximum')
-argmin = _arg_extremum('argmin', numpy.argmin, 'minimum')
+argmax = _arg_extremum('argmax', numpy.argmax, 'maximum', 'argmax')
+argmin = _arg_extremum('argmin', numpy.argmin, 'minimum', 'argmin')
 nanargmax = _arg_extremum('nanargmax', numpy.nanargmax, 'maximum ignoring NaNs')
 nanargmin = _arg_extremum('nanargmin', numpy.nanargmin, 'minimum ignoring NaNs')
 
@@ -346,6 +350,8 @@ def count_nonzero(a, axis=None):
 
 
 def _count_nonzero(raw, axes):
+    if len(axes) == raw.ndim:  # all axes: NumPy's C count (with axes, a Python sum)
+        axes = None
     counts = _args.array_result(_args.module_of(raw).count_nonzero(raw, axis=axes))
     return counts.astype(numpy.int64, copy=False)
 

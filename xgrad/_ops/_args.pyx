@@ -1,31 +1,68 @@
+# cython: language_level=3
 """Argument handling shared by the plain-Python op modules: turning inputs
 into xgrad arrays, checking axes and dtypes, applying an op. Each check
 raises the xgrad error class ChainerX raises, naming the argument at fault
-(and the op, when ``op`` is given: ``'var: axis 5 is out of range ...'``)."""
+(and the op, when ``op`` is given: ``'var: axis 5 is out of range ...'``).
+
+Cython, not Python: every op of those modules goes through these helpers on
+every call, so their own cost is most of a small op's overhead. The common
+case (NumPy data, xgrad arrays, Python scalars) is answered by type identity
+before the general checks (abstract-class ``isinstance``, CuPy probes); what
+they return and raise is the same."""
 
 import numbers
 import os
 
 import numpy
 
+from xgrad._array cimport ndarray as Array, _wrap
+from xgrad._function_node cimport FunctionNode, apply as _apply
+from xgrad._ops.reduction cimport normalize_axes as _normalize_axes
+
 from xgrad import _core, _dtypes
 from xgrad._backend import cuda
-from xgrad._backend.cuda import is_device_array, module_of  # NOQA (the ops' import point)
+from xgrad._backend.cuda import is_device_array, module_of as _cuda_module_of
 from xgrad._errors import DeviceError, DimensionError, DtypeError, IndexError  # NOQA
 from xgrad._ops.creation import array
-from xgrad._ops.reduction import _normalize_axes
 
 ndarray = _core.ndarray
 
+cdef type NPA = numpy.ndarray
+cdef object NUMPY = numpy
+cdef tuple _SCALAR_TYPES = (numbers.Number, numpy.generic)
+cdef object _array_of = _core._array_of
 
-raw = _core._raw_data
+
+def raw(Array a not None):
+    """The backend array an xgrad array wraps (``_core._raw_data``)."""
+    return a._data
+
+
+cdef inline bint _is_host_value(object r):
+    """NumPy data or a Python number: never GPU data (no CuPy probe)."""
+    cdef type t = type(r)
+    return t is NPA or t is float or t is int or t is bool
+
+
+cdef object _module_of(tuple raws):
+    """``cuda.module_of(*raws)``, answered by type for NumPy data."""
+    for r in raws:
+        if not _is_host_value(r):
+            return _cuda_module_of(*raws)
+    return NUMPY
+
+
+def module_of(*raw):
+    """NumPy or CuPy: the array module of raw data (``cuda.module_of``, the
+    op library's import point for it), answered by type for NumPy data."""
+    return _module_of(raw)
 
 
 def array_result(r):
     """A raw result as an array of its own backend: NumPy scalars (what NumPy
     gives for 0-d operations) and Python values become NumPy arrays, device
     (CuPy) arrays pass as they are (``numpy.asarray`` would refuse them)."""
-    if isinstance(r, numpy.ndarray) or is_device_array(r):
+    if type(r) is NPA or isinstance(r, NPA) or is_device_array(r):
         return r
     return numpy.asarray(r)
 
@@ -44,7 +81,7 @@ def as_array(x, name, like=None, op=None):
     """An xgrad array for argument ``name``: xgrad arrays pass through, NumPy
     arrays, Python scalars and (nested) sequences become constants on
     ``like``'s device."""
-    if isinstance(x, ndarray):
+    if isinstance(x, Array):
         return x
     name = _named(name, op)
     if x is None or isinstance(x, (str, bytes, dict, set)):
@@ -60,11 +97,18 @@ def as_array(x, name, like=None, op=None):
 def is_scalar(v):
     """A Python or NumPy scalar (kept as a scalar so NumPy's weak-scalar
     promotion applies: ``float16_array * 2.0`` stays float16)."""
-    return isinstance(v, (numbers.Number, numpy.generic)) and not isinstance(v, ndarray)
+    cdef type t = type(v)
+    if t is float or t is int or t is bool:
+        return True
+    if t is NPA or isinstance(v, Array):
+        return False
+    return isinstance(v, _SCALAR_TYPES)
 
 
 def is_int(v):
     """A Python or NumPy integer, not a bool."""
+    if type(v) is int:
+        return True
     return isinstance(v, (numbers.Integral, numpy.integer)) and not isinstance(
         v, (bool, numpy.bool_))
 
@@ -111,11 +155,13 @@ def check_result_size(shape, dtype, op, what='the result'):
 
 def normalize_axes(axis, ndim, name='axis', op=None):
     """``axis`` (None, int or sequence) as a sorted tuple of axes in [0, ndim)."""
-    return _normalize_axes(axis, ndim, _named(name, op))
+    return _normalize_axes(axis, ndim, name if op is None else _named(name, op))
 
 
 def normalize_axis(axis, ndim, name='axis', op=None):
     """One axis in [0, ndim); DimensionError names it when out of range."""
+    if type(axis) is int and -ndim <= axis < ndim:
+        return axis % ndim
     name = _named(name, op)
     if isinstance(axis, numpy.ndarray) and axis.ndim == 0 and axis.dtype.kind in 'iu':
         axis = int(axis)  # a 0-d integer array is an index, as in NumPy
@@ -147,18 +193,30 @@ def promoted_float(dtype):
     return _dtypes.float_result_type(dtype)
 
 
+cdef bint _is_bool_value(object v):
+    """``isinstance(v, (bool, numpy.bool_)) or v.dtype == numpy.bool_``, with
+    NumPy dtypes asked their kind (a dtype compared with a type converts it)."""
+    cdef type t = type(v)
+    if t is bool or isinstance(v, numpy.bool_):
+        return True
+    if t is float or t is int:
+        return False
+    d = (<Array>v)._data.dtype if isinstance(v, Array) else getattr(v, 'dtype', None)
+    if isinstance(d, numpy.dtype):
+        return d.kind == 'b'
+    return d == numpy.bool_
+
+
 def promoted(op, values, float_result=False, takes_bool=True):
     """``values`` (as ``operands`` returns them) promoted by ChainerX's rule
     (xgrad/_dtypes.pyx): arrays cast to the result dtype, scalars made to
     keep it; the result dtype is float for ``float_result`` ops. DtypeError
     for a bool operand unless the op ``takes_bool``."""
-    if not takes_bool and any(
-            isinstance(v, (bool, numpy.bool_)) or getattr(v, 'dtype', None) == numpy.bool_
-            for v in values):
+    if not takes_bool and any(_is_bool_value(v) for v in values):
         raise DtypeError('{}: bool operands are not allowed in arithmetic (ChainerX)'
                          .format(op))
     dtype = (_dtypes.float_result_type if float_result else _dtypes.result_type)(*values)
-    return [(v if v.dtype == dtype else v.astype(dtype)) if isinstance(v, ndarray)
+    return [(v if v.dtype == dtype else v.astype(dtype)) if isinstance(v, Array)
             else promoted_scalar(op, v, dtype) for v in values]
 
 
@@ -187,6 +245,19 @@ def require_dtype_kind(x, kinds, op, name='x'):
 
 
 def same_device(arrays, op):
+    cdef object first = None
+    for a in arrays:
+        if a is None:
+            continue
+        if first is None:
+            first = a
+        elif isinstance(a, Array) and isinstance(first, Array):
+            if (<Array>a)._device is not (<Array>first)._device:
+                break
+        elif a.device is not first.device:
+            break
+    else:
+        return
     arrays = [a for a in arrays if a is not None]
     for a in arrays[1:]:
         if a.device is not arrays[0].device:
@@ -197,13 +268,17 @@ def same_device(arrays, op):
 def apply(op, *inputs):
     """Apply ``op`` (a PyOp instance) to xgrad arrays; one output is returned
     bare, several as a tuple."""
-    outs = _core.apply(op, inputs)
+    cdef tuple outs = _apply(op, inputs)
     return outs[0] if len(outs) == 1 else outs
 
 
 def wrap(raw, like):
     """A constant xgrad array holding ``raw`` on ``like``'s device."""
-    return _core._array_of(array_result(raw), like.device)
+    raw = array_result(raw)
+    device = like.device
+    if type(raw) is NPA and device.is_native:
+        return _wrap(raw, device)
+    return _array_of(raw, device)
 
 
 def scope(like):
@@ -234,7 +309,10 @@ def constant(like, compute, *args, **kwargs):
     a NumPy function is CuPy's (see in_module)."""
     device = like.device
     if device.is_native:
-        return wrap(compute(*args, **kwargs), like)
+        r = compute(*args, **kwargs)
+        if type(r) is NPA:
+            return _wrap(r, device)
+        return _array_of(array_result(r), device)
     compute = in_module(compute, device.xp)
     with device.scope():
         return wrap(compute(*args, **kwargs), like)
@@ -245,7 +323,11 @@ def operands(op, *values, names=None):
     with scalars kept as Python scalars (NumPy's weak-scalar promotion) and
     array-likes converted. At least one operand becomes an array. ``names``:
     the arguments' names for errors (default x1, x2, ...)."""
-    like = next((v for v in values if isinstance(v, ndarray)), None)
+    like = None
+    for v in values:
+        if isinstance(v, Array):
+            like = v
+            break
     out = []
     for i, v in enumerate(values):
         if is_scalar(v) and not (like is None and i == 0):
@@ -254,37 +336,74 @@ def operands(op, *values, names=None):
             v = as_array(v, names[i] if names else 'x{}'.format(i + 1), like)
             like = v if like is None else like
             out.append(v)
-    arrays = [v for v in out if isinstance(v, ndarray)]
+    arrays = [v for v in out if isinstance(v, Array)]
     same_device(arrays, op)
     return arrays, out
 
 
+def broadcastable(shapes):
+    """Whether ``shapes`` (tuples of ints) broadcast together, NumPy's rule:
+    ``numpy.broadcast_shapes`` without its Python set-up and empty arrays."""
+    cdef Py_ssize_t ndim = 0, i, k, n
+    cdef tuple s
+    for shape in shapes:
+        if len(shape) > ndim:
+            ndim = len(shape)
+    for i in range(1, ndim + 1):
+        n = 1
+        for shape in shapes:
+            s = <tuple>shape if type(shape) is tuple else tuple(shape)
+            if len(s) < i:
+                continue
+            k = s[len(s) - i]
+            if k == 1 or k == n:
+                continue
+            if n != 1:
+                return False
+            n = k
+    return True
+
+
 def check_broadcast(op, *values):
     """DimensionError naming the shapes when ``values`` do not broadcast."""
-    shapes = [v.shape if hasattr(v, 'shape') else numpy.shape(v) for v in values]
-    try:
-        numpy.broadcast_shapes(*shapes)
-    except ValueError:
+    shapes = [(<Array>v)._data.shape if isinstance(v, Array) else
+              () if _is_host_value(v) and type(v) is not NPA else
+              v.shape if hasattr(v, 'shape') else numpy.shape(v) for v in values]
+    if not broadcastable(shapes):
         raise DimensionError('{}: operands with shapes {} cannot be broadcast '
-                             'together'.format(op, ' and '.join(map(str, shapes)))) from None
+                             'together'.format(op, ' and '.join(map(str, shapes))))
 
 
 def constant_result(op, ufunc, values):
     """``ufunc`` on ``values`` (as ``operands`` returns them) as a constant on
     the first array's device: the forward of an op without a gradient."""
-    arrays = [v for v in values if isinstance(v, ndarray)]
-    return constant(arrays[0], checked_ufunc, op, ufunc,
-                    *[raw(v) if isinstance(v, ndarray) else v for v in values])
+    like = None
+    raws = []
+    for v in values:
+        if isinstance(v, Array):
+            like = v if like is None else like
+            raws.append((<Array>v)._data)
+        else:
+            raws.append(v)
+    return constant(like, checked_ufunc, op, ufunc, *raws)
 
 
 def checked_ufunc(op, ufunc, *raw):
-    """``ufunc(*raw)``, with NumPy's dtype and shape failures as xgrad errors."""
-    check_broadcast(op, *raw)
-    ufunc = in_module(ufunc, module_of(*raw))
+    """``ufunc(*raw)``, with NumPy's dtype and shape failures as xgrad errors
+    (operands that do not broadcast: the DimensionError of check_broadcast,
+    whatever else NumPy finds wrong; checked after a failure only)."""
+    xp = _module_of(raw)
+    if xp is not NUMPY:
+        ufunc = in_module(ufunc, xp)
     try:
         return ufunc(*raw)
+    except ValueError:
+        check_broadcast(op, *raw)
+        raise
     except TypeError as e:
+        check_broadcast(op, *raw)
         raise DtypeError('{}: {}'.format(op, e)) from None
     except OverflowError as e:  # a Python int beyond the operands' dtype
+        check_broadcast(op, *raw)
         raise DtypeError('{}: a Python int operand does not fit the operand dtype: '
                          '{}'.format(op, e)) from None
