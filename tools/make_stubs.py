@@ -93,12 +93,13 @@ def stub_text():
         home = getattr(obj, '__module__', None)
         if home in ENGINE:
             home = 'xgrad._core'
-        if inspect.isclass(obj) and getattr(numpy, name, None) is obj:
+        if inspect.isclass(obj) and getattr(builtins, name, None) is obj:
+            # bool, int, float: Python's (first: NumPy 1.x's numpy.bool is them too)
+            imports.setdefault('builtins', []).append(name)
+        elif inspect.isclass(obj) and getattr(numpy, name, None) is obj:
             # ChainerX's dtype names are NumPy's scalar types (float32, bool_),
             # and its dtype is numpy.dtype
             imports.setdefault('numpy', []).append(name)
-        elif inspect.isclass(obj) and getattr(builtins, name, None) is obj:
-            imports.setdefault('builtins', []).append(name)  # bool, int, float
         elif isinstance(obj, tuple):
             values.append('{}: Tuple[Type[numpy.generic], ...]'.format(name))
         elif name == '__version__':
