@@ -236,15 +236,13 @@ cdef class _BackwardPass:
                 return True
         return not is_enabled(bp)
 
-    cdef void _find_subgraph(self, list in_nodes):
-        """grad(): the nodes and ops on a path from some input to some output."""
+    cdef list _ops_below_outputs(self):
+        """(rank, graph index, op) of every op reachable from the outputs on
+        this graph, once each (a walk without recursion)."""
         cdef ArrayNode node, child
         cdef FunctionNode fn
-        cdef Py_ssize_t i, j, k
-        cdef PyObject* p
-        self.sub_nodes = set([n for n in in_nodes if n is not None])
-        self.sub_ops = set()
-        ops = []
+        cdef Py_ssize_t i, k
+        found = []
         seen = set()
         stack = list(self.output_nodes)
         while stack:
@@ -254,11 +252,22 @@ cdef class _BackwardPass:
                 continue
             seen.add(fn)
             k = node.graph_index
-            ops.append((fn._ranks[k], k, fn))
+            found.append((fn._ranks[k], k, fn))
             for i in range(fn._n_in):
                 child = fn._input_node(k, i)
                 if child is not None:
                     stack.append(child)
+        return found
+
+    cdef void _find_subgraph(self, list in_nodes):
+        """grad(): the nodes and ops on a path from some input to some output."""
+        cdef ArrayNode child
+        cdef FunctionNode fn
+        cdef Py_ssize_t i, j
+        cdef PyObject* p
+        self.sub_nodes = set([n for n in in_nodes if n is not None])
+        self.sub_ops = set()
+        ops = self._ops_below_outputs()
         ops.sort(key=_rank_of_entry)
         for _, k, fn_obj in ops:
             fn = <FunctionNode>fn_obj
@@ -278,28 +287,18 @@ cdef class _BackwardPass:
         and its hooks run then, while the pass goes on (what lets an
         all-reduce of it overlap the rest of backward). A leaf whose count
         never reaches zero (an op got no gradient) is finished at commit."""
-        cdef ArrayNode node, child
+        cdef ArrayNode child
         cdef FunctionNode fn
-        cdef Py_ssize_t i, k
+        cdef Py_ssize_t i
         self.waiting = {}
-        seen = set()
-        stack = list(self.output_nodes)
-        while stack:
-            node = <ArrayNode>stack.pop()
-            fn = <FunctionNode>node.creator
-            if fn is None or fn in seen:
-                continue
-            seen.add(fn)
+        for _, k, fn_obj in self._ops_below_outputs():
+            fn = <FunctionNode>fn_obj
             if self.sub_ops is not None and fn not in self.sub_ops:
                 continue
-            k = node.graph_index
             for i in range(fn._n_in):
                 child = fn._input_node(k, i)
-                if child is None:
-                    continue
-                if child.creator is not None:
-                    stack.append(child)
-                elif child.hooks is not None and child.hooks.grad:
+                if (child is not None and child.creator is None
+                        and child.hooks is not None and child.hooks.grad):
                     self.waiting[child] = self.waiting.get(child, 0) + 1
         if not self.waiting:
             self.waiting = None
