@@ -1,16 +1,21 @@
 #!/usr/bin/env python
-"""Compare two builds of xgrad on the small-graph benchmarks, in paired rounds.
+"""Compare two builds of xgrad on the small-graph benchmarks or the training
+steps, in paired rounds.
 
     python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE [--pairs 8]
         [--only elementwise_chain,mlp_step,gradient_penalty] [--out PATH]
+    python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE --suite training_steps
 
 Each tree is an xgrad checkout with its extensions built in place. A pair
-runs ``bench/run.py --frameworks xgrad`` once on each tree (in child
-processes, ``PYTHONPATH`` set to the tree, one BLAS/OpenMP thread), the
-order alternating from pair to pair. Reported per benchmark: the median of
-the per-pair ratios candidate/baseline of xgrad's time, and the same for
-xgrad's time over the NumPy floor measured in the same process (which
-cancels machine-wide drift between the two processes of a pair).
+runs the suite once on each tree (in child processes, ``PYTHONPATH`` set to
+the tree, one BLAS/OpenMP thread), the order alternating from pair to pair:
+``bench/run.py --frameworks xgrad`` (suite ``small_graphs``, the default),
+or ``bench/training_steps.py --threads 1`` (suite ``training_steps``: the
+cnn, lstm, wgan_gp and swish_mlp steps). Reported per benchmark: the median
+of the per-pair ratios candidate/baseline of xgrad's time, and the same for
+xgrad's time over the floor measured in the same process, which cancels
+machine-wide drift between the two processes of a pair: NumPy's forward for
+the small graphs, torch's step for the training steps.
 
 It answers "what does this change cost", for a change that cannot be
 switched at run time: issue 13's GC tracking (a baseline built with
@@ -30,6 +35,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL_GRAPH = 'elementwise_chain,mlp_step,gradient_penalty'
 ONE_THREAD = {name: '1' for name in (
     'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')}
+
+
+def run_training_steps(tree, only, rounds):
+    """xgrad's and torch's median times (us) per training step on ``tree``
+    (one thread)."""
+    env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
+    cmd = [sys.executable, os.path.join(HERE, 'training_steps.py'), '--threads', '1',
+           '--rounds', str(rounds), '--json-stdout']
+    if only:
+        cmd += ['--only', only]
+    run = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True)
+    if run.returncode:
+        sys.exit('bench/training_steps.py failed on {}:\n{}'.format(tree, run.stderr))
+    result = json.loads(run.stdout)
+    return {name: (w['time_us']['xgrad'], w['time_us']['torch'])
+            for name, w in result['workloads'].items()}
 
 
 def run_once(tree, only, rounds):
@@ -59,15 +81,22 @@ def main():
     parser.add_argument('--pairs', type=int, default=8)
     parser.add_argument('--rounds', type=int, default=10,
                         help='timing rounds inside each run (default 10)')
-    parser.add_argument('--only', default=SMALL_GRAPH)
+    parser.add_argument('--suite', choices=('small_graphs', 'training_steps'),
+                        default='small_graphs')
+    parser.add_argument('--only', help='benchmarks of the suite (default: small graphs '
+                        '{}; every training step)'.format(SMALL_GRAPH))
     parser.add_argument('--out', help='write the per-pair times and ratios as JSON')
     args = parser.parse_args()
     trees = {'baseline': os.path.abspath(args.baseline),
              'candidate': os.path.abspath(args.candidate)}
+    if args.suite == 'training_steps':
+        run, only = run_training_steps, args.only
+    else:
+        run, only = run_once, args.only or SMALL_GRAPH
     pairs = []
     for k in range(args.pairs):
         order = ['baseline', 'candidate'] if k % 2 == 0 else ['candidate', 'baseline']
-        pair = {which: run_once(trees[which], args.only, args.rounds) for which in order}
+        pair = {which: run(trees[which], only, args.rounds) for which in order}
         pairs.append(pair)
         print('pair {}/{} done'.format(k + 1, args.pairs), file=sys.stderr)
     summary = {}
@@ -79,17 +108,19 @@ def main():
             'baseline_us': statistics.median(p['baseline'][name][0] for p in pairs),
             'candidate_us': statistics.median(p['candidate'][name][0] for p in pairs),
             'median_pair_ratio': statistics.median(time_ratio),
-            'median_pair_ratio_over_numpy_floor': statistics.median(floor_ratio),
+            'median_pair_ratio_over_floor': statistics.median(floor_ratio),
         }
     print('{:<20} {:>12} {:>12} {:>12} {:>18}'.format(
         'benchmark', 'baseline us', 'candidate us', 'cand/base', 'cand/base vs floor'))
+    # (floor: NumPy's forward for the small graphs, torch's step for the training steps)
     for name, s in summary.items():
         print('{:<20} {:>12.1f} {:>12.1f} {:>12.3f} {:>18.3f}'.format(
             name, s['baseline_us'], s['candidate_us'], s['median_pair_ratio'],
-            s['median_pair_ratio_over_numpy_floor']))
+            s['median_pair_ratio_over_floor']))
     if args.out:
         with open(args.out, 'w') as f:
-            json.dump({'trees': trees, 'pairs': args.pairs, 'rounds': args.rounds,
+            json.dump({'suite': args.suite, 'trees': trees, 'pairs': args.pairs,
+                       'rounds': args.rounds,
                        'threads': ONE_THREAD, 'summary': summary, 'runs': pairs}, f,
                       indent=1)
 

@@ -1,7 +1,7 @@
-"""bench/functional.py and bench/checkpoint.py run (issue 25): each checks
-its results before timing (functional against torch.func, checkpoint
-against the plain step), so a quick run is a correctness test too. No
-timing is asserted."""
+"""bench/functional.py, bench/checkpoint.py and bench/graph_variants.py run
+(issues 25 and 27): each checks its results before timing (functional and
+graph_variants against torch, checkpoint against the plain step), so a
+quick run is a correctness test too. No timing is asserted."""
 
 import importlib.util
 import pathlib
@@ -33,4 +33,13 @@ def test_functional_bench_agrees_with_torch_func():
     proc = _run('functional.py', '--rounds', '1', '--min-time', '0.001')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ('jacobian_mlp', 'hvp_mlp_loss', 'hvp_mlp_loss_reverse', 'jvp_mlp'):
+        assert name in proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec('torch') is None,
+                    reason='torch is not installed (bench/graph_variants.py compares with it)')
+def test_graph_variants_bench_agrees_with_torch():
+    proc = _run('graph_variants.py', '--rounds', '1', '--min-time', '0.001')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ('chain_scalars', 'mlp_maximum', 'mlp_methods', 'gp_tanh_dots'):
         assert name in proc.stdout

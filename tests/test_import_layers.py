@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(not (PACKAGE / '__init__.py').exists(),
 # Lowest first. A module takes the layer of the longest prefix that names it.
 LAYERS = [
     ('errors', ['xgrad._errors']),
+    ('process settings', ['xgrad._heap']),
     ('random state tape', ['xgrad._random_tape']),
     ('kernels and dtypes', ['xgrad._backend', 'xgrad._kernels', 'xgrad._dtypes']),
     ('devices', ['xgrad._device']),

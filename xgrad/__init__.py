@@ -5,6 +5,9 @@ Everything public is exported here; the rest of the package is private.
 
 import numpy as _numpy
 
+from xgrad import _heap
+_heap.configure()  # freed temporaries stay for the next step (xgrad/_heap.py)
+
 from xgrad._errors import (  # NOQA
     XgradError, ChainerxError, ContextError, BackendError, DeviceError,
     DimensionError, DtypeError, NotImplementedError, IndexError, GradientError,

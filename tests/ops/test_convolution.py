@@ -59,6 +59,38 @@ def test_one_by_one_conv_is_a_channel_matmul():
         y, numpy.einsum('oc,nchw->nohw', w.to_numpy()[:, :, 0, 0], x.to_numpy()), rtol=1e-12)
 
 
+@pytest.mark.parametrize('xshape, wshape, groups', [
+    ((3, 4, 5, 6), (6, 4, 1, 1), 1),        # weight gradient by per-sample products
+    ((2, 6, 2, 1), (8, 3, 1, 1), 2),        # groups
+    ((2, 8, 1, 1), (8, 8, 1, 1), 1),        # o * c > (o + c) * L: by the batch's columns
+    ((2, 3, 7), (5, 3, 1), 1),              # 1-D
+    ((2, 2, 2, 3, 2), (4, 2, 1, 1, 1), 1),  # 3-D
+])
+def test_pointwise_convolutions_match_the_references_with_gradients(xshape, wshape, groups):
+    """1x1 convolutions take per-sample GEMMs without columns (in conv,
+    conv_transpose and the weight gradient): the loop references, and
+    first and second derivatives against numerical ones."""
+    from xgrad.testing import check_backward, check_double_backward
+    x, w, b = _data(xshape, 1), _data(wshape, 2), _data(wshape[:1], 3)
+    numpy.testing.assert_allclose(
+        xgrad.conv(xgrad.array(x), xgrad.array(w), xgrad.array(b), groups=groups).to_numpy(),
+        _reference_conv(x, w, b, groups=groups), rtol=1e-12, atol=1e-14)
+    wt = _data((xshape[1], wshape[0] // groups) + wshape[2:], 4)
+    bt = _data((wshape[0],), 5)
+    numpy.testing.assert_allclose(
+        xgrad.conv_transpose(xgrad.array(x), xgrad.array(wt), xgrad.array(bt),
+                             groups=groups).to_numpy(),
+        _reference_conv_transpose(x, wt, bt, groups=groups), rtol=1e-12, atol=1e-14)
+    for f, wv, bv in ((xgrad.conv, w, b), (xgrad.conv_transpose, wt, bt)):
+        def func(xs, f=f):
+            return (f(*xs, groups=groups),)
+        inputs = [xgrad.array(a).require_grad() for a in (x, wv, bv)]
+        y = func(inputs)[0]
+        check_backward(func, inputs, [_arr(y.shape, 6)])
+        check_double_backward(func, inputs, [_arr(y.shape, 6)],
+                              [_arr(a.shape, 7 + i) for i, a in enumerate(inputs)])
+
+
 def test_no_spatial_axes_is_linear():
     x, w, b = _arr((3, 4), 1), _arr((2, 4), 2), _arr((2,), 3)
     numpy.testing.assert_allclose(xgrad.conv(x, w, b).to_numpy(),

@@ -66,6 +66,38 @@ def test_pinv_drops_small_singular_values():
     numpy.testing.assert_allclose(p, numpy.diag([0.25, 1.0, 0.0]) @ u.T, atol=1e-12)
 
 
+@pytest.mark.parametrize('shape', [(4, 2), (2, 3), (3, 3)])
+def test_full_rank_pinv_gradients_match_numerical_ones(shape):
+    """Full rank: one op with the closed-form gradient (Golub and Pereyra),
+    first and second order, tall, wide and square."""
+    from xgrad.testing import check_backward, check_double_backward
+    rs = numpy.random.RandomState(3)
+    a = xgrad.array(rs.uniform(-1, 1, shape) + numpy.eye(*shape)).require_grad()
+    gy = xgrad.array(rs.uniform(-1, 1, shape[::-1]))
+    check_backward(lambda xs: (linalg.pinv(xs[0]),), [a], [gy])
+    check_double_backward(lambda xs: (linalg.pinv(xs[0]),), [a], [gy],
+                          [xgrad.array(rs.uniform(-1, 1, shape))])
+
+
+def test_full_rank_pinv_with_repeated_singular_values_has_a_gradient():
+    """Its gradient needs a nonzero smallest singular value only (the
+    singular vectors of a repeated one are not unique, the pseudo-inverse is)."""
+    from xgrad.testing import check_backward
+    q = _orthogonal(3)
+    a = xgrad.array(q @ numpy.diag([1.0, 1.0, 0.5]) @ q.T).require_grad()
+    check_backward(lambda xs: (linalg.pinv(xs[0]),), [a], [xgrad.array(_rand((3, 3), 5))])
+
+
+def test_pinv_gradient_of_a_numerically_rank_deficient_matrix_is_a_linalg_error():
+    """Kept by rcond but within the rank tolerance: LinAlgError, not a huge
+    gradient."""
+    q = _orthogonal(3)
+    a = xgrad.array(q @ numpy.diag([1.0, 1.0, 1e-17]) @ q.T).require_grad()
+    y = linalg.pinv(a, rcond=1e-20)
+    with pytest.raises(linalg.LinAlgError, match='pinv: no gradient where a is rank-deficient'):
+        xgrad.grad([xgrad.sum(y)], [a])
+
+
 def test_cholesky_reads_the_lower_triangle():
     a = _spd(3)
     lower = linalg.cholesky(xgrad.array(a)).to_numpy()

@@ -141,6 +141,9 @@ def _memory_bytes():
         return numpy.iinfo(numpy.intp).max
 
 
+_SURELY_AVAILABLE = 1 << 26  # bytes
+
+
 def check_result_size(shape, dtype, op, what='the result'):
     """DimensionError when an array of ``shape`` and ``dtype`` could not be
     made (more bytes than this machine has), checked before allocating."""
@@ -148,13 +151,17 @@ def check_result_size(shape, dtype, op, what='the result'):
     for d in shape:
         n *= int(d)
     nbytes = n * numpy.dtype(dtype).itemsize
-    if nbytes > _memory_bytes():
+    # (the machine is only asked about sizes that could exceed it: a
+    # sysconf call costs as much as a small op)
+    if nbytes > _SURELY_AVAILABLE and nbytes > _memory_bytes():
         raise DimensionError('{}: {} would have shape {} ({} bytes), more than this '
                              "machine's memory".format(op, what, tuple(shape), nbytes))
 
 
 def normalize_axes(axis, ndim, name='axis', op=None):
     """``axis`` (None, int or sequence) as a sorted tuple of axes in [0, ndim)."""
+    if axis is None:  # (no name to build: nothing can be wrong)
+        return _normalize_axes(axis, ndim)
     return _normalize_axes(axis, ndim, name if op is None else _named(name, op))
 
 
@@ -372,6 +379,31 @@ def check_broadcast(op, *values):
     if not broadcastable(shapes):
         raise DimensionError('{}: operands with shapes {} cannot be broadcast '
                              'together'.format(op, ' and '.join(map(str, shapes))))
+
+
+def same_dtype_ufunc(ufunc, x1, x2, str kinds):
+    """``ufunc(x1, x2)`` as a constant, answered at once in the common case
+    of an op without a gradient: two xgrad arrays with NumPy data on one
+    device and one dtype, of a kind in ``kinds``, which NumPy computes in that
+    dtype as ChainerX's promotion would. None in every other case (or when
+    NumPy refuses the operands): the caller then takes its general path,
+    which decides the dtype and raises the right errors."""
+    if not (isinstance(x1, Array) and isinstance(x2, Array)):
+        return None
+    cdef Array a = <Array>x1
+    cdef Array b = <Array>x2
+    if a._device is not b._device or type(a._data) is not NPA or type(b._data) is not NPA:
+        return None
+    dtype = a._data.dtype
+    if dtype is not b._data.dtype or dtype.kind not in kinds:
+        return None
+    try:
+        r = ufunc(a._data, b._data)
+    except (ValueError, TypeError):
+        return None
+    if type(r) is not NPA:  # a NumPy scalar, from 0-d operands
+        r = numpy.asarray(r)
+    return _wrap(r, a._device)
 
 
 def constant_result(op, ufunc, values):

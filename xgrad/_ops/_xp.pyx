@@ -6,6 +6,7 @@ recorded); ``xgrad_ns`` works on xgrad arrays (every call is a recorded op,
 which is what makes double backprop work). Both offer the same functions.
 """
 
+import functools
 import sys
 
 import numpy
@@ -93,6 +94,33 @@ def _scatter(gy, key, shape):
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _tri_mask(n, m, k):
+    mask = numpy.tri(n, m, k=k, dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
+def _triangle(a, k, lower):
+    """``numpy.tril``/``numpy.triu`` (NumPy's own formula), with the mask of
+    a small matrix kept for the next call: NumPy builds it each time, which
+    costs more than the masking (cholesky's and qr's gradients call these
+    on every backward)."""
+    if type(a) is not _NDARRAY or a.ndim < 2 or a.shape[-1] * a.shape[-2] > 4096:
+        return numpy.tril(a, k) if lower else numpy.triu(a, k)
+    mask = _tri_mask(a.shape[-2], a.shape[-1], k if lower else k - 1)
+    zero = a.dtype.type(0)
+    return numpy.where(mask, a, zero) if lower else numpy.where(mask, zero, a)
+
+
+def _tril(a, k=0):
+    return _triangle(a, k, True)
+
+
+def _triu(a, k=0):
+    return _triangle(a, k, False)
+
+
 class _NumpyNamespace:
     """NumPy's functions under their own names, plus the few gradient
     helpers NumPy lacks (``sum_to``, ``scatter``, ``cast``, ``constant``)."""
@@ -123,6 +151,8 @@ class _NumpyNamespace:
     power = staticmethod(numpy.power)
     sigmoid = staticmethod(_sigmoid)
     relu = staticmethod(_relu)
+    tril = staticmethod(_tril)
+    triu = staticmethod(_triu)
 
     cast = staticmethod(cast)
 

@@ -64,6 +64,10 @@ def _binary_op(name, compute, derivative=None, doc='', float_result=False):
             'derivative': staticmethod(derivative)})
 
     def op(x1, x2):
+        if cls is None:  # no gradient: integer and float operands of one dtype at once
+            fast = _args.same_dtype_ufunc(compute, x1, x2, 'iuf')
+            if fast is not None:
+                return fast
         arrays, values = _args.operands(name, x1, x2)
         values = _args.promoted(name, values, float_result, takes_bool=False)
         arrays = [v for v in values if isinstance(v, _args.ndarray)]

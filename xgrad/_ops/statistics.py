@@ -185,14 +185,12 @@ def _exclusive_raw(x):
     """E[..., i] = prod_{k != i} x[..., k] on raw data (NumPy or CuPy), by products from
     the left times products from the right: exact when some x are 0, unlike
     prod(x) / x[i]. float16 works in float32."""
-    xp = _args.module_of(x)
     work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
-    left = xp.ones_like(work)
-    right = xp.ones_like(work)
-    if work.shape[-1] > 1:
-        xp.cumprod(work[..., :-1], axis=-1, out=left[..., 1:])
-        right[..., :-1] = xp.cumprod(work[..., :0:-1], axis=-1)[..., ::-1]
-    return (left * right).astype(x.dtype, copy=False)
+    out = _args.module_of(x).ones(work.shape, work.dtype)
+    if work.shape[-1] > 1:  # (the arrays' own methods: NumPy's functions wrap them)
+        work[..., :-1].cumprod(axis=-1, out=out[..., 1:])
+        out[..., :-1] *= work[..., :0:-1].cumprod(axis=-1)[..., ::-1]
+    return out.astype(x.dtype, copy=False)
 
 
 def _exclusive(xp, x):
@@ -321,6 +319,8 @@ def _arg_extremum(op, finder, what, method=None):
                 '{}: cannot find the {} of an empty sequence (array of shape {}, '
                 'axis {})'.format(op, what, a.shape, axis))
         raw = _args.raw(a)
+        if method is not None and type(raw) is numpy.ndarray:
+            return _args.wrap(numpy.asarray(getattr(raw, method)(axis), numpy.int64), a)
         if method is not None:  # the array's own (NumPy's function wraps it)
             found = getattr(raw, method)
             return _args.constant(a, lambda: _args.array_result(
@@ -346,7 +346,10 @@ def count_nonzero(a, axis=None):
     all axes). No gradient."""
     a = _input('count_nonzero', a)
     axes = _axes('count_nonzero', axis, a.ndim)
-    return _args.constant(a, _count_nonzero, _args.raw(a), axes)
+    raw = _args.raw(a)
+    if type(raw) is numpy.ndarray and len(axes) == raw.ndim:  # NumPy's C count
+        return _args.wrap(numpy.asarray(numpy.count_nonzero(raw), numpy.int64), a)
+    return _args.constant(a, _count_nonzero, raw, axes)
 
 
 def _count_nonzero(raw, axes):
