@@ -31,6 +31,28 @@ ctypedef fused real:
     double
 
 
+cdef inline Py_ssize_t _inside_from(Py_ssize_t offset, Py_ssize_t stride,
+                                    Py_ssize_t count) noexcept nogil:
+    """The first output column o < count whose input column o * stride +
+    offset is inside the row (>= 0); count when none is. With
+    ``_inside_to`` it splits a row of windows into the columns that read x
+    and those that read the padding (a prefix and a suffix)."""
+    cdef Py_ssize_t o = 0
+    while o < count and o * stride + offset < 0:
+        o += 1
+    return o
+
+
+cdef inline Py_ssize_t _inside_to(Py_ssize_t lo, Py_ssize_t offset, Py_ssize_t stride,
+                                  Py_ssize_t count, Py_ssize_t width) noexcept nogil:
+    """One past the last output column in [lo, count) whose input column
+    o * stride + offset is < width."""
+    cdef Py_ssize_t o = count
+    while o > lo and (o - 1) * stride + offset >= width:
+        o -= 1
+    return o
+
+
 cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_ssize_t w,
                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
                 Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw,
@@ -43,12 +65,8 @@ cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_s
         for i in range(kh):
             for j in range(kw):
                 # the output columns whose input column lies inside x
-                lo = 0
-                while lo < ow and lo * sw + j * dw - pw < 0:
-                    lo += 1
-                hi = ow
-                while hi > lo and (hi - 1) * sw + j * dw - pw >= w:
-                    hi -= 1
+                lo = _inside_from(j * dw - pw, sw, ow)
+                hi = _inside_to(lo, j * dw - pw, sw, ow, w)
                 for s in range(m):
                     plane = x + (s * c_count + c) * h * w
                     row = out + (((c * kh + i) * kw + j) * m + s) * oh * ow
@@ -211,12 +229,8 @@ cdef void _add_back(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
     for c in range(c_count):
         for i in range(kh):
             for j in range(kw):
-                lo = 0
-                while lo < ow and lo * sw + j * dw - pw < 0:
-                    lo += 1
-                hi = ow
-                while hi > lo and (hi - 1) * sw + j * dw - pw >= w:
-                    hi -= 1
+                lo = _inside_from(j * dw - pw, sw, ow)
+                hi = _inside_to(lo, j * dw - pw, sw, ow, w)
                 for s in range(m):
                     plane = x + (s * c_count + c) * h * w
                     row = cols + (((c * kh + i) * kw + j) * m + s) * oh * ow
@@ -312,12 +326,8 @@ cdef void _max_pool(const real* x, real* y, tap_t* taps, Py_ssize_t planes,
                 row = x + (p * h + iy) * w
                 for j in range(kw):
                     # the columns ox in [lo, hi) read x; the others the padding
-                    lo = 0
-                    while lo < ow and lo * sw + j - pw < 0:
-                        lo += 1
-                    hi = ow
-                    while hi > lo and (hi - 1) * sw + j - pw >= w:
-                        hi -= 1
+                    lo = _inside_from(j - pw, sw, ow)
+                    hi = _inside_to(lo, j - pw, sw, ow, w)
                     if iy < 0 or iy >= h:
                         lo = hi = ow
                     start = j - pw
