@@ -91,6 +91,25 @@ def test_pointwise_convolutions_match_the_references_with_gradients(xshape, wsha
                               [_arr(a.shape, 7 + i) for i, a in enumerate(inputs)])
 
 
+def test_a_broadcast_output_gradient_takes_the_native_columns():
+    """sum's gradient is a stride-0 view: it is copied for the native
+    im2col (not taken by the strided path), and the gradients are those of
+    the same values in a contiguous array."""
+    gy = numpy.broadcast_to(numpy.float32(1), (2, 4, 5, 5))
+    ready = convolution._contiguous_for_im2col(gy)
+    assert ready.flags.c_contiguous and convolution._native_im2col(ready, None)
+    numpy.testing.assert_array_equal(ready, gy)
+    dense = numpy.ones((2, 4, 5, 5), numpy.float32)
+    assert convolution._contiguous_for_im2col(dense) is dense
+    x, w = _arr((2, 4, 5, 5), 1), _arr((4, 4, 3, 3), 2)
+    xs = [x.require_grad(), w.require_grad()]
+    summed = xgrad.grad([xgrad.sum(xgrad.conv(*xs, pad=1))], xs)
+    dense = xgrad.grad([xgrad.conv(*xs, pad=1)], xs,
+                       grad_outputs=[xgrad.ones((2, 4, 5, 5), numpy.float64)])
+    for a, b in zip(summed, dense):
+        numpy.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-12)
+
+
 def test_no_spatial_axes_is_linear():
     x, w, b = _arr((3, 4), 1), _arr((2, 4), 2), _arr((2,), 3)
     numpy.testing.assert_allclose(xgrad.conv(x, w, b).to_numpy(),
