@@ -65,6 +65,8 @@ def test_one_by_one_conv_is_a_channel_matmul():
     ((2, 8, 1, 1), (8, 8, 1, 1), 1),        # o * c > (o + c) * L: by the batch's columns
     ((2, 3, 7), (5, 3, 1), 1),              # 1-D
     ((2, 2, 2, 3, 2), (4, 2, 1, 1, 1), 1),  # 3-D
+    ((2, 1, 4, 3), (3, 1, 1, 1), 1),        # one input channel: a broadcast product
+    ((2, 2, 3, 3), (4, 1, 1, 1), 2),        # one per group
 ])
 def test_pointwise_convolutions_match_the_references_with_gradients(xshape, wshape, groups):
     """1x1 convolutions take per-sample GEMMs without columns (in conv,
