@@ -77,45 +77,37 @@ def chain_scalars(fw, data):
     return step
 
 
-def _mlp_params(fw, data):
-    return [(fw.leaf(w), fw.leaf(b)) for w, b in data['mlp']]
+def _mlp_step(fw, data, layer, last, loss_of):
+    """The MLP step with ``layer(h, w, b)`` for the hidden layers, ``last``
+    for the output layer and ``loss_of(d)`` of the error d = out - t."""
+    x, t = fw.const(data['x']), fw.const(data['t'])
+    layers = [(fw.leaf(w), fw.leaf(b)) for w, b in data['mlp']]
+    leaves = [p for pair in layers for p in pair]
+
+    def step():
+        fw.clear(leaves)
+        h = x
+        for w, b in layers[:-1]:
+            h = layer(h, w, b)
+        loss = loss_of(last(h, *layers[-1]) - t)
+        loss.backward()
+        return loss, [fw.grad(p) for p in leaves]
+    return step
 
 
 def mlp_maximum(fw, data):
-    x, t = fw.const(data['x']), fw.const(data['t'])
-    layers = _mlp_params(fw, data)
-    leaves = [p for layer in layers for p in layer]
-
-    def step():
-        fw.clear(leaves)
-        h = x
-        for w, b in layers[:-1]:
-            h = fw.m.maximum(h @ w + b, fw.zero)
-        w, b = layers[-1]
-        d = h @ w + b - t
-        loss = (d * d).sum() / (d.shape[0] * d.shape[1])
-        loss.backward()
-        return loss, [fw.grad(p) for p in leaves]
-    return step
+    def relu_layer(h, w, b):
+        return fw.m.maximum(h @ w + b, fw.zero)
+    return _mlp_step(fw, data, relu_layer, lambda h, w, b: h @ w + b,
+                     lambda d: (d * d).sum() / (d.shape[0] * d.shape[1]))
 
 
 def mlp_methods(fw, data):
-    x, t = fw.const(data['x']), fw.const(data['t'])
-    layers = _mlp_params(fw, data)
-    leaves = [p for layer in layers for p in layer]
-
-    def step():
-        fw.clear(leaves)
-        h = x
-        for w, b in layers[:-1]:
-            z = fw.dot(h, w) + b
-            h = (z > 0) * z
-        w, b = layers[-1]
-        d = fw.dot(h, w) + b - t
-        loss = (d ** 2).mean()
-        loss.backward()
-        return loss, [fw.grad(p) for p in leaves]
-    return step
+    def relu_layer(h, w, b):
+        z = fw.dot(h, w) + b
+        return (z > 0) * z
+    return _mlp_step(fw, data, relu_layer, lambda h, w, b: fw.dot(h, w) + b,
+                     lambda d: (d ** 2).mean())
 
 
 def gp_tanh_dots(fw, data):
