@@ -95,10 +95,19 @@ def _scatter(gy, key, shape):
 
 
 @functools.lru_cache(maxsize=64)
-def _tri_mask(n, m, k):
+def _small_tri_mask(n, m, k):
     mask = numpy.tri(n, m, k=k, dtype=bool)
     mask.flags.writeable = False
     return mask
+
+
+def tri_mask(n, m=None, k=0):
+    """``numpy.tri(n, m, k, dtype=bool)``; up to 4096 elements read-only and
+    kept for the next call with that shape (tril/triu, forward and in
+    gradient formulas, ask for the same few masks again and again)."""
+    if n * (n if m is None else m) > 4096:
+        return numpy.tri(n, m, k=k, dtype=bool)
+    return _small_tri_mask(n, m, k)
 
 
 def _triangle(a, k, lower):
@@ -108,7 +117,7 @@ def _triangle(a, k, lower):
     on every backward)."""
     if type(a) is not _NDARRAY or a.ndim < 2 or a.shape[-1] * a.shape[-2] > 4096:
         return numpy.tril(a, k) if lower else numpy.triu(a, k)
-    mask = _tri_mask(a.shape[-2], a.shape[-1], k if lower else k - 1)
+    mask = tri_mask(a.shape[-2], a.shape[-1], k if lower else k - 1)
     zero = a.dtype.type(0)
     return numpy.where(mask, a, zero) if lower else numpy.where(mask, zero, a)
 

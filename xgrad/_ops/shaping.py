@@ -22,7 +22,6 @@ negative axes, empty and 0-d arrays where NumPy takes them, NumPy's result
 dtypes (concatenating int32 with float32 gives float64).
 """
 
-import functools
 import itertools
 from typing import List
 
@@ -31,6 +30,7 @@ import numpy
 from xgrad import _core
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
+from xgrad._ops._xp import tri_mask
 from xgrad._ops.indexing import take_checked
 from xgrad._ops.manipulation import (
     _insert_axes, getitem, reshape, scatter, transpose, view, to_device)
@@ -488,21 +488,6 @@ def flipud(m):
     return _reversed(x, (0,))
 
 
-def _tri(n, m=None, k=0):
-    """``numpy.tri(n, m, k, dtype=bool)``; up to 4096 elements, read-only and
-    kept for the next call with that shape (where copies its condition)."""
-    if n * (n if m is None else m) > 4096:
-        return numpy.tri(n, m, k=k, dtype=bool)
-    return _small_tri(n, m, k)
-
-
-@functools.lru_cache(maxsize=64)
-def _small_tri(n, m, k):
-    mask = numpy.tri(n, m, k=k, dtype=bool)
-    mask.flags.writeable = False
-    return mask
-
-
 class Triangle(PyOp):
     """tril/triu: x where a fixed mask holds, 0 elsewhere (NumPy's formula,
     which broadcasts a 1-d x to a square). Linear, so the gradient is gy
@@ -532,7 +517,7 @@ def _triangle(op, m, k, lower):
     if x.ndim < 1:
         raise _args.DimensionError('{}: m must have at least 1 dimension, not 0'.format(op))
     # NumPy's own formula: the last two axes (a 1-d m broadcasts to a square).
-    mask = _tri(*x.shape[-2:], k=k if lower else k - 1)
+    mask = tri_mask(*x.shape[-2:], k=k if lower else k - 1)
     return _args.apply(Triangle(op, mask if lower else ~mask), x)
 
 
