@@ -225,6 +225,24 @@ def test_prod_over_several_axes():
     numpy.testing.assert_array_equal(_grad(y, x), expected)
 
 
+@pytest.mark.parametrize('n', [1, 2, 16, 17, 40])  # both sides of the masked-product limit
+@pytest.mark.parametrize('axis', [None, 0, 1, (0, 1)])
+def test_prod_gradient_is_the_product_of_the_others_on_long_and_short_axes(n, axis):
+    rs = numpy.random.RandomState(n)
+    data = rs.choice([-2.0, -1.0, 0.5, 1.0, 2.0], size=(n, 3))  # products exact in float64
+    data[rs.rand(n, 3) < 0.1] = 0.0
+    x = _leaf(data)
+    y = xgrad.prod(x, axis=axis)
+    axes = (0, 1) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    expected = numpy.empty_like(data)
+    for idx in numpy.ndindex(*data.shape):
+        group = tuple(slice(None) if a in axes else idx[a] for a in range(2))
+        others = data[group].copy()
+        others[tuple(idx[a] for a in axes)] = 1.0
+        expected[idx] = others.prod()
+    numpy.testing.assert_array_equal(_grad(y, x), expected)
+
+
 # ---------------------------------------------------------------------------
 # amax, amin
 

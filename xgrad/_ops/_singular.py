@@ -43,8 +43,23 @@ def tolerance(values, size):
     """``size * eps * max|values|`` over the last axis (one per matrix), as
     numpy.linalg.matrix_rank; ``values`` raw, float."""
     xp = _args.module_of(values)
-    scale = float(size * numpy.finfo(values.dtype).eps)  # a Python float: no NumPy
-    return xp.abs(values).max(axis=-1, keepdims=True) * scale  # dispatch on CuPy data
+    scale = size * _eps(values.dtype)  # a Python float: no NumPy dispatch on CuPy data
+    return xp.abs(values).max(axis=-1, keepdims=True) * scale
+
+
+_EPS = {}
+
+
+def _eps(dtype):
+    eps = _EPS.get(dtype)
+    if eps is None:
+        eps = _EPS[dtype] = float(numpy.finfo(dtype).eps)
+    return eps
+
+
+def _error(message, worst, limit):
+    return LinAlgError('{} ({:.3g} <= {:.3g}, the rank tolerance max(M, N) * eps * '
+                       'largest magnitude)'.format(message, worst, limit))
 
 
 def _raise_if_within(mags, tol, message):
@@ -54,10 +69,28 @@ def _raise_if_within(mags, tol, message):
     xp = _args.module_of(mags)
     bad = mags <= tol
     if bool(bad.any()):
-        worst = float(mags[bad].min())
-        limit = float(xp.broadcast_to(tol, mags.shape)[bad].max())
-        raise LinAlgError('{} ({:.3g} <= {:.3g}, the rank tolerance max(M, N) * eps * '
-                          'largest magnitude)'.format(message, worst, limit))
+        raise _error(message, float(mags[bad].min()),
+                     float(xp.broadcast_to(tol, mags.shape)[bad].max()))
+
+
+# One small host matrix: its few values are decided in Python floats, where
+# five NumPy calls on a 3-vector cost more than the gradient they guard.
+_SMALL = 64
+
+
+def _small_host(values):
+    return type(values) is numpy.ndarray and values.ndim == 1 and values.shape[0] <= _SMALL
+
+
+def _raise_if_within_small(mags, largest, size, dtype, message):
+    """``_raise_if_within`` for a list of magnitudes; NaN anywhere decides
+    nothing (NumPy's max propagates it into the tolerance)."""
+    if largest != largest or any(m != m for m in mags):
+        return
+    tol = size * _eps(dtype) * largest
+    worst = min(mags)
+    if worst <= tol:
+        raise _error(message, worst, tol)
 
 
 def require_nonzero(values, size, message):
@@ -66,6 +99,10 @@ def require_nonzero(values, size, message):
     the rank tolerance of a matrix whose larger side is ``size``."""
     values = as_raw(values)
     if values.shape[-1] == 0:
+        return
+    if _small_host(values):
+        mags = [abs(v) for v in values.tolist()]
+        _raise_if_within_small(mags, max(mags), size, values.dtype, message)
         return
     _raise_if_within(_args.module_of(values).abs(values), tolerance(values, size), message)
 
@@ -76,6 +113,11 @@ def require_distinct(values, size, message):
     within the rank tolerance of each other."""
     values = as_raw(values)
     if values.shape[-1] < 2:
+        return
+    if _small_host(values):
+        listed = values.tolist()
+        gaps = [abs(b - a) for a, b in zip(listed, listed[1:])]
+        _raise_if_within_small(gaps, max(abs(v) for v in listed), size, values.dtype, message)
         return
     gaps = _args.module_of(values).abs(values[..., 1:] - values[..., :-1])
     _raise_if_within(gaps, tolerance(values, size), message)

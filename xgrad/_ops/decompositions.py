@@ -38,12 +38,15 @@ eigenvectors), ``qr(mode='r')`` and ``svd(compute_uv=False)`` are
 differentiable too.
 """
 
+import functools
+
 import numpy
 
 from xgrad._errors import XgradError
-from xgrad._ops import _args
+from xgrad._ops import _args, _lapack
 from xgrad._ops._singular import LinAlgError, as_raw, require_distinct, require_nonzero
 from xgrad._ops._op import PyOp
+from xgrad._ops._xp import tri_mask
 from xgrad._ops.linalg import matmul
 from xgrad._ops.manipulation import copy, swapaxes, transpose
 from xgrad._ops.logic import where
@@ -73,28 +76,19 @@ def _matrix(op, a, name='a', square=False):
     return a
 
 
-def _lapack(op, compute, *raw):
-    """``compute(module.linalg, *raw)`` with NumPy's/CuPy's LinAlgError as
-    xgrad's."""
-    try:
-        return compute(_args.module_of(raw[0]).linalg, *raw)
-    except numpy.linalg.LinAlgError as e:
-        raise LinAlgError('{}: {}'.format(op, e)) from None
-
-
 def _t(xp, a):
     return xp.swapaxes(a, -1, -2)
 
 
 def _inv(xp, a):
-    return xp.linalg.inv(a) if xp.raw else inv(a)
+    return _lapack.inv('inv', a) if xp.raw else inv(a)
 
 
 def _solve(xp, a, b, why):
     """a^-1 b in a gradient formula; a singular ``a`` is xgrad's LinAlgError
     starting with ``why`` (the op, and what is singular)."""
     if xp.raw:
-        return _lapack(why, lambda la, m, v: la.solve(m, v), a, b)
+        return _lapack.solve(why, a, b)
     try:
         return solve(a, b)
     except LinAlgError as e:
@@ -114,7 +108,17 @@ def _singular_values(a):
     """The singular values of the retained input ``a`` (raw or xgrad), raw:
     what the rank tolerance of inv's and solve's gradients is decided on."""
     raw = as_raw(a)
-    return _args.module_of(raw).linalg.svd(raw, compute_uv=False)
+    return _lapack.svd('svd', raw, compute_uv=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _halved_lower(n, dtype):
+    """The lower triangle of ones with halves on the diagonal: phi of
+    cholesky's gradient is one product with it."""
+    coef = numpy.tri(n, dtype=dtype)
+    coef[numpy.diag_indices(n)] = 0.5
+    coef.flags.writeable = False
+    return coef
 
 
 def _diag_mask(xp, n, like):
@@ -133,7 +137,7 @@ class Inv(PyOp):
         a, = inputs
         self.retain_inputs((0,))
         self.retain_outputs((0,))
-        return (_lapack('inv', lambda la, m: la.inv(m), a).astype(a.dtype, copy=False),)
+        return (_lapack.inv('inv', a),)
 
     def grads(self, xp, targets, gys, xs, ys):
         require_nonzero(_singular_values(xs[0]), xs[0].shape[-1],
@@ -162,9 +166,7 @@ class Solve(PyOp):
         self.retain_outputs((0,))
         self.dtypes = (a.dtype, b.dtype)
         work = numpy.result_type(a.dtype, b.dtype)
-        x = _lapack('solve', lambda la, m, v: la.solve(m, v),
-                    a.astype(work, copy=False), b.astype(work, copy=False))
-        return (x.astype(work, copy=False),)
+        return (_lapack.solve('solve', a.astype(work, copy=False), b.astype(work, copy=False)),)
 
     def grads(self, xp, targets, gys, xs, ys):
         a, x = xs[0], ys[0]
@@ -253,7 +255,7 @@ def pinv(a, rcond=1e-15):
         return copy(transpose(a))
     raw = _args.raw(a)
     if type(raw) is numpy.ndarray:
-        u, s, vt = _lapack('pinv', lambda la, m: la.svd(m, full_matrices=False), raw)
+        u, s, vt = _lapack.svd('pinv', raw, full_matrices=False)
         if (s > rcond * s.max()).all():
             return _args.apply(Pinv(u, s, vt), a)
     u, s, vt = _args.apply(Svd('pinv'), a)
@@ -276,13 +278,12 @@ class Cholesky(PyOp):
     def forward(self, inputs):
         a, = inputs
         self.retain_outputs((0,))
-        return (_lapack('cholesky', lambda la, m: la.cholesky(m), a).astype(a.dtype,
-                                                                            copy=False),)
+        return (_lapack.cholesky('cholesky', a),)
 
     def grads(self, xp, targets, gys, xs, ys):
         lower = ys[0]
         p = xp.matmul(_t(xp, lower), gys[0])
-        phi = (xp.tril(p, 0) + xp.tril(p, -1)) * 0.5
+        phi = p * xp.constant(_halved_lower(lower.shape[-1], lower.dtype), p)
         require_nonzero(_diagonal(lower), lower.shape[-1],
                         'cholesky: no gradient where L is singular (a is not numerically '
                         'positive definite)')
@@ -316,8 +317,7 @@ class Qr(PyOp):
     def forward(self, inputs):
         a, = inputs
         self.retain_outputs((0, 1))
-        q, r = _lapack('qr', lambda la, m: la.qr(m, mode=self.mode), a)
-        return q.astype(a.dtype, copy=False), r.astype(a.dtype, copy=False)
+        return _lapack.qr('qr', a, self.mode)
 
     def grads(self, xp, targets, gys, xs, ys):
         q, r = ys
@@ -334,7 +334,7 @@ class Qr(PyOp):
             m = xp.matmul(r, _t(xp, gr))
         if gq is not None:
             m = _add(m, -xp.matmul(_t(xp, gq), q))
-        m_sym = xp.tril(m, 0) + _t(xp, xp.tril(m, -1))
+        m_sym = xp.where(xp.constant(tri_mask(m.shape[-1]), m), m, _t(xp, m))  # copyltu(M)
         rhs = _add(gq, xp.matmul(q, m_sym))
         return (_t(xp, _solve(xp, r, _t(xp, rhs), 'qr: no gradient where R is singular')),)
 
@@ -346,8 +346,7 @@ class _QrRaw(PyOp):
 
     def forward(self, inputs):
         a, = inputs
-        h, tau = _lapack('qr', lambda la, m: la.qr(m, mode='raw'), a)
-        return h.astype(a.dtype, copy=False), tau.astype(a.dtype, copy=False)
+        return _lapack.qr('qr', a, 'raw')
 
     def grads(self, xp, targets, gys, xs, ys):
         raise XgradError("qr: mode='raw' has no gradient")
@@ -378,8 +377,7 @@ class _FullSvd(Svd):
     def forward(self, inputs):
         a, = inputs
         self.retain_outputs((0, 1, 2))
-        u, s, vt = _lapack('svd', lambda la, m: la.svd(m, full_matrices=True), a)
-        return tuple(v.astype(a.dtype, copy=False) for v in (u, s, vt))
+        return _lapack.svd('svd', a, full_matrices=True)
 
     def grads(self, xp, targets, gys, xs, ys):
         u, s, vt = ys
@@ -432,8 +430,7 @@ class Eigh(PyOp):
     def forward(self, inputs):
         a, = inputs
         self.retain_outputs((0, 1))
-        w, v = _lapack('eigh', lambda la, m: la.eigh(m, UPLO=self.uplo), a)
-        return w.astype(a.dtype, copy=False), v.astype(a.dtype, copy=False)
+        return _lapack.eigh('eigh', a, self.uplo)
 
     def grads(self, xp, targets, gys, xs, ys):
         w, v = ys

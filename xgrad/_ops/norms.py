@@ -20,7 +20,7 @@ import numbers
 
 import numpy
 
-from xgrad._ops import _args
+from xgrad._ops import _args, _lapack
 from xgrad._ops._op import PyOp
 from xgrad._ops._singular import require_distinct, require_nonzero
 from xgrad._ops.elementwise import absolute
@@ -97,8 +97,8 @@ class Svd(PyOp):
         a, = inputs
         self.retain_outputs((0, 1, 2))
         work = numpy.float32 if a.dtype == numpy.float16 else a.dtype
-        u, s, vt = _args.module_of(a).linalg.svd(a.astype(work, copy=False),
-                                                 full_matrices=False)
+        u, s, vt = _lapack.svd(self.caller, a.astype(work, copy=False),
+                               full_matrices=False)
         return tuple(v.astype(a.dtype, copy=False) for v in (u, s, vt))
 
     def grads(self, xp, targets, gys, xs, ys):

@@ -12,6 +12,7 @@ Every gradient is written once against an array namespace ``xp`` (see
 ``_op.pyx``), so each op here is differentiable twice and more.
 """
 
+import functools
 import warnings
 
 import numpy
@@ -48,7 +49,9 @@ def _one_axis(op, axis, ndim):
 
 def _kept_shape(shape, axes):
     """``shape`` with the reduced ``axes`` as 1s (keepdims)."""
-    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    if len(axes) == len(shape):
+        return (1,) * len(shape)
+    return tuple([1 if i in axes else n for i, n in enumerate(shape)])
 
 
 def _unreduce(xp, a, in_shape, axes, keepdims):
@@ -181,16 +184,38 @@ variance is 0."""
 # ---------------------------------------------------------------------------
 # prod
 
+# Up to this many reduced elements the exclusive products are one masked
+# product over an n x n array: two NumPy calls, where the prefix and suffix
+# products take eight on the arrays of a training step.
+_SMALL_EXCLUSIVE = 16
+
+
 def _exclusive_raw(x):
-    """E[..., i] = prod_{k != i} x[..., k] on raw data (NumPy or CuPy), by products from
-    the left times products from the right: exact when some x are 0, unlike
-    prod(x) / x[i]. float16 works in float32."""
+    """E[..., i] = prod_{k != i} x[..., k] on raw data (NumPy or CuPy),
+    exact when some x are 0, unlike prod(x) / x[i]: for a short last axis
+    the product of each row of x with x_i set to 1, else products from the
+    left times products from the right. float16 works in float32."""
     work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
-    out = _args.module_of(x).ones(work.shape, work.dtype)
-    if work.shape[-1] > 1:  # (the arrays' own methods: NumPy's functions wrap them)
-        work[..., :-1].cumprod(axis=-1, out=out[..., 1:])
-        out[..., :-1] *= work[..., :0:-1].cumprod(axis=-1)[..., ::-1]
+    xp = _args.module_of(x)
+    n = work.shape[-1]
+    if n <= _SMALL_EXCLUSIVE:
+        if xp is numpy:
+            rows = numpy.where(_eye_mask(n), work.dtype.type(1), work[..., None, :])
+            out = numpy.multiply.reduce(rows, axis=-1)
+        else:
+            out = xp.where(xp.eye(n, dtype=bool), 1, work[..., None, :]).prod(axis=-1)
+        return out.astype(x.dtype, copy=False)
+    out = xp.ones(work.shape, work.dtype)
+    work[..., :-1].cumprod(axis=-1, out=out[..., 1:])
+    out[..., :-1] *= work[..., :0:-1].cumprod(axis=-1)[..., ::-1]
     return out.astype(x.dtype, copy=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _eye_mask(n):
+    mask = numpy.eye(n, dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 def _exclusive(xp, x):
@@ -230,17 +255,21 @@ class Prod(_Reduction):
     op_name = 'prod'
 
     def reduce(self, x):
+        if type(x) is numpy.ndarray:  # (numpy.prod is a Python wrapper of this)
+            return numpy.multiply.reduce(x, axis=self.axes, keepdims=self.keepdims)
         return _args.module_of(x).prod(x, axis=self.axes, keepdims=self.keepdims)
 
     def grad(self, xp, x, gy, y):
-        # Move the reduced axes last and flatten them into one.
-        kept = [i for i in range(x.ndim) if i not in self.axes]
-        perm = kept + list(self.axes)
-        moved = x if perm == sorted(perm) else xp.transpose(x, perm)
-        moved_shape = moved.shape
-        flat = xp.reshape(moved, moved_shape[:len(kept)] + (_count(x.shape, self.axes),))
-        others = xp.reshape(_exclusive(xp, flat), moved_shape)
-        if perm != sorted(perm):
+        # The reduced axes last (moved there unless they are already), flattened into one.
+        kept = x.ndim - len(self.axes)
+        moved = self.axes != tuple(range(kept, x.ndim))
+        if moved:
+            perm = [i for i in range(x.ndim) if i not in self.axes] + list(self.axes)
+            x = xp.transpose(x, perm)
+        shape = x.shape
+        flat = xp.reshape(x, shape[:kept] + (_count(shape, range(kept, x.ndim)),))
+        others = xp.reshape(_exclusive(xp, flat), shape)
+        if moved:
             others = xp.transpose(others, [perm.index(i) for i in range(x.ndim)])
         return gy * others
 
