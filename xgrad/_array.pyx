@@ -951,6 +951,13 @@ cdef class ndarray:
         return _OPS.squeeze(self, axis)
 
     def dot(self, other):
+        # Two float matrices (or vectors) of one dtype: dot is matmul; the
+        # module function decides the rest (N-d, scalars, promotion).
+        if isinstance(other, ndarray):
+            a, b = self._data, (<ndarray>other)._data
+            if (a.dtype is b.dtype and a.dtype.kind == 'f' and 0 < a.ndim <= 2
+                    and 0 < b.ndim <= 2 and a.shape[a.ndim - 1] == b.shape[0]):
+                return _OPS.matmul(self, other)
         return _OPS.dot(self, other)
 
     # ChainerX's other array methods: thin calls of the module functions.

@@ -136,6 +136,8 @@ UNARY = [
     ('sigmoid', lambda xp, x: xp.sigmoid(x), real, False),
     ('relu', lambda xp, x: xp.relu(x), nonzero, False),
     ('pow_scalar_int', lambda xp, x: x ** 3, real, True),
+    ('pow_scalar_two', lambda xp, x: x ** 2, real, True),  # computed as square
+    ('pow_scalar_two_float', lambda xp, x: xp.power(x, 2.0), real, False),
     ('pow_scalar_float', lambda xp, x: x ** 2.5, positive, False),
     ('pow_scalar_negative', lambda xp, x: xp.power(x, -1.5), positive, False),
     ('rpow_scalar', lambda xp, x: 2.0 ** x, real, False),
