@@ -112,6 +112,32 @@ def test_a_broadcast_output_gradient_takes_the_native_columns():
         numpy.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize('transpose', [False, True])
+@pytest.mark.parametrize('channels', [(1, 16), (16, 1), (8, 8)])
+def test_a_pointwise_convolution_gives_matmul_no_broadcast_gradient(monkeypatch, channels,
+                                                                     transpose):
+    """1x1 convolutions are per-sample matmuls; a stride-0 gy (sum's
+    gradient) is copied first, since matmul leaves the BLAS for it (several
+    times slower). The gradients are those of a dense gy."""
+    c, o = channels
+    x = _arr((2, c, 6, 5), 1).astype(numpy.float32)
+    w = _arr((c, o, 1, 1) if transpose else (o, c, 1, 1), 2).astype(numpy.float32)
+    xs = [x.require_grad(), w.require_grad()]
+    op = xgrad.conv_transpose if transpose else xgrad.conv
+    dense = xgrad.grad([op(*xs)], xs, grad_outputs=[xgrad.ones((2, o, 6, 5), numpy.float32)])
+    seen = []
+    matmul = numpy.matmul
+
+    def spy(*args, **kwargs):
+        seen.extend(a for a in args if isinstance(a, numpy.ndarray))
+        return matmul(*args, **kwargs)
+    monkeypatch.setattr(numpy, 'matmul', spy)
+    summed = xgrad.grad([xgrad.sum(op(*xs))], xs)
+    assert seen and all(0 not in a.strides for a in seen)
+    for a, b in zip(summed, dense):
+        numpy.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-6)
+
+
 def test_no_spatial_axes_is_linear():
     x, w, b = _arr((3, 4), 1), _arr((2, 4), 2), _arr((2,), 3)
     numpy.testing.assert_allclose(xgrad.conv(x, w, b).to_numpy(),
