@@ -172,17 +172,21 @@ for _f in (isnan, isinf, isfinite):
 def _truth_reduction(name, reducer):
     def op(a, axis=None, keepdims=False):
         a = _args.as_array(a, 'a')
-        if not isinstance(keepdims, (bool, numpy.bool_, int, numpy.integer)):
-            raise TypeError('{}: keepdims must be a bool, not {}'.format(
-                name, type(keepdims).__name__))
-        keepdims = bool(keepdims)
-        axes = _args.normalize_axes(axis, a.ndim)
+        if type(keepdims) is not bool:
+            if not isinstance(keepdims, (numpy.bool_, int, numpy.integer)):
+                raise TypeError('{}: keepdims must be a bool, not {}'.format(
+                    name, type(keepdims).__name__))
+            keepdims = bool(keepdims)
         raw = _args.raw(a)
+        # all axes as None: the reduction's fast path
+        axes = None if axis is None else _args.normalize_axes(axis, a.ndim)
         if type(raw) is numpy.ndarray:
-            # what NumPy's method calls, without its Python layers; all axes
-            # as None is the reduction's fast path
-            return _args.wrap(reducer.reduce(raw, None if len(axes) == raw.ndim else axes,
-                                             numpy.bool_, None, keepdims), a)
+            # what NumPy's method calls, without its Python layers
+            if axes is not None and len(axes) == raw.ndim:
+                axes = None
+            return _args.wrap(reducer.reduce(raw, axes, numpy.bool_, None, keepdims), a)
+        if axes is None:
+            axes = tuple(range(raw.ndim))
         return _args.constant(a, getattr(raw, name), axis=axes, keepdims=keepdims)
     op.__name__ = name
     op.__doc__ = ('Whether {} element along ``axis`` is true (nonzero); NumPy\'s '
