@@ -35,7 +35,7 @@ from numpy.lib.stride_tricks import as_strided
 from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
-from xgrad._ops import _args
+from xgrad._ops import _args, _winograd
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import BOOL, INT_DTYPES, Sample, OpInfo, register
@@ -341,6 +341,10 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     if _pointwise(geom, x.shape[2:], outsize):
         return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
+    if _winograd.applies(x, w.shape, geom, outsize, work):  # 3x3, stride 1, 16+ channels
+        y = _winograd.conv(numpy.ascontiguousarray(x, dtype=work), w, b, geom, outsize, work,
+                           keep_columns)
+        return y.astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
@@ -382,15 +386,17 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     # elements, which col2im adds back. Take the one that moves fewer: (a)
     # for a conv's input gradient when the conv widens the channels (1->16,
     # 16->32: 2-16x fewer), (b) when it narrows them, and always (b) for
-    # stride > 1 (a would need a dilated x).
+    # stride > 1 (a would need a dilated x). (a) is also taken whenever the
+    # flipped convolution is a Winograd one (3x3: 2.25x fewer products).
     flip = all(s == 1 for s in geom.stride) and all(
         p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
-    if flip and not (_native_col2im(x, geom)
-                     and o * _prod(spatial) < c * _prod(outsize)):
+    full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
+        geom.ksize, geom.pad, geom.dilate)))
+    if flip and (not (_native_col2im(x, geom) and o * _prod(spatial) < c * _prod(outsize))
+                 or _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
+                                      _args.compute_dtype(_result_dtype(x, w, b)))):
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
         flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
-        full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
-            geom.ksize, geom.pad, geom.dilate)))
         return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
@@ -415,6 +421,12 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
     kept them (saves building them again)."""
     work = _args.compute_dtype(numpy.dtype(dtype))
+    if _winograd.applies(x, wshape, geom, gy.shape[2:], work):
+        tiles = columns if isinstance(columns, _winograd.Tiles) else None
+        gw = _winograd.grad_weight(numpy.ascontiguousarray(x, dtype=work),
+                                   numpy.ascontiguousarray(gy, dtype=work), wshape, geom,
+                                   work, tiles)
+        return gw.astype(dtype, copy=False)
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
@@ -429,7 +441,7 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         gw = xp.matmul(gym, xm.swapaxes(2, 3)).sum(axis=0)
         return gw.reshape(wshape).astype(dtype, copy=False)
     gw = xp.zeros((g, og, _prod(wshape[1:])), work)
-    if columns is not None and columns.dtype == work:
+    if isinstance(columns, numpy.ndarray) and columns.dtype == work:
         chunks = [(0, n, columns)]
     else:
         chunks = _column_chunks(x.astype(work, copy=False), geom, gy.shape[2:])
