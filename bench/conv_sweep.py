@@ -4,6 +4,9 @@ with GFLOP/s against this machine's own sgemm.
     python bench/conv_sweep.py                    # the full sweep, one thread; writes bench/results/conv_sweep_DATE.json
     python bench/conv_sweep.py --quick            # the issue-27 shapes and a few more (about a minute)
     python bench/conv_sweep.py --threads 0        # each framework's default threads
+    python bench/conv_sweep.py --kernels 3 --strides 1 --transpose --no-pool  # a slice
+    python bench/conv_sweep.py --rerun bench/results/conv_sweep_1thread_2026-12-03.json
+        # again, the points of an earlier sweep that were slower than torch (--above 1.0)
 
 The sweep (issue 27): batch 1, 8, 64; channels 1->16, 16->32, 64->64,
 128->128, 256->256; spatial 4, 8, 16, 32, 56; kernel 1, 3, 5 with pad
@@ -86,7 +89,9 @@ def conv_points(args, sgemm_rate):
     if args.quick:
         return [(n, c, o, size, k, s) for n, c, o, size, k, s in QUICK_CONV], []
     kept, pruned = [], []
-    for n, (c, o), size, k, s in itertools.product(BATCHES, CHANNELS, SIZES, KERNELS, STRIDES):
+    for n, (c, o), size, k, s in itertools.product(BATCHES, CHANNELS, SIZES,
+                                                   args.kernels or KERNELS,
+                                                   args.strides or STRIDES):
         point = (n, c, o, size, k, s)
         if k > size + 2 * (k // 2) or (k == 1 and s == 2 and size < 2):
             pruned.append((point, 'kernel > padded input'))
@@ -95,6 +100,23 @@ def conv_points(args, sgemm_rate):
         else:
             kept.append(point)
     return kept, pruned
+
+
+def rerun_items(path, above):
+    """(conv items, pool points) of the sweep result at ``path`` whose paired
+    ratio was above ``above``: each conv item is (op, point) as measured."""
+    with open(path) as f:
+        old = json.load(f)
+    conv = [(r['op'], tuple(r[k] for k in ('batch', 'in_channels', 'out_channels', 'size',
+                                           'kernel', 'stride')))
+            for r in old['conv'] if r['paired_ratio'] > above]
+    pool = [tuple(r[k] for k in ('op', 'batch', 'channels', 'size', 'kernel', 'stride', 'pad'))
+            for r in old['pool'] if r['paired_ratio'] > above]
+    return conv, pool
+
+
+def _ints(text):
+    return tuple(int(v) for v in text.split(','))
 
 
 def pool_points(args):
@@ -198,6 +220,12 @@ def main(argv=None):
     ap.add_argument('--max-seconds', type=float, default=1.0,
                     help='prune points estimated slower than this per run (default 1)')
     ap.add_argument('--limit', type=int, help='time at most this many conv points (smoke test)')
+    ap.add_argument('--kernels', type=_ints, help='only these kernel sizes, e.g. 3 or 1,3')
+    ap.add_argument('--strides', type=_ints, help='only these strides, e.g. 1')
+    ap.add_argument('--rerun', metavar='RESULT_JSON',
+                    help='time again the points of an earlier sweep above --above')
+    ap.add_argument('--above', type=float, default=1.0,
+                    help="with --rerun: the earlier paired ratio to exceed (default 1.0)")
     ap.add_argument('--out', help='JSON path (default {}; --quick: none)'.format(DEFAULT_OUT))
     args = ap.parse_args(argv)
     rounds = args.rounds or (5 if args.quick else 7)
@@ -208,23 +236,32 @@ def main(argv=None):
         torch.set_num_threads(1)
     start = time.time()
     peak = sgemm_gflops(256, 2304, 4096, min_time)
-    points, pruned = conv_points(args, peak * 1e9)
-    if args.limit is not None:
-        points = points[:args.limit]
     kinds = ['conv'] + (['conv_transpose'] if args.transpose else [])
+    if args.rerun:
+        items, pools = rerun_items(args.rerun, args.above)
+        pruned = []
+    else:
+        points, pruned = conv_points(args, peak * 1e9)
+        items = list(itertools.product(kinds, points))
+        pools = [] if args.no_pool else pool_points(args)
+    if args.limit is not None:
+        items = items[:args.limit]
     result = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
               'machine': _machine.machine_info(), 'threads': THREADS or 'default',
               'torch_threads': torch.get_num_threads(),
               'blas_threads': _machine.numpy_blas_threads(),
               'versions': {'numpy': numpy.__version__, 'torch': torch.__version__},
               'settings': {'rounds': rounds, 'min_time': min_time, 'quick': args.quick,
-                           'max_seconds': args.max_seconds, 'pad': 'k // 2'},
+                           'max_seconds': args.max_seconds, 'pad': 'k // 2',
+                           'kernels': args.kernels, 'strides': args.strides,
+                           'rerun': args.rerun and {'of': os.path.basename(args.rerun),
+                                                    'above': args.above}},
               'sgemm_gflops_large': peak,
               'pruned': [{'point': list(pt), 'why': why} for pt, why in pruned],
               'conv': [], 'pool': []}
     print('sgemm (256x2304 @ 2304x4096) {:.1f} GFLOP/s; {} conv points ({} pruned)'.format(
-        peak, len(points), len(pruned)), file=sys.stderr)
-    for kind, point in itertools.product(kinds, points):
+        peak, len(items), len(pruned)), file=sys.stderr)
+    for kind, point in items:
         n, c, o, size, k, s = point
         steps = conv_steps(xgrad, torch, point, kind == 'conv_transpose')
         v = _timing.versus(_timing.measure(steps, rounds, min_time, 2))
@@ -245,7 +282,7 @@ def main(argv=None):
                   kind, n, c, o, size, size, k, s, row['xgrad_us'], row['torch_us'],
                   row['ratio'], row['paired_ratio'], row['xgrad_gflops'],
                   row['fraction_of_sgemm'], row['load']), file=sys.stderr, flush=True)
-    for point in ([] if args.no_pool else pool_points(args)):
+    for point in ([] if args.no_pool else pools):
         steps = pool_steps(xgrad, torch, point)
         v = _timing.versus(_timing.measure(steps, rounds, min_time, 2))
         op, n, c, size, k, s, p = point
@@ -261,7 +298,8 @@ def main(argv=None):
     result['summary'] = summary(result)
     result['seconds'] = round(time.time() - start, 1)
     print(json.dumps(result['summary'], indent=1))
-    out = args.out or (None if args.quick or args.limit else DEFAULT_OUT)
+    out = args.out or (None if args.quick or args.limit or args.rerun or args.kernels
+                       or args.strides else DEFAULT_OUT)
     if out:
         with open(out, 'w') as f:
             json.dump(result, f, indent=1)

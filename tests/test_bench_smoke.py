@@ -2,6 +2,7 @@
 floor (bench/run.py checks loss and gradients before timing). No timing is
 asserted here: speed is measured by bench/run.py itself."""
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -43,6 +44,23 @@ def test_conv_sweep_runs_one_point_and_a_pool_point_against_torch():
                              '--min-time', '0.001'])
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"at_or_below_torch"' in result.stdout and 'max_pool' in result.stderr
+
+
+def test_conv_sweep_reruns_the_points_an_earlier_sweep_lost(tmp_path):
+    row = {'batch': 2, 'in_channels': 3, 'out_channels': 4, 'size': 6, 'kernel': 3,
+           'stride': 1}
+    earlier = {'conv': [dict(row, op='conv_transpose', paired_ratio=1.4),
+                        dict(row, op='conv', size=5, paired_ratio=0.7)],
+               'pool': [{'op': 'max_pool', 'batch': 2, 'channels': 3, 'size': 6, 'kernel': 2,
+                         'stride': 2, 'pad': 0, 'paired_ratio': 1.2}]}
+    path = tmp_path / 'earlier.json'
+    path.write_text(json.dumps(earlier))
+    result = _bench_command(['conv_sweep.py', '--rerun', str(path), '--rounds', '1',
+                             '--min-time', '0.001'])
+    assert result.returncode == 0, result.stdout + result.stderr
+    timed = [line.split()[0] for line in result.stderr.splitlines() if 'xgrad' in line]
+    assert timed == ['conv_transpose', 'max_pool'], result.stderr  # not the conv at 0.7
+    assert 'wrote' not in result.stderr
 
 
 def test_op_overhead_times_registered_ops_against_torch_and_numpy():
