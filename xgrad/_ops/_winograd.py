@@ -57,11 +57,11 @@ def applies(x, wshape, geom, outsize, work):
     data of one 2-D 3x3 convolution with stride and dilation 1, one group,
     at least MIN_CHANNELS channels in and out, the stride-1 output size,
     at least MIN_TILES 2x2 output blocks in the batch."""
-    if (type(x) is not numpy.ndarray or x.ndim != 4 or len(wshape) != 4
-            or work not in (numpy.float32, numpy.float64)):
-        return False
     if (tuple(geom.ksize) != (3, 3) or tuple(geom.stride) != (1, 1)
             or tuple(geom.dilate) != (1, 1) or geom.groups != 1):
+        return False
+    if (type(x) is not numpy.ndarray or x.ndim != 4 or len(wshape) != 4
+            or work not in (numpy.float32, numpy.float64)):
         return False
     if min(x.shape[1], wshape[0]) < MIN_CHANNELS:
         return False

@@ -103,6 +103,8 @@ def _fmod_grad(xp, p, gy, a, b):
     if p == 0:
         return gy
     q = a / b
+    if xp.raw:  # trunc(q) in one ufunc
+        return -(gy * xp.trunc(q))
     return -(gy * xp.where(q >= 0, xp.floor(q), xp.ceil(q)))
 
 

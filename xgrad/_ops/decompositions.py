@@ -114,7 +114,7 @@ def _singular_values(a):
 @functools.lru_cache(maxsize=64)
 def _halved_lower(n, dtype):
     """The lower triangle of ones with halves on the diagonal: phi of
-    cholesky's gradient is one product with it."""
+    cholesky's gradient is the lower triangle times it."""
     coef = numpy.tri(n, dtype=dtype)
     coef[numpy.diag_indices(n)] = 0.5
     coef.flags.writeable = False
@@ -283,7 +283,9 @@ class Cholesky(PyOp):
     def grads(self, xp, targets, gys, xs, ys):
         lower = ys[0]
         p = xp.matmul(_t(xp, lower), gys[0])
-        phi = p * xp.constant(_halved_lower(lower.shape[-1], lower.dtype), p)
+        # (tril first: the upper triangle is dropped, not multiplied by 0,
+        # which would turn an inf there into NaN)
+        phi = xp.tril(p, 0) * xp.constant(_halved_lower(lower.shape[-1], lower.dtype), p)
         require_nonzero(_diagonal(lower), lower.shape[-1],
                         'cholesky: no gradient where L is singular (a is not numerically '
                         'positive definite)')
