@@ -225,12 +225,13 @@ def test_prod_over_several_axes():
     numpy.testing.assert_array_equal(_grad(y, x), expected)
 
 
-@pytest.mark.parametrize('n', [1, 2, 16, 17, 40])  # both sides of the masked-product limit
-@pytest.mark.parametrize('axis', [None, 0, 1, (0, 1)])
-def test_prod_gradient_is_the_product_of_the_others_on_long_and_short_axes(n, axis):
+@pytest.mark.parametrize('n, rows, axis', [
+    (n, 3, axis) for n in (1, 2, 16, 17, 40)  # both sides of the masked-product limit
+    for axis in (None, 0, 1, (0, 1))] + [(16, 5000, 0)])  # past the masked copy's size limit
+def test_prod_gradient_is_the_product_of_the_others_on_long_and_short_axes(n, rows, axis):
     rs = numpy.random.RandomState(n)
-    data = rs.choice([-2.0, -1.0, 0.5, 1.0, 2.0], size=(n, 3))  # products exact in float64
-    data[rs.rand(n, 3) < 0.1] = 0.0
+    data = rs.choice([-2.0, -1.0, 0.5, 1.0, 2.0], size=(n, rows))  # products exact in float64
+    data[rs.rand(n, rows) < 0.1] = 0.0
     x = _leaf(data)
     y = xgrad.prod(x, axis=axis)
     axes = (0, 1) if axis is None else axis if isinstance(axis, tuple) else (axis,)

@@ -184,10 +184,13 @@ variance is 0."""
 # ---------------------------------------------------------------------------
 # prod
 
-# Up to this many reduced elements the exclusive products are one masked
-# product over an n x n array: two NumPy calls, where the prefix and suffix
-# products take eight on the arrays of a training step.
+# Up to this many reduced elements (and this many elements in the n-fold
+# masked copy) the exclusive products are one masked product over an n x n
+# array per row: two NumPy calls, where the prefix and suffix products take
+# eight on the arrays of a training step. Larger, the masked copy would
+# cost n times the input's memory.
 _SMALL_EXCLUSIVE = 16
+_SMALL_EXCLUSIVE_ELEMENTS = 1 << 16
 
 
 def _exclusive_raw(x):
@@ -198,7 +201,7 @@ def _exclusive_raw(x):
     work = x.astype(numpy.float32) if x.dtype == numpy.float16 else x
     xp = _args.module_of(x)
     n = work.shape[-1]
-    if n <= _SMALL_EXCLUSIVE:
+    if n <= _SMALL_EXCLUSIVE and work.size * n <= _SMALL_EXCLUSIVE_ELEMENTS:
         if xp is numpy:
             rows = numpy.where(_eye_mask(n), work.dtype.type(1), work[..., None, :])
             out = numpy.multiply.reduce(rows, axis=-1)
