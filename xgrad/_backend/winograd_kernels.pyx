@@ -66,6 +66,18 @@ cdef inline void _flush(real* dst, Py_ssize_t k_stride, const real* buf,
         memcpy(dst + k * k_stride, buf + k * BLOCK, count * sizeof(real))
 
 
+cdef inline Py_ssize_t _tile_written(real* plane, Py_ssize_t k_stride, const real* buf,
+                                     Py_ssize_t fill, Py_ssize_t* done) noexcept nogil:
+    """One more tile in ``buf`` (now ``fill + 1``): the block is copied out
+    to ``plane + *done`` when full. Returns the new fill."""
+    fill += 1
+    if fill == BLOCK:
+        _flush(plane + done[0], k_stride, buf, fill)
+        done[0] += fill
+        fill = 0
+    return fill
+
+
 cdef void _input_tiles(const real* x, real* v, Py_ssize_t n_count, Py_ssize_t c_count,
                        Py_ssize_t h, Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw,
                        Py_ssize_t th, Py_ssize_t tw) noexcept nogil:
@@ -96,11 +108,7 @@ cdef void _input_tiles(const real* x, real* v, Py_ssize_t n_count, Py_ssize_t c_
                         buf[(4 * r + 1) * BLOCK + fill] = t[4 * r + 1] + t[4 * r + 2]
                         buf[(4 * r + 2) * BLOCK + fill] = t[4 * r + 2] - t[4 * r + 1]
                         buf[(4 * r + 3) * BLOCK + fill] = t[4 * r + 1] - t[4 * r + 3]
-                    fill += 1
-                    if fill == BLOCK:
-                        _flush(v + c * plane + done, k_stride, buf, fill)
-                        done += fill
-                        fill = 0
+                    fill = _tile_written(v + c * plane, k_stride, buf, fill, &done)
         if fill:
             _flush(v + c * plane + done, k_stride, buf, fill)
 
@@ -187,11 +195,7 @@ cdef void _gradient_tiles(const real* gy, real* g, Py_ssize_t n_count, Py_ssize_
                         buf[(4 * r + 1) * BLOCK + fill] = t[2 * r] + t[2 * r + 1]
                         buf[(4 * r + 2) * BLOCK + fill] = t[2 * r] - t[2 * r + 1]
                         buf[(4 * r + 3) * BLOCK + fill] = -t[2 * r + 1]
-                    fill += 1
-                    if fill == BLOCK:
-                        _flush(g + o * plane + done, k_stride, buf, fill)
-                        done += fill
-                        fill = 0
+                    fill = _tile_written(g + o * plane, k_stride, buf, fill, &done)
         if fill:
             _flush(g + o * plane + done, k_stride, buf, fill)
 

@@ -106,13 +106,19 @@ def _result_dtype(*arrays):
     return numpy.float32
 
 
+def _one_matrix(op, gufunc, message, a, fallback):
+    """gufunc(a) of one float matrix (signature d->d), cast back to a's dtype;
+    ``fallback(linalg, a)`` where the gufunc does not serve ``a``."""
+    if not _direct(gufunc, a):
+        return _fallback(op, fallback, a)
+    with _Failure(op, message):
+        y = gufunc(a, signature='d->d')
+    return y.astype(a.dtype, copy=False)
+
+
 def inv(op, a):
     """The inverse of the square matrix ``a``."""
-    if not _direct(_INV, a):
-        return _fallback(op, lambda la, m: la.inv(m), a)
-    with _Failure(op, 'Singular matrix'):
-        y = _INV(a, signature='d->d')
-    return y.astype(a.dtype, copy=False)
+    return _one_matrix(op, _INV, 'Singular matrix', a, lambda la, m: la.inv(m))
 
 
 def solve(op, a, b):
@@ -127,11 +133,8 @@ def solve(op, a, b):
 
 def cholesky(op, a):
     """The lower Cholesky factor L of ``a`` (its lower triangle read)."""
-    if not _direct(_CHOLESKY_LO, a):
-        return _fallback(op, lambda la, m: la.cholesky(m), a)
-    with _Failure(op, 'Matrix is not positive definite'):
-        lower = _CHOLESKY_LO(a, signature='d->d')
-    return lower.astype(a.dtype, copy=False)
+    return _one_matrix(op, _CHOLESKY_LO, 'Matrix is not positive definite', a,
+                       lambda la, m: la.cholesky(m))
 
 
 def qr(op, a, mode):
