@@ -17,6 +17,14 @@ cpdef object divide(object a, object b)
 cpdef object tanh_grad(object gy, object y)
 cpdef object sigmoid_grad(object gy, object y)
 cpdef object relu_grad(object gy, object y)
+# compare_select's comparisons: the numbering of select_loops.h's loops.
+cpdef enum CompareOp:
+    COMPARE_GE = 0
+    COMPARE_GT = 1
+    COMPARE_LE = 2
+    COMPARE_LT = 3
+
+cpdef object compare_select(object gy, object a, object b, int op)
 cpdef object sqrt_grad(object gy, object y)
 cpdef object square_grad(object gy, object x)
 cpdef bint add_into(object acc, object g)

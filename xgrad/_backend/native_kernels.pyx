@@ -11,6 +11,8 @@ large arrays.
 """
 
 cimport numpy as cnp
+from libc.float cimport FLT_MAX
+from libc.math cimport INFINITY, fabs
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF
@@ -20,6 +22,11 @@ cdef extern from "select_loops.h" nogil:
     void xgrad_relu_f64(const double* x, double* out, Py_ssize_t n)
     void xgrad_relu_grad_f32(const float* gy, const float* y, float* out, Py_ssize_t n)
     void xgrad_relu_grad_f64(const double* gy, const double* y, double* out, Py_ssize_t n)
+    void xgrad_compare_select_f32(const float* gy, const float* a, const float* b,
+                                  bint b_scalar, float s, int op, float* out, Py_ssize_t n)
+    void xgrad_compare_select_f64(const double* gy, const double* a, const double* b,
+                                  bint b_scalar, double s, int op, double* out,
+                                  Py_ssize_t n)
 
 cdef extern from "numpy/arrayobject.h":
     PyTypeObject PyArray_Type
@@ -30,6 +37,9 @@ cdef extern from "numpy/arrayobject.h":
 import numpy
 
 cnp.import_array()
+
+cdef type _NP_FLOAT32 = numpy.float32
+cdef type _NP_FLOAT64 = numpy.float64
 
 ctypedef fused real:
     float
@@ -371,6 +381,10 @@ cdef bint _fits(cnp.ndarray s, cnp.ndarray o):
 
 
 cdef inline real _apply(Formula f, real a, real b) noexcept nogil:
+    # The constants are typed: a bare 1 or 2 is a C double literal, which made
+    # float32 formulas compute in double (not what NumPy's float32 formula
+    # does) and kept the loops from vectorising.
+    cdef real one = 1, two = 2
     if f == MUL:
         return a * b
     if f == ADD:
@@ -380,15 +394,15 @@ cdef inline real _apply(Formula f, real a, real b) noexcept nogil:
     if f == DIV:
         return a / b
     if f == TANH_GRAD:
-        return a * (1 - b * b)
+        return a * (one - b * b)
     if f == SIGMOID_GRAD:
-        return a * b * (1 - b)
+        return a * b * (one - b)
     if f == RELU_GRAD:
         return a * (b > 0)
     if f == SQRT_GRAD:
         return a / (b + b)
     if f == SQUARE_GRAD:
-        return 2 * a * b
+        return two * a * b
     return 0
 
 
@@ -398,6 +412,7 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
     formula test is outside the loop), so the compiler vectorises it."""
     cdef Py_ssize_t i
     cdef real sa, sb
+    cdef real one = 1, two = 2  # typed: see _apply
     if f == RELU_GRAD and not a_scalar and not b_scalar:
         if real is float:
             xgrad_relu_grad_f32(a, b, out, n)
@@ -419,10 +434,10 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
                 out[i] = a[i] / b[i]
         elif f == TANH_GRAD:
             for i in range(n):
-                out[i] = a[i] * (1 - b[i] * b[i])
+                out[i] = a[i] * (one - b[i] * b[i])
         elif f == SIGMOID_GRAD:
             for i in range(n):
-                out[i] = a[i] * b[i] * (1 - b[i])
+                out[i] = a[i] * b[i] * (one - b[i])
         elif f == RELU_GRAD:
             for i in range(n):
                 out[i] = a[i] * (b[i] > 0)  # branch-free: vectorises
@@ -431,7 +446,7 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
                 out[i] = a[i] / (b[i] + b[i])
         elif f == SQUARE_GRAD:
             for i in range(n):
-                out[i] = 2 * a[i] * b[i]
+                out[i] = two * a[i] * b[i]
     elif a_scalar and not b_scalar:
         sa = a[0]
         if f == MUL:
@@ -448,10 +463,10 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
                 out[i] = sa / b[i]
         elif f == TANH_GRAD:
             for i in range(n):
-                out[i] = sa * (1 - b[i] * b[i])
+                out[i] = sa * (one - b[i] * b[i])
         elif f == SIGMOID_GRAD:
             for i in range(n):
-                out[i] = sa * b[i] * (1 - b[i])
+                out[i] = sa * b[i] * (one - b[i])
         elif f == RELU_GRAD:
             for i in range(n):
                 out[i] = sa * (b[i] > 0)
@@ -460,7 +475,7 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
                 out[i] = sa / (b[i] + b[i])
         elif f == SQUARE_GRAD:
             for i in range(n):
-                out[i] = 2 * sa * b[i]
+                out[i] = two * sa * b[i]
     elif b_scalar and not a_scalar:
         sb = b[0]
         for i in range(n):
@@ -481,12 +496,43 @@ cdef inline void _run2(int t, Formula f, void* pa, bint sa, void* pb, bint sb,
         _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
 
 
+cdef bint _number_of(object v, int t, double* value) noexcept:
+    """Whether NumPy computes ``array_of_t op v`` in dtype ``t`` with v cast
+    to ``t``: a NumPy scalar of that dtype, or a Python float (an op's scalar
+    operand is one) that float32 holds. A float beyond float32's range gives
+    float64 on NumPy 1.x and an overflow warning on 2.x, so it stays NumPy's.
+    The value goes to ``value``."""
+    cdef double d
+    if t == cnp.NPY_FLOAT:
+        if type(v) is _NP_FLOAT32:
+            value[0] = <float>v
+            return True
+        if type(v) is float:
+            d = <double>v
+            if d != d or d == INFINITY or d == -INFINITY or fabs(d) <= FLT_MAX:
+                value[0] = d
+                return True
+        return False
+    if t == cnp.NPY_DOUBLE and (type(v) is _NP_FLOAT64 or type(v) is float):
+        value[0] = <double>v
+        return True
+    return False
+
+
 cdef object _binary(Formula f, object a, object b):
-    """The fused loop for two operands, or None if they do not qualify."""
+    """The fused loop for two operands, or None if they do not qualify. One
+    operand may be a number (see _number_of): ``x * 0.5`` then runs here too,
+    not through NumPy's scalar conversion."""
     cdef Py_ssize_t na = 0, nb = 0, n
     cdef bint sa = False, sb = False
     cdef int ta = _kind(a, &na, &sa)
-    if ta < 0 or _kind(b, &nb, &sb) != ta:
+    cdef int tb = _kind(b, &nb, &sb)
+    cdef double number
+    if ta >= 0 and tb < 0 and _number_of(b, ta, &number):
+        return _binary_number(f, <cnp.ndarray>a, na, sa, number, False, ta)
+    if tb >= 0 and ta < 0 and _number_of(a, tb, &number):
+        return _binary_number(f, <cnp.ndarray>b, nb, sb, number, True, tb)
+    if ta < 0 or tb != ta:
         return None
     cdef cnp.ndarray shape_of
     if not sa and not sb and not (na == nb and _same_shape(<cnp.ndarray>a, <cnp.ndarray>b)):
@@ -517,6 +563,28 @@ cdef object _binary(Formula f, object a, object b):
             _split_run2(ta, f, <char*>pa, sa, <char*>pb, sb, <char*>po, n)
     else:
         _run2(ta, f, pa, sa, pb, sb, po, n)
+    return out
+
+
+cdef object _binary_number(Formula f, cnp.ndarray x, Py_ssize_t n, bint x_scalar,
+                           double number, bint number_first, int t):
+    """``x op number`` (``number op x`` if ``number_first``) into an array of
+    x's shape (0-d included: NumPy would return a scalar object there)."""
+    cdef float f32 = <float>number
+    cdef void* pn = <void*>&f32 if t == cnp.NPY_FLOAT else <void*>&number
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), t, 0)
+    cdef void* px = cnp.PyArray_DATA(x)
+    cdef void* po = cnp.PyArray_DATA(out)
+    if n >= NOGIL_SIZE:  # worth releasing the GIL for
+        with nogil:
+            if number_first:
+                _split_run2(t, f, <char*>pn, True, <char*>px, x_scalar, <char*>po, n)
+            else:
+                _split_run2(t, f, <char*>px, x_scalar, <char*>pn, True, <char*>po, n)
+    elif number_first:
+        _run2(t, f, pn, True, px, x_scalar, po, n)
+    else:
+        _run2(t, f, px, x_scalar, pn, True, po, n)
     return out
 
 
@@ -768,6 +836,85 @@ cpdef object relu_grad(object gy, object y):
     """gy where y > 0, else 0"""
     r = _binary(RELU_GRAD, gy, y)
     return gy * (y > 0) if r is None else r
+
+
+# compare_select's comparisons (CompareOp in the .pxd, select_loops.h's
+# numbering), each with its operands swapped: a >= b is b <= a.
+cdef int[4] _SWAPPED = [COMPARE_LE, COMPARE_LT, COMPARE_GE, COMPARE_GT]
+
+
+cpdef object compare_select(object gy, object a, object b, int op):
+    """gy where ``a op b`` holds, else 0: the gradients of maximum and minimum
+    in one pass (NumPy's ``gy * (a >= b)`` makes a bool mask, then a mixed
+    bool-float product through its casting loop: ten times the time on
+    small arrays). ``op`` is one of COMPARE_GE/GT/LE/LT. ``gy`` and one of
+    ``a``/``b`` are C-contiguous float32/float64 arrays of one shape and
+    dtype; the other is the same or a scalar (a size-1 array or a number).
+    None when the operands do not qualify."""
+    cdef Py_ssize_t ng = 0, nb = 0
+    cdef bint sg = False, sb = False
+    cdef double s = 0
+    cdef int t = _kind(gy, &ng, &sg)
+    if t < 0 or (sg and ng != 1) or not 0 <= op < 4:  # not a broadcast gy
+        return None
+    if not _is_like(a, t, gy):  # a scalar a: compare from b's side
+        a, b = b, a
+        op = _SWAPPED[op]
+        if not _is_like(a, t, gy):
+            return None
+    if type(b) is cnp.ndarray:
+        if _kind(b, &nb, &sb) != t:
+            return None
+        if _is_like(b, t, gy):
+            sb = False
+        elif sb:
+            s = (<double*>cnp.PyArray_DATA(<cnp.ndarray>b))[0] if t == cnp.NPY_DOUBLE else (
+                <float*>cnp.PyArray_DATA(<cnp.ndarray>b))[0]
+        else:
+            return None
+    elif isinstance(b, (float, int, numpy.floating, numpy.integer)) and not isinstance(
+            b, (bool, numpy.bool_)):
+        try:
+            s = b  # the op's scalar, of the arrays' dtype: exact in T
+        except OverflowError:  # an int beyond double's range
+            return None
+        sb = True
+    else:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(
+        cnp.PyArray_NDIM(<cnp.ndarray>gy), cnp.PyArray_DIMS(<cnp.ndarray>gy), t, 0)
+    cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>gy)
+    cdef void* pa = cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef void* pb = NULL
+    if type(b) is cnp.ndarray:
+        pb = cnp.PyArray_DATA(<cnp.ndarray>b)
+    cdef void* po = cnp.PyArray_DATA(out)
+    if ng >= NOGIL_SIZE:  # worth releasing the GIL for
+        with nogil:
+            _compare_select_run(t, pg, pa, pb, sb, s, op, po, ng)
+    else:
+        _compare_select_run(t, pg, pa, pb, sb, s, op, po, ng)
+    return out
+
+
+cdef bint _is_like(object a, int t, object gy):
+    """Whether ``a`` is a C-contiguous array of dtype ``t`` and gy's shape
+    (not a broadcast one, whose elements share one address)."""
+    cdef Py_ssize_t n = 0
+    cdef bint scalar = False
+    return (_kind(a, &n, &scalar) == t and (not scalar or n == 1)
+            and n == cnp.PyArray_SIZE(<cnp.ndarray>gy)
+            and _same_shape(<cnp.ndarray>a, <cnp.ndarray>gy))
+
+
+cdef inline void _compare_select_run(int t, void* pg, void* pa, void* pb, bint sb, double s,
+                                     int op, void* po, Py_ssize_t n) noexcept nogil:
+    if t == cnp.NPY_FLOAT:
+        xgrad_compare_select_f32(<float*>pg, <float*>pa, <float*>pb, sb, <float>s, op,
+                                 <float*>po, n)
+    else:
+        xgrad_compare_select_f64(<double*>pg, <double*>pa, <double*>pb, sb, s, op,
+                                 <double*>po, n)
 
 
 cpdef object sqrt_grad(object gy, object y):

@@ -1,4 +1,5 @@
-/* Select loops (relu and its gradient, a max-pooling tap) written in C: with restrict pointers
+/* Select loops (relu and its gradient, maximum's and minimum's gradients, a
+ * max-pooling tap) written in C: with restrict pointers
  * and a plain ?: the compiler turns them into vector blends, which it would
  * not do for the equivalent Cython (it kept a branch per element). */
 #ifndef XGRAD_SELECT_LOOPS_H
@@ -25,6 +26,36 @@ static inline void xgrad_relu_grad_##SUFFIX(const T *restrict gy,              \
 
 XGRAD_SELECT_LOOPS(float, f32)
 XGRAD_SELECT_LOOPS(double, f64)
+
+/* The gradient of maximum and minimum: out = (a OP b) ? gy : 0, with b an
+ * array or one scalar value; one loop per comparison, chosen outside it. */
+enum { XGRAD_GE = 0, XGRAD_GT = 1, XGRAD_LE = 2, XGRAD_LT = 3 };
+
+#define XGRAD_COMPARE_SELECT_LOOP(OP)                                          \
+    if (b_scalar) {                                                            \
+        for (ptrdiff_t i = 0; i < n; ++i) {                                    \
+            out[i] = (a[i] OP s) ? gy[i] : 0;                                  \
+        }                                                                      \
+    } else {                                                                   \
+        for (ptrdiff_t i = 0; i < n; ++i) {                                    \
+            out[i] = (a[i] OP b[i]) ? gy[i] : 0;                               \
+        }                                                                      \
+    }
+
+#define XGRAD_COMPARE_SELECT(T, SUFFIX)                                        \
+static inline void xgrad_compare_select_##SUFFIX(                              \
+        const T *restrict gy, const T *restrict a, const T *restrict b,       \
+        int b_scalar, T s, int op, T *restrict out, ptrdiff_t n) {             \
+    switch (op) {                                                              \
+    case XGRAD_GE: XGRAD_COMPARE_SELECT_LOOP(>=) break;                        \
+    case XGRAD_GT: XGRAD_COMPARE_SELECT_LOOP(>) break;                         \
+    case XGRAD_LE: XGRAD_COMPARE_SELECT_LOOP(<=) break;                        \
+    default: XGRAD_COMPARE_SELECT_LOOP(<) break;                               \
+    }                                                                          \
+}
+
+XGRAD_COMPARE_SELECT(float, f32)
+XGRAD_COMPARE_SELECT(double, f64)
 
 /* One tap of max pooling over a row of n windows (window_kernels.pyx's
  * _max_pool): y[i] and tap[i] take x[i * stride] and t where it is greater

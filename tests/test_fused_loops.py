@@ -1,0 +1,174 @@
+"""The fused two-operand loops of xgrad/_backend/native_kernels.pyx.
+
+They replace NumPy's ufunc calls on the hot path of small graphs, so each is
+held to NumPy's own result bit for bit: the arithmetic with a number operand
+(``x * 0.99`` as an op hands it over), the float32 gradient formulas (which
+must compute in float32, as NumPy's formula does) and compare_select, the
+gradient of maximum and minimum. Operands a loop does not take give None (or
+NumPy's result), never a different value or dtype.
+"""
+
+import warnings
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._backend import native_kernels as K
+from xgrad.hooks import OpHook
+
+F32, F64 = numpy.float32, numpy.float64
+# (), size 1, 2-d, odd 1-d, and one past the size where the loop drops the GIL
+SHAPES = [(), (1,), (3, 4), (101,), (40000,)]
+ARITHMETIC = [('multiply', K.multiply, numpy.multiply), ('add', K.add, numpy.add),
+              ('subtract', K.subtract, numpy.subtract), ('divide', K.divide, numpy.divide)]
+
+
+def _values(shape, dtype, seed=0):
+    rng = numpy.random.default_rng(seed)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def _same(ours, theirs):
+    """Equal bit for bit, in dtype and shape (a 0-d result may be an array or
+    a NumPy scalar, as NumPy's own ufuncs give)."""
+    assert type(ours) is numpy.ndarray or (numpy.ndim(ours) == 0 and isinstance(
+        ours, numpy.generic))
+    ours = numpy.asarray(ours)
+    assert ours.dtype == theirs.dtype and ours.shape == numpy.shape(theirs)
+    assert ours.tobytes() == numpy.asarray(theirs).tobytes()
+
+
+@pytest.mark.parametrize('shape', SHAPES, ids=str)
+@pytest.mark.parametrize('number', [0.99, F32(0.99), F64(0.99), -1e-30, float('inf'),
+                                    float('nan')], ids=repr)
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('name, ours, ufunc', ARITHMETIC, ids=[a[0] for a in ARITHMETIC])
+def test_a_number_operand_gives_numpys_values(name, ours, ufunc, dtype, number, shape):
+    x = _values(shape, dtype)
+    with numpy.errstate(all='ignore'):
+        for args in ((x, number), (number, x)):
+            theirs = ufunc(*args)
+            _same(ours(*args), theirs)
+
+
+@pytest.mark.parametrize('number', [1e300, -3.5e38, 3.4028235e38])
+def test_a_float_beyond_float32_is_numpys(number):
+    """NumPy 1.x computes float32 * 1e300 in float64, NumPy 2.x warns of the
+    overflowing cast: either way, ours does what NumPy does."""
+    x = _values((5,), F32)
+    with warnings.catch_warnings(record=True) as theirs_warned:
+        warnings.simplefilter('always')
+        theirs = numpy.multiply(x, number)
+    with warnings.catch_warnings(record=True) as ours_warned:
+        warnings.simplefilter('always')
+        ours = K.multiply(x, number)
+    _same(ours, theirs)
+    assert [w.category for w in ours_warned] == [w.category for w in theirs_warned]
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('shape', SHAPES[1:], ids=str)
+def test_the_gradient_formulas_compute_in_the_dtype(shape, dtype):
+    gy, x = _values(shape, dtype, 1), _values(shape, dtype, 2)
+    y = numpy.tanh(x)
+    s = (1 / (1 + numpy.exp(-x))).astype(dtype)
+    one, two = dtype(1), dtype(2)
+    _same(K.tanh_grad(gy, y), gy * (one - y * y))
+    _same(K.sigmoid_grad(gy, s), gy * s * (one - s))
+    _same(K.square_grad(gy, x), two * gy * x)
+    # a scalar gradient (a broadcast 1 from sum's backward)
+    g1 = numpy.full(1, 0.75, dtype)
+    _same(K.tanh_grad(g1, y), g1 * (one - y * y))
+
+
+C = K.CompareOp
+COMPARISONS = [(C.COMPARE_GE, numpy.greater_equal), (C.COMPARE_GT, numpy.greater),
+               (C.COMPARE_LE, numpy.less_equal), (C.COMPARE_LT, numpy.less)]
+
+
+def _where(gy, a, b, compare):
+    return numpy.where(compare(a, b), gy, numpy.zeros((), gy.dtype)).astype(gy.dtype)
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('shape', SHAPES[1:], ids=str)
+@pytest.mark.parametrize('op, compare', COMPARISONS, ids=lambda c: getattr(c, '__name__', ''))
+def test_compare_select_is_where(op, compare, shape, dtype):
+    gy, a = _values(shape, dtype, 1), _values(shape, dtype, 2)
+    b = a.copy()
+    b.reshape(-1)[::3] += 1  # ties on two thirds, so >= and > differ
+    b.reshape(-1)[1::3] -= 1
+    _same(K.compare_select(gy, a, b, op), _where(gy, a, b, compare))
+    # the other operand a size-1 array or a number, on either side
+    for s in (numpy.zeros(1, dtype), numpy.array(0.25, dtype), 0, 0.25, dtype(-0.5),
+              numpy.broadcast_to(dtype(0.5), shape)):  # all strides 0
+        _same(K.compare_select(gy, a, s, op), _where(gy, a, s, compare))
+        _same(K.compare_select(gy, s, a, op), _where(gy, s, a, compare))
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+def test_compare_select_nan_and_inf(dtype):
+    """A comparison with NaN is false; an unselected gradient is exactly 0,
+    even an infinite or NaN one (maximum's gradient goes to one operand)."""
+    a = numpy.array([numpy.nan, 1, 2, numpy.inf, -numpy.inf, 0], dtype)
+    b = numpy.array([0, numpy.nan, 2, 1, 0, -0.0], dtype)
+    gy = numpy.array([1, 2, numpy.inf, numpy.nan, 5, 6], dtype)
+    for op, compare in COMPARISONS:
+        _same(K.compare_select(gy, a, b, op), _where(gy, a, b, compare))
+
+
+@pytest.mark.parametrize('case', [
+    'mixed dtypes', 'int gradient', 'other shape', 'strided gradient', 'bool operand',
+    'two scalars', 'bad op', 'broadcast gradient', 'broadcast operands', 'huge int'])
+def test_compare_select_declines_what_it_does_not_take(case):
+    gy, a = _values((4, 3), F32, 1), _values((4, 3), F32, 2)
+    b = a[::-1].copy()
+    args = {
+        'mixed dtypes': (gy, a, b.astype(F64), C.COMPARE_GE),
+        'int gradient': (gy.astype(numpy.int32), a, b, C.COMPARE_GE),
+        'other shape': (gy, a, b[:2], C.COMPARE_GE),
+        'strided gradient': (numpy.asfortranarray(gy), a, b, C.COMPARE_GE),
+        'bool operand': (gy, a, True, C.COMPARE_GE),
+        'two scalars': (gy, 0.5, 0.25, C.COMPARE_GE),
+        'bad op': (gy, a, b, 4),
+        # a sum's gradient, every stride 0: its elements share one address
+        'broadcast gradient': (numpy.broadcast_to(F32(1), gy.shape), a, b, C.COMPARE_GE),
+        'broadcast operands': (gy, numpy.broadcast_to(F32(1), gy.shape),
+                               numpy.broadcast_to(F32(2), gy.shape), C.COMPARE_GE),
+        'huge int': (gy, a, 10 ** 400, C.COMPARE_GE),
+    }[case]
+    assert K.compare_select(*args) is None
+
+
+class _OpNames(OpHook):
+    def __init__(self):
+        self.names = []
+
+    def forward_preprocess(self, op, inputs, outputs):
+        self.names.append(op.name)
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+def test_a_mask_times_an_array(dtype):
+    """``(z > 0) * z``, relu written with a mask: a float result of z's dtype,
+    z's gradient the mask (the mask itself takes none), and no astype among
+    the ops recorded."""
+    z = xgrad.array(_values((4, 5), dtype)).require_grad()
+    mask = z > 0
+    seen = _OpNames()
+    with xgrad.op_hooks(seen):
+        y = mask * z
+    assert seen.names == ['multiply']
+    assert y.dtype == dtype
+    numpy.testing.assert_array_equal(xgrad.to_numpy(y), numpy.maximum(xgrad.to_numpy(z), 0))
+    y.sum().backward()
+    numpy.testing.assert_array_equal(xgrad.to_numpy(z.grad),
+                                     (xgrad.to_numpy(z) > 0).astype(dtype))
+    assert not mask.is_backprop_required()
+    # the mask as second operand, and an int dtype staying NumPy's
+    w = xgrad.array(_values((4, 5), dtype)).require_grad()
+    (w * mask).sum().backward()
+    numpy.testing.assert_array_equal(xgrad.to_numpy(w.grad), xgrad.to_numpy(mask).astype(dtype))
+    i = xgrad.array(numpy.arange(-3, 3, dtype=numpy.int32))
+    assert ((i > 0) * i).dtype == numpy.int32
