@@ -521,23 +521,29 @@ cdef class Divide(_Binary):
 
 cdef class Power(_Binary):
     op_name = 'power'
+    cdef bint square  # x ** 2
 
     def __cinit__(self):
         self.keep_inputs = True
         self.keep_output = True
 
     cdef object _fwd(self, a, b):
-        if self.scalar_pos == 1 and b == 2:
+        self.square = self.scalar_pos == 1 and b == 2
+        if self.square:
             # x ** 2, the most written power: numpy.power runs the general
             # pow loop (four times the time of a product); square is x * x,
             # the correctly rounded square that pow also returns.
             return np_square(a)
         return np_power(a, b)
 
+    cdef object _gpu_fwd(self, a, b):
+        self.square = self.scalar_pos == 1 and b == 2
+        return _Binary._gpu_fwd(self, a, b)
+
     cdef object _grad(self, xp, int p, gy, a, b, y):
         if p == 0:
-            if self.scalar_pos == 1 and b == 2:
-                return gy * b * a  # a ** (b - 1) is a itself
+            if self.square:  # square's gradient: 2 * gy * a in one pass
+                return K.square_grad(gy, a) if xp is NP else gy * (a * 2)
             return gy * b * (a ** (b - 1))
         if self.scalar_pos == 0:
             return gy * y * (math.log(a) if a > 0 else math.nan)
@@ -558,6 +564,10 @@ cdef class Maximum(_Binary):
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
         # Ties send the gradient to the first operand.
+        if xp is NP:
+            g = K.compare_select(gy, a, b, K.COMPARE_GE if p == 0 else K.COMPARE_LT)
+            if g is not None:
+                return g
         return gy * (a >= b) if p == 0 else gy * (a < b)
 
 
@@ -574,6 +584,10 @@ cdef class Minimum(_Binary):
         return np_minimum(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
+        if xp is NP:
+            g = K.compare_select(gy, a, b, K.COMPARE_LE if p == 0 else K.COMPARE_GT)
+            if g is not None:
+                return g
         return gy * (a <= b) if p == 0 else gy * (a > b)
 
 
@@ -603,9 +617,9 @@ cdef object _binary(_Binary op, object a, object b):
         if op.float_result:
             d = math_dtype(d)
         if da is not d:
-            a = (<ndarray>a).astype(d)
+            a = _cast_mask(<ndarray>a, d) if da is BOOL_DTYPE else (<ndarray>a).astype(d)
         if db is not d:
-            b = (<ndarray>b).astype(d)
+            b = _cast_mask(<ndarray>b, d) if db is BOOL_DTYPE else (<ndarray>b).astype(d)
         op.scalar_pos = -1
         return apply2(op, <ndarray>a, <ndarray>b)
     if a_is and is_scalar(b):
@@ -617,6 +631,17 @@ cdef object _binary(_Binary op, object a, object b):
     if b_is:
         return _binary(op, as_array(a, 'x1', b), b)
     return _binary(op, as_array(a, 'x1'), as_array(b, 'x2'))
+
+
+cdef ndarray _cast_mask(ndarray mask, object dtype):
+    """A bool operand (a mask, as in ``(x > 0) * x``) cast to ``dtype`` on
+    its raw data: a bool array is on no graph (no op records a bool result),
+    so the recorded astype would record nothing and cost more than the
+    product. NumPy's own mixed bool-float product is slower still."""
+    if type(mask._data) is NPA:
+        return _wrap(mask._data.astype(dtype), mask._device)
+    with mask._device.scope():
+        return _wrap(mask._data.astype(dtype), mask._device)
 
 
 cdef object _with_scalar(_Binary op, ndarray x, object s, int pos):
