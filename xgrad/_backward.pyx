@@ -13,7 +13,7 @@ succeeded: a pass that fails leaves the graph and every gradient as they were.
 cimport cython
 from cpython.ref cimport PyObject, Py_REFCNT
 from cpython.dict cimport PyDict_GetItem
-from libcpp.algorithm cimport push_heap, pop_heap
+from libcpp.algorithm cimport push_heap, pop_heap, sort
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 cimport numpy as cnp
@@ -29,7 +29,6 @@ from xgrad._function_node cimport FunctionNode, backward_hooks_pre, backward_hoo
 from xgrad._grad_table cimport IndexedGradient, _GradTable
 
 import math
-import operator
 import threading
 
 import numpy
@@ -104,8 +103,11 @@ cdef ndarray _view_in_scope(ndarray a):
 
 # Commits of passes that may write the same gradient slot (a leaf shared by
 # graphs backpropagated in two threads) take turns: read, add and write of a
-# slot are one step.
+# slot are one step. Its methods are bound once: a ``with`` block looks up
+# and binds __enter__ and __exit__ at every commit.
 cdef object _commit_lock = threading.RLock()
+cdef object _commit_lock_acquire = _commit_lock.acquire
+cdef object _commit_lock_release = _commit_lock.release
 
 
 @cython.final
@@ -169,9 +171,6 @@ cdef object _checked_loss_scale(object loss_scale):
 
 
 @cython.final
-cdef object _rank_of_entry = operator.itemgetter(0)  # C, no Python frame per call
-
-
 cdef class _BackwardPass:
     """One run of backward/grad on one graph, in four phases:
 
@@ -236,41 +235,49 @@ cdef class _BackwardPass:
                 return True
         return not is_enabled(bp)
 
-    cdef list _ops_below_outputs(self):
-        """(rank, graph index, op) of every op reachable from the outputs on
-        this graph, once each (a walk without recursion)."""
+    cdef vector[_HeapItem] _ops_below_outputs(self) except *:
+        """(rank << 32 | graph index, op) of every op reachable from the
+        outputs on this graph, once each: a walk without recursion, on a C++
+        stack (a Python list's append and pop resize it at every step).
+        The pointers are borrowed: the graph holds every node and op."""
         cdef ArrayNode node, child
         cdef FunctionNode fn
         cdef Py_ssize_t i, k
-        found = []
+        cdef vector[PyObject*] stack
+        cdef vector[_HeapItem] found
         seen = set()
-        stack = list(self.output_nodes)
-        while stack:
-            node = <ArrayNode>stack.pop()
+        for node in self.output_nodes:
+            stack.push_back(<PyObject*>node)
+        while not stack.empty():
+            node = <ArrayNode>stack.back()
+            stack.pop_back()
             fn = <FunctionNode>node.creator
             if fn is None or fn in seen:
                 continue
             seen.add(fn)
             k = node.graph_index
-            found.append((fn._ranks[k], k, fn))
+            found.push_back(_HeapItem(((<_HeapKey>fn._ranks[k]) << 32) | k, <PyObject*>fn))
             for i in range(fn._n_in):
                 child = fn._input_node(k, i)
                 if child is not None:
-                    stack.append(child)
+                    stack.push_back(<PyObject*>child)
         return found
 
     cdef void _find_subgraph(self, list in_nodes):
         """grad(): the nodes and ops on a path from some input to some output."""
         cdef ArrayNode child
         cdef FunctionNode fn
-        cdef Py_ssize_t i, j
+        cdef Py_ssize_t i, j, k
         cdef PyObject* p
+        cdef vector[_HeapItem] ops = self._ops_below_outputs()
+        cdef _HeapItem entry
         self.sub_nodes = set([n for n in in_nodes if n is not None])
         self.sub_ops = set()
-        ops = self._ops_below_outputs()
-        ops.sort(key=_rank_of_entry)
-        for _, k, fn_obj in ops:
-            fn = <FunctionNode>fn_obj
+        # By rank: an op's inputs come from ops of lower rank only.
+        sort(ops.begin(), ops.end())
+        for entry in ops:
+            fn = <FunctionNode>entry.second
+            k = entry.first & 0xFFFFFFFF
             for i in range(fn._n_in):
                 child = fn._input_node(k, i)
                 if child is not None and child in self.sub_nodes:
@@ -290,9 +297,12 @@ cdef class _BackwardPass:
         cdef ArrayNode child
         cdef FunctionNode fn
         cdef Py_ssize_t i
+        cdef Py_ssize_t k
+        cdef _HeapItem entry
         self.waiting = {}
-        for _, k, fn_obj in self._ops_below_outputs():
-            fn = <FunctionNode>fn_obj
+        for entry in self._ops_below_outputs():
+            fn = <FunctionNode>entry.second
+            k = entry.first & 0xFFFFFFFF
             if self.sub_ops is not None and fn not in self.sub_ops:
                 continue
             for i in range(fn._n_in):
@@ -731,7 +741,8 @@ cdef class _BackwardPass:
         cdef list slots = []
         cdef list finals
         cdef Py_ssize_t i
-        with _commit_lock:
+        _commit_lock_acquire()
+        try:
             # What is left has no creator to process: leaves (and grad inputs).
             for node_obj, value in list(self.table.acc.items()):
                 self._final(<ArrayNode>node_obj, value)
@@ -739,6 +750,8 @@ cdef class _BackwardPass:
             for i in range(0, len(finals), 2):
                 self._prepare(<ArrayNode>finals[i], finals[i + 1], slots)
             self.outcome.apply(slots, not self.double)
+        finally:
+            _commit_lock_release()
         self.ctx._mark_backpropped(self.bp)
         # Post-accumulate hooks, once every slot is written (outside the lock:
         # a hook may start another pass or an all-reduce).
