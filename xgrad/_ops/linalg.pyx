@@ -3,6 +3,7 @@
 which needs tensordot beyond 2-d, is in contraction."""
 
 import numpy
+cimport numpy as cnp
 
 from xgrad._array cimport ndarray
 from xgrad._function_node cimport apply2
@@ -13,7 +14,10 @@ from xgrad._errors import DimensionError, DtypeError
 from xgrad._backend import cuda
 from xgrad._ops._xp import matmul_raw
 
+cnp.import_array()
+
 cdef tuple _RETAIN_01 = (0, 1)
+cdef object _NUMPY_NDARRAY = numpy.ndarray
 
 
 cdef class Matmul(Op):
@@ -21,16 +25,28 @@ cdef class Matmul(Op):
     (2-d operands only): the op computes a.T @ b, a @ b.T or a.T @ b.T, so
     that double backprop records one op per product and no transposes."""
     op_name = 'matmul'
-    cdef tuple shape_a, shape_b, shape_y
+    cdef int nda, ndb
+    cdef tuple shape_a, shape_b, shape_y  # only when an operand is not 2-d
     cdef object dtype_a, dtype_b
     cdef bint ta, tb
 
     cpdef forward(self, inputs):
         a, b = inputs
-        self.shape_a = a.shape
-        self.shape_b = b.shape
-        self.dtype_a = a.dtype
-        self.dtype_b = b.dtype
+        if type(a) is _NUMPY_NDARRAY and type(b) is _NUMPY_NDARRAY:
+            # Read through NumPy's C API, not as attributes (a type look-up
+            # and a call each).
+            self.nda = cnp.PyArray_NDIM(<cnp.ndarray>a)
+            self.ndb = cnp.PyArray_NDIM(<cnp.ndarray>b)
+            self.dtype_a = <object>cnp.PyArray_DESCR(<cnp.ndarray>a)
+            self.dtype_b = <object>cnp.PyArray_DESCR(<cnp.ndarray>b)
+        else:
+            self.nda = a.ndim
+            self.ndb = b.ndim
+            self.dtype_a = a.dtype
+            self.dtype_b = b.dtype
+        if self.nda != 2 or self.ndb != 2:
+            self.shape_a = a.shape
+            self.shape_b = b.shape
         self._retain_in_idx = _RETAIN_01
         if self.ta:
             a = a.T
@@ -42,13 +58,14 @@ cdef class Matmul(Op):
             raise DimensionError('matmul: shapes {} and {} are not aligned'.format(
                 a.shape, b.shape)) from None
         y = as_result(y)
-        self.shape_y = y.shape
+        if self.nda != 2 or self.ndb != 2:
+            self.shape_y = y.shape
         return (y,)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         a, b = xs
         gy = gys[0]
-        cdef Py_ssize_t nda = len(self.shape_a), ndb = len(self.shape_b)
+        cdef Py_ssize_t nda = self.nda, ndb = self.ndb
         out = []
         if nda == 1 and ndb == 1:
             for t in targets:
