@@ -128,6 +128,12 @@ def test_running_statistics_are_not_recorded():
 # ---------------------------------------------------------------------------
 # Against PyTorch
 
+def _channel_axes(shape):
+    """torch's batch_norm normalises over every axis but the channels (axis
+    1); xgrad's default, as ChainerX's, is axis 0 alone."""
+    return (0,) + tuple(range(2, len(shape)))
+
+
 def _torch_batch_norm(torch, x, g, b, eps):
     xt, gt, bt = [torch.tensor(a, requires_grad=True) for a in (x, g, b)]
     y = torch.nn.functional.batch_norm(xt, None, None, gt, bt, training=True, eps=eps)
@@ -149,7 +155,7 @@ def test_matches_torch_first_and_second_order(shape):
                                    + (gts[1] * torch.tensor(ggg)).sum(), ins[:2])
 
     xs = [xgrad.array(a).require_grad() for a in (x, g, b)]
-    y = xgrad.batch_norm(*xs, eps=eps)
+    y = xgrad.batch_norm(*xs, eps=eps, axis=_channel_axes(shape))
     gxs = xgrad.grad([y], xs, grad_outputs=[xgrad.array(gy)], enable_double_backprop=True)
     second = xgrad.grad([xgrad.sum(gxs[0] * xgrad.array(ggx))
                          + xgrad.sum(gxs[1] * xgrad.array(ggg))], xs[:2])
@@ -168,7 +174,7 @@ def test_float32_large_batch_matches_torch():
     ins, yt = _torch_batch_norm(torch, x, g, b, 2e-5)
     yt.backward(torch.tensor(gy))
     xs = [xgrad.array(a).require_grad() for a in (x, g, b)]
-    y = xgrad.batch_norm(*xs)
+    y = xgrad.batch_norm(*xs, axis=_channel_axes(x.shape))
     y.backward(grad_outputs=[xgrad.array(gy)])
     numpy.testing.assert_allclose(y.to_numpy(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
     for a, t in zip(xs, ins):
@@ -186,7 +192,7 @@ def test_fixed_batch_norm_gradients_match_torch():
         + ts[2][:, None]
     yt.backward(torch.tensor(gy))
     xs = [xgrad.array(a).require_grad() for a in (x, g, b, m, v)]
-    y = xgrad.fixed_batch_norm(*xs)
+    y = xgrad.fixed_batch_norm(*xs, axis=_channel_axes(x.shape))
     y.backward(grad_outputs=[xgrad.array(gy)])
     numpy.testing.assert_allclose(y.to_numpy(), yt.detach().numpy(), rtol=1e-12)
     for a, t in zip(xs, ts):
