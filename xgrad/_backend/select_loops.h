@@ -31,14 +31,16 @@ XGRAD_SELECT_LOOPS(double, f64)
  * array or one scalar value; one loop per comparison, chosen outside it. */
 enum { XGRAD_GE = 0, XGRAD_GT = 1, XGRAD_LE = 2, XGRAD_LT = 3 };
 
-#define XGRAD_COMPARE_SELECT_LOOP(OP)                                          \
+#define XGRAD_COMPARE_SELECT_LOOP(T, OP)                                       \
     if (b_scalar) {                                                            \
         for (ptrdiff_t i = 0; i < n; ++i) {                                    \
-            out[i] = (a[i] OP s) ? gy[i] : 0;                                  \
+            T g = gy[i];  /* loaded unconditionally: a blend, not a branch */  \
+            out[i] = (a[i] OP s) ? g : (T)0;                                   \
         }                                                                      \
     } else {                                                                   \
         for (ptrdiff_t i = 0; i < n; ++i) {                                    \
-            out[i] = (a[i] OP b[i]) ? gy[i] : 0;                               \
+            T g = gy[i];                                                       \
+            out[i] = (a[i] OP b[i]) ? g : (T)0;                                \
         }                                                                      \
     }
 
@@ -47,10 +49,10 @@ static inline void xgrad_compare_select_##SUFFIX(                              \
         const T *restrict gy, const T *restrict a, const T *restrict b,       \
         int b_scalar, T s, int op, T *restrict out, ptrdiff_t n) {             \
     switch (op) {                                                              \
-    case XGRAD_GE: XGRAD_COMPARE_SELECT_LOOP(>=) break;                        \
-    case XGRAD_GT: XGRAD_COMPARE_SELECT_LOOP(>) break;                         \
-    case XGRAD_LE: XGRAD_COMPARE_SELECT_LOOP(<=) break;                        \
-    default: XGRAD_COMPARE_SELECT_LOOP(<) break;                               \
+    case XGRAD_GE: XGRAD_COMPARE_SELECT_LOOP(T, >=) break;                     \
+    case XGRAD_GT: XGRAD_COMPARE_SELECT_LOOP(T, >) break;                      \
+    case XGRAD_LE: XGRAD_COMPARE_SELECT_LOOP(T, <=) break;                     \
+    default: XGRAD_COMPARE_SELECT_LOOP(T, <) break;                            \
     }                                                                          \
 }
 
