@@ -223,7 +223,8 @@ def main(argv=None):
     ap.add_argument('--kernels', type=_ints, help='only these kernel sizes, e.g. 3 or 1,3')
     ap.add_argument('--strides', type=_ints, help='only these strides, e.g. 1')
     ap.add_argument('--rerun', metavar='RESULT_JSON',
-                    help='time again the points of an earlier sweep above --above')
+                    help='time again the points of an earlier sweep above --above '
+                         '(narrowed by --kernels, --strides, --no-pool)')
     ap.add_argument('--above', type=float, default=1.0,
                     help="with --rerun: the earlier paired ratio to exceed (default 1.0)")
     ap.add_argument('--out', help='JSON path (default {}; --quick: none)'.format(DEFAULT_OUT))
@@ -239,6 +240,11 @@ def main(argv=None):
     kinds = ['conv'] + (['conv_transpose'] if args.transpose else [])
     if args.rerun:
         items, pools = rerun_items(args.rerun, args.above)
+        # --kernels, --strides and --no-pool narrow a rerun too
+        items = [(op, pt) for op, pt in items
+                 if (not args.kernels or pt[4] in args.kernels)
+                 and (not args.strides or pt[5] in args.strides)]
+        pools = [] if args.no_pool else pools
         pruned = []
     else:
         points, pruned = conv_points(args, peak * 1e9)
