@@ -62,8 +62,11 @@ def _has_libmvec():
 # never read), -fno-trapping-math lets both sides of a select be computed
 # (FP exception flags are never read; NaN and inf are unchanged). No -march: the header
 # compiles each kernel for AVX-512, AVX2 and SSE2 and picks one at import (XGRAD_CPU_PATH).
+# -ffp-contract=off: no a * b + c fused into one FMA (GCC's default where the
+# target has FMA: aarch64, the AVX-512 path), so that the fused loops round
+# each operation as NumPy's ufuncs do, on every machine and path alike.
 VECTOR_MODULES = {'xgrad._backend.native_kernels'}
-VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math']
+VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=off']
 VECTOR_MACROS = [('XGRAD_OPENMP_SIMD', '1')] + ([('XGRAD_LIBMVEC', '1')] if _has_libmvec() else [])
 VECTOR_LIBS = ['mvec', 'm'] if _has_libmvec() else ['m']
 
