@@ -52,6 +52,16 @@ def test_a_number_operand_gives_numpys_values(name, ours, ufunc, dtype, number, 
             _same(ours(*args), theirs)
 
 
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('name, ours, ufunc', ARITHMETIC, ids=[a[0] for a in ARITHMETIC])
+def test_a_number_and_a_broadcast_array(name, ours, ufunc, dtype):
+    """A sum's gradient is one value broadcast (every stride 0): times a
+    number, the result is a full array of its shape."""
+    x = numpy.broadcast_to(dtype(1.5), (3, 4))
+    for args in ((x, 0.25), (dtype(-2.0), x)):
+        _same(ours(*args), ufunc(*args))
+
+
 @pytest.mark.parametrize('number', [1e300, -3.5e38, 3.4028235e38])
 def test_a_float_beyond_float32_is_numpys(number):
     """NumPy 1.x computes float32 * 1e300 in float64, NumPy 2.x warns of the
