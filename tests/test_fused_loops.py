@@ -182,3 +182,16 @@ def test_a_mask_times_an_array(dtype):
     numpy.testing.assert_array_equal(xgrad.to_numpy(w.grad), xgrad.to_numpy(mask).astype(dtype))
     i = xgrad.array(numpy.arange(-3, 3, dtype=numpy.int32))
     assert ((i > 0) * i).dtype == numpy.int32
+
+
+def test_an_int_array_off_the_graph_times_a_float_leaf():
+    """The int operand is cast on its raw data (it is on no graph): no
+    recorded astype, a float32 result, the leaf's gradient the int values."""
+    i = xgrad.array(numpy.arange(-3, 3, dtype=numpy.int32))
+    w = xgrad.array(_values((6,), F32)).require_grad()
+    seen = _OpNames()
+    with xgrad.op_hooks(seen):
+        y = i * w
+    assert seen.names == ['multiply'] and y.dtype == F32
+    y.sum().backward()
+    numpy.testing.assert_array_equal(xgrad.to_numpy(w.grad), numpy.arange(-3, 3, dtype=F32))

@@ -558,11 +558,7 @@ cdef object _binary(Formula f, object a, object b):
     cdef void* pa = cnp.PyArray_DATA(<cnp.ndarray>a)
     cdef void* pb = cnp.PyArray_DATA(<cnp.ndarray>b)
     cdef void* po = cnp.PyArray_DATA(out)
-    if n >= NOGIL_SIZE:  # worth releasing the GIL for
-        with nogil:
-            _split_run2(ta, f, <char*>pa, sa, <char*>pb, sb, <char*>po, n)
-    else:
-        _run2(ta, f, pa, sa, pb, sb, po, n)
+    _run2_sized(ta, f, pa, sa, pb, sb, po, n)
     return out
 
 
@@ -575,17 +571,21 @@ cdef object _binary_number(Formula f, cnp.ndarray x, Py_ssize_t n, bint x_scalar
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), t, 0)
     cdef void* px = cnp.PyArray_DATA(x)
     cdef void* po = cnp.PyArray_DATA(out)
-    if n >= NOGIL_SIZE:  # worth releasing the GIL for
-        with nogil:
-            if number_first:
-                _split_run2(t, f, <char*>pn, True, <char*>px, x_scalar, <char*>po, n)
-            else:
-                _split_run2(t, f, <char*>px, x_scalar, <char*>pn, True, <char*>po, n)
-    elif number_first:
-        _run2(t, f, pn, True, px, x_scalar, po, n)
+    if number_first:
+        _run2_sized(t, f, pn, True, px, x_scalar, po, n)
     else:
-        _run2(t, f, px, x_scalar, pn, True, po, n)
+        _run2_sized(t, f, px, x_scalar, pn, True, po, n)
     return out
+
+
+cdef inline void _run2_sized(int t, Formula f, void* pa, bint sa, void* pb, bint sb,
+                             void* po, Py_ssize_t n) noexcept:
+    """``_run2``, split over threads without the GIL where ``n`` is worth it."""
+    if n >= NOGIL_SIZE:
+        with nogil:
+            _split_run2(t, f, <char*>pa, sa, <char*>pb, sb, <char*>po, n)
+    else:
+        _run2(t, f, pa, sa, pb, sb, po, n)
 
 
 cdef void _split_run2(int t, Formula f, char* pa, bint sa, char* pb, bint sb,

@@ -617,9 +617,9 @@ cdef object _binary(_Binary op, object a, object b):
         if op.float_result:
             d = math_dtype(d)
         if da is not d:
-            a = _cast_mask(<ndarray>a, d) if da is BOOL_DTYPE else (<ndarray>a).astype(d)
+            a = _cast_operand(<ndarray>a, d)
         if db is not d:
-            b = _cast_mask(<ndarray>b, d) if db is BOOL_DTYPE else (<ndarray>b).astype(d)
+            b = _cast_operand(<ndarray>b, d)
         op.scalar_pos = -1
         return apply2(op, <ndarray>a, <ndarray>b)
     if a_is and is_scalar(b):
@@ -633,15 +633,17 @@ cdef object _binary(_Binary op, object a, object b):
     return _binary(op, as_array(a, 'x1'), as_array(b, 'x2'))
 
 
-cdef ndarray _cast_mask(ndarray mask, object dtype):
-    """A bool operand (a mask, as in ``(x > 0) * x``) cast to ``dtype`` on
-    its raw data: a bool array is on no graph (no op records a bool result),
-    so the recorded astype would record nothing and cost more than the
-    product. NumPy's own mixed bool-float product is slower still."""
-    if type(mask._data) is NPA:
-        return _wrap(mask._data.astype(dtype), mask._device)
-    with mask._device.scope():
-        return _wrap(mask._data.astype(dtype), mask._device)
+cdef ndarray _cast_operand(ndarray x, object dtype):
+    """An operand of another dtype than the result's, cast: on its raw data
+    when it is on no graph (a mask, as in ``(x > 0) * x``, or an int array),
+    where a recorded astype would link nothing and cost more than the
+    product; recorded otherwise, so that the gradient flows back through."""
+    if x._nodes is not None:
+        return x.astype(dtype)
+    if type(x._data) is NPA:
+        return _wrap(x._data.astype(dtype), x._device)
+    with x._device.scope():
+        return _wrap(x._data.astype(dtype), x._device)
 
 
 cdef object _with_scalar(_Binary op, ndarray x, object s, int pos):
