@@ -102,7 +102,9 @@ KERNELS = [
     ('erf', K.erf_forward),
     ('softplus', lambda x: K.softplus_forward(x, 1.0)),
     ('elu', lambda x: K.elu_forward(x, 1.0)),
-    ('tanh_grad', lambda x: K.tanh_grad(x, K.tanh_forward(x))),
+    # (y from NumPy, the same on every path: the paths' tanh differ by a few
+    # ulp, and 1 - y^2 amplifies that ~100x where tanh saturates)
+    ('tanh_grad', lambda x: K.tanh_grad(x, numpy.tanh(x))),
     ('log_softmax', lambda x: K.softmax_last_axis(x.reshape(1, -1), True)),
     ('softmax_grad', lambda x: K.softmax_last_axis_grad(
         x.reshape(1, -1), K.softmax_last_axis(x.reshape(1, -1), False), False)),
@@ -132,12 +134,13 @@ def test_every_path_computes_the_same_values(name, f, dtype, restore_path):
     for path in K.cpu_paths():
         K._select_cpu_path(path)
         assert K.cpu_path() == path
-        results[path] = [f(base[start:start + n])
+        results[path] = [(n, f(base[start:start + n]))
                          for start in range(line) for n in (1, 3, 7, 15, 31, 33, 63, 65, 129)]
     first = K.cpu_paths()[0]
     for path, values in results.items():
-        for got, expected in zip(values, results[first]):
-            atol = (got.size + 1) * 16 * numpy.finfo(dtype).eps if name in SUMMING else 0
+        for (n, got), (_, expected) in zip(values, results[first]):
+            # (n terms summed: n + 1 roundings of up to 16 eps each)
+            atol = (n + 1) * 16 * numpy.finfo(dtype).eps if name in SUMMING else 0
             numpy.testing.assert_allclose(got, expected, rtol=RTOL[dtype], atol=atol,
                                           err_msg='{} on {} vs {}'.format(name, path, first))
 
@@ -152,3 +155,38 @@ def test_unaligned_data_reaches_every_path(restore_path):
     for path in K.cpu_paths():
         K._select_cpu_path(path)
         numpy.testing.assert_array_equal(K.tanh_forward(x), K.tanh_forward(x.copy()))
+
+
+@pytest.mark.parametrize('dtype', (numpy.float32, numpy.float64), ids=lambda d: d.__name__)
+def test_the_winograd_transforms_follow_the_path_and_agree(dtype, restore_path):
+    """winograd_kernels compiles its block transforms per path too
+    (winograd_block.h) and runs the path native_kernels selected, also
+    after a change; every path gives the same tiles within rounding (FMA
+    contraction differs by path). Block sizes around 64 tiles: full and
+    partial blocks."""
+    from xgrad._backend import winograd_kernels as W
+    from xgrad._ops._winograd import F2X2_5X5 as t
+    results = {}
+    for path in K.cpu_paths():
+        K._select_cpu_path(path)
+        assert W.cpu_path() == path
+        rng = numpy.random.default_rng(1)  # the same data on every path
+        outs = []
+        for n, size in ((1, 4), (16, 4), (17, 5), (3, 15)):
+            x = rng.uniform(-1, 1, (n, 3, size, size)).astype(dtype)
+            th, tw = t.tile_counts((size, size))
+            v = numpy.empty((36, 3, n * th * tw), dtype)
+            assert W.input_tiles(x, v, t.b_t, 2, 2, 2)
+            y = numpy.empty_like(x)
+            assert W.output_tiles(v, y, t.a_t)
+            g = numpy.empty_like(v)
+            assert W.gradient_tiles(x, g, t.a_t)
+            outs += [v, y, g]
+        results[path] = outs
+    first = K.cpu_paths()[0]
+    for path, outs in results.items():
+        for got, expected in zip(outs, results[first]):
+            scale = numpy.abs(expected).max()
+            numpy.testing.assert_allclose(got, expected, rtol=0,
+                                          atol=64 * numpy.finfo(dtype).eps * scale,
+                                          err_msg='{} vs {}'.format(path, first))

@@ -4,6 +4,9 @@
 ctypedef void (*chunk_task)(void* ctx, Py_ssize_t chunk) noexcept nogil
 cdef void run_chunks(chunk_task task, void* ctx, Py_ssize_t chunks) noexcept nogil
 cdef int pool_threads() noexcept nogil
+# The dispatch path the vector kernels run (cpu_paths.h's XGRAD_PATH_*), for
+# the other kernel modules that compile their own per-path variants.
+cdef int vector_path() noexcept nogil
 
 cpdef object tanh_forward(object x)
 cpdef object exp_forward(object x)

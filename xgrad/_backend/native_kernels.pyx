@@ -145,6 +145,10 @@ def cpu_path():
     return CPU_PATH_NAMES[xgrad_vector_get_path()]
 
 
+cdef int vector_path() noexcept nogil:
+    return xgrad_vector_get_path()
+
+
 def _select_cpu_path(value):
     """Select the path ``value`` names (``XGRAD_CPU_PATH``'s value; empty or
     ``auto``: the widest this CPU supports); raises ImportError for a name

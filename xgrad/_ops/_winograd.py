@@ -1,12 +1,13 @@
-"""3x3 convolutions with stride 1 by Winograd's F(2x2, 3x3) (Lavin and Gray
-2016): 16 multiplications per 2x2 block of outputs instead of 36.
+"""3x3 and 5x5 convolutions with stride 1 by Winograd's F(2x2, 3x3) and
+F(2x2, 5x5) (Lavin and Gray 2016): 16 multiplications per 2x2 block of
+outputs instead of 36, and 36 instead of 100.
 
-Why: im2col + one GEMM does 9 multiply-adds per output and input channel;
-the transformed products do 4 (16 per 2x2 block), as 16 GEMMs of the same
-K (input channels) that OpenBLAS runs at nearly the rate of the one large
-GEMM. With enough channels and tiles that is what decides (MIN_CHANNELS,
-MIN_TILES below); with fewer the 16 GEMMs are too thin and im2col's single
-GEMM (K = 9 C) wins.
+Why: im2col + one GEMM does r^2 multiply-adds per output and input channel
+(9 or 25); the transformed products do a^2 / 4 (4 or 9), as a^2 GEMMs of
+the same K (input channels) that OpenBLAS runs at nearly the rate of the
+one large GEMM. With enough channels and tiles that is what decides
+(``Transform.min_channels``, ``min_tiles``); with fewer the a^2 GEMMs are
+too thin and im2col's single GEMM (K = r^2 C) wins.
 
 Three passes use it, the same transform for each:
 
@@ -17,72 +18,165 @@ Three passes use it, the same transform for each:
 * the weight gradient, the adjoint in g: gw = G^T [sum over tiles of
   (A gy A^T) * V] G, with the forward's V kept when it is one chunk.
 
-The error is that of the transforms' few extra additions (the entries of
-B, G and A are 0, +-1 and +-1/2): a few units in the last place more than
-the direct sum in float32, well inside the tolerances conv is checked at.
-Host float32/float64 only (the GPU keeps its own path).
+The matrices come from the Toom-Cook construction (A^T and G Vandermonde
+matrices of the interpolation points, B^T the inverse's transpose, its
+rows scaled to integers): points 0, 1, -1 and infinity for F(2x2, 3x3),
+and 0, 1, -1, 2, -2 and infinity for F(2x2, 5x5). The error is that of the
+transforms' extra additions: F(2x2, 3x3)'s entries are 0, +-1 and +-1/2, a
+few units in the last place more than the direct sum in float32;
+F(2x2, 5x5)'s reach 5 in B^T and 1/24 in G, about ten times the direct
+sum's rounding (5e-7 of the sum of |x| |w| in float32), well inside the
+tolerances conv is checked at. Host float32/float64 only (the GPU keeps its
+own path).
 """
 
 import numpy
 
-from xgrad._backend.winograd_kernels import (gradient_tiles, input_tiles, output_tiles,
-                                             tile_counts)
+from xgrad._backend import winograd_kernels
 
-# Where it pays (one thread, against im2col on the same shapes, measured
-# with bench/conv_sweep.py's steps, forward + both gradients): both channel
-# counts at least 32 and at least 64 tiles in the batch. 64->64 channels on
-# 16x16, batch 8: 6.6 -> 4.7 ms; 256->256 on 8x8, batch 8: 22.0 -> 14.4 ms;
-# 32->32 on 16x16, batch 8: 2.2 -> 1.8 ms. Below them the 16 GEMMs are too
-# thin (K or N of a few dozen) and lose to im2col's one GEMM: 16->32
-# channels break even, 64->64 on 8x8 at batch 1 (16 tiles) is 1.3x slower.
-MIN_CHANNELS = 32
-MIN_TILES = 64
 # Samples per chunk: the transformed tiles of a chunk stay under this many
-# elements (the im2col path's whole-batch limit).
-_CHUNK_ELEMENTS = 1 << 22
+# elements (2 MiB of float32), so that the a^2 GEMMs read them and write
+# their products from cache, not memory. 16->32 channels, 5x5, 16x16,
+# batch 64, forward + both gradients: 35 ms with chunks of 4M elements,
+# 25 ms with 1M, 22 ms with 512K; 64->64 on 16x16, batch 8: 14.2 -> 12.2 ms.
+_CHUNK_ELEMENTS = 1 << 19
+# The forward keeps its transformed input tiles for the weight gradient
+# (saves transforming x again) up to this many elements (16 MiB of float32).
+_KEEP_ELEMENTS = 1 << 22
 
-_G = numpy.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+class Transform:
+    """F(m x m, r x r): its matrices and where it pays over im2col."""
+
+    def __init__(self, a_t, g, b_t, min_channels, min_tiles, unrolled=False):
+        self.a_t = numpy.array(a_t, float)  # (m, a)
+        self.g = numpy.array(g, float)  # (a, r)
+        self.b_t = numpy.array(b_t, float)  # (a, a)
+        self.m, self.a = self.a_t.shape
+        self.r = self.g.shape[1]
+        # kron(G, G): G g G^T of an r x r g, flattened, is this (a^2, r^2)
+        # times g flattened; so all filters are one GEMM, straight into the
+        # (a^2, O, C) layout.
+        self.gg = numpy.kron(self.g, self.g)
+        self.min_channels = min_channels
+        self.min_tiles = min_tiles
+        # F(2x2, 3x3) has kernels with its matrices written out (faster)
+        self.unrolled = unrolled
+
+    def tile_counts(self, outsize):
+        return winograd_kernels.tile_counts(outsize[0], outsize[1], self.m)
+
+    def input_tiles(self, x, v, pad):
+        """v = B^T d B of x's tiles (winograd_kernels.input_tiles)."""
+        if self.unrolled:
+            done = winograd_kernels.input_tiles_3x3(x, v, pad[0], pad[1])
+        else:
+            done = winograd_kernels.input_tiles(x, v, self.b_t, self.m, pad[0], pad[1])
+        if not done:
+            raise RuntimeError('winograd input_tiles refused {} {}'.format(x.shape, v.shape))
+
+    def output_tiles(self, e, y, bias):
+        """y = A^T e A (+ bias) of e's tiles."""
+        if self.unrolled:
+            done = winograd_kernels.output_tiles_3x3(e, y, bias)
+        else:
+            done = winograd_kernels.output_tiles(e, y, self.a_t, bias)
+        if not done:
+            raise RuntimeError('winograd output_tiles refused {}'.format(y.shape))
+
+    def gradient_tiles(self, gy, g):
+        """g = A q A^T of gy's blocks."""
+        if self.unrolled:
+            done = winograd_kernels.gradient_tiles_3x3(gy, g)
+        else:
+            done = winograd_kernels.gradient_tiles(gy, g, self.a_t)
+        if not done:
+            raise RuntimeError('winograd gradient_tiles refused {}'.format(gy.shape))
+
+
+# Where they pay (one thread, against im2col on the same shapes, measured
+# with bench/conv_sweep.py's steps, forward + both gradients):
+# F(2x2, 3x3): both channel counts at least 32 and at least 64 tiles in the
+# batch. 64->64 channels on 16x16, batch 8: 6.6 -> 4.7 ms; 256->256 on 8x8,
+# batch 8: 22.0 -> 14.4 ms; 32->32 on 16x16, batch 8: 2.2 -> 1.8 ms. Below
+# them the 16 GEMMs are too thin (K or N of a few dozen) and lose to
+# im2col's one GEMM: 16->32 channels break even, 64->64 on 8x8 at batch 1
+# (16 tiles) is 1.3x slower.
+F2X2_3X3 = Transform(
+    a_t=[[1, 1, 1, 0], [0, 1, -1, -1]],
+    g=[[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+    b_t=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+    min_channels=32, min_tiles=64, unrolled=True)
+# F(2x2, 5x5): at least 16 channels each side and 64 tiles. It pays from
+# fewer channels than F(2x2, 3x3) since it saves more (2.8x fewer products,
+# and im2col's columns are 25 per output, not 9): 16->32 channels on 8x8,
+# batch 64: 8.1 -> 5.8 ms; 64->64 on 16x16, batch 8: 22.0 -> 13.1 ms;
+# 64->64 on 4x4, batch 64: 12.6 -> 7.3 ms; 128->128 on 16x16, batch 1:
+# 10.1 -> 7.9 ms. With fewer tiles the filter transforms and the weight
+# gradient's (36, O, C) products, which do not shrink with the batch, cost
+# more than the GEMMs save: 64->64 on 8x8 at batch 1 (16 tiles) 0.8 ->
+# 2.2 ms, 128->128 on 4x4 at batch 8 (32 tiles) 6.5 -> 8.5 ms.
+F2X2_5X5 = Transform(
+    a_t=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 1]],
+    g=[[1 / 4, 0, 0, 0, 0],
+       [1 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6],
+       [1 / 6, -1 / 6, 1 / 6, -1 / 6, 1 / 6],
+       [1 / 24, 1 / 12, 1 / 6, 1 / 3, 2 / 3],
+       [1 / 24, -1 / 12, 1 / 6, -1 / 3, 2 / 3],
+       [0, 0, 0, 0, 1]],
+    b_t=[[4, 0, -5, 0, 1, 0],
+         [0, 4, 4, -1, -1, 0],
+         [0, -4, 4, 1, -1, 0],
+         [0, -2, -1, 2, 1, 0],
+         [0, 2, -1, -2, 1, 0],
+         [0, 4, 0, -5, 0, 1]],
+    min_channels=16, min_tiles=64)
+TRANSFORMS = {3: F2X2_3X3, 5: F2X2_5X5}  # by kernel size
 
 
 class Tiles:
-    """The forward's transformed input tiles (16, C, P) of the whole batch,
-    kept for the weight gradient as im2col's columns are."""
+    """The forward's transformed input tiles, one (a^2, C, P) array per
+    chunk of samples, kept for the weight gradient as im2col's columns are."""
 
-    def __init__(self, v):
-        self.v = v
+    def __init__(self, chunks):
+        self.chunks = chunks
+
+
+def transform_for(x, wshape, geom, outsize, work):
+    """The Transform that computes conv(x, w) here, or None: host
+    float32/float64 data of one 2-D 3x3 or 5x5 convolution with stride and
+    dilation 1, one group, at least the transform's channels in and out,
+    the stride-1 output size, at least its tiles in the batch."""
+    ksize = tuple(geom.ksize)
+    if (len(ksize) != 2 or ksize[0] != ksize[1] or ksize[0] not in TRANSFORMS
+            or tuple(geom.stride) != (1, 1) or tuple(geom.dilate) != (1, 1)
+            or geom.groups != 1):
+        return None
+    if (type(x) is not numpy.ndarray or x.ndim != 4 or len(wshape) != 4
+            or work not in (numpy.float32, numpy.float64)):
+        return None
+    t = TRANSFORMS[ksize[0]]
+    if min(x.shape[1], wshape[0]) < t.min_channels:
+        return None
+    h, w = x.shape[2:]
+    ph, pw = geom.pad
+    if (tuple(outsize) != (h + 2 * ph - t.r + 1, w + 2 * pw - t.r + 1)
+            or min(outsize) <= 0):
+        return None
+    th, tw = t.tile_counts(outsize)
+    return t if x.shape[0] * th * tw >= t.min_tiles else None
 
 
 def applies(x, wshape, geom, outsize, work):
-    """Whether F(2x2, 3x3) computes conv(x, w) here: host float32/float64
-    data of one 2-D 3x3 convolution with stride and dilation 1, one group,
-    at least MIN_CHANNELS channels in and out, the stride-1 output size,
-    at least MIN_TILES 2x2 output blocks in the batch."""
-    if (tuple(geom.ksize) != (3, 3) or tuple(geom.stride) != (1, 1)
-            or tuple(geom.dilate) != (1, 1) or geom.groups != 1):
-        return False
-    if (type(x) is not numpy.ndarray or x.ndim != 4 or len(wshape) != 4
-            or work not in (numpy.float32, numpy.float64)):
-        return False
-    if min(x.shape[1], wshape[0]) < MIN_CHANNELS:
-        return False
-    h, w = x.shape[2:]
-    ph, pw = geom.pad
-    if tuple(outsize) != (h + 2 * ph - 2, w + 2 * pw - 2) or min(outsize) <= 0:
-        return False
-    th, tw = tile_counts(*outsize)
-    return x.shape[0] * th * tw >= MIN_TILES
+    """Whether a Winograd transform computes conv(x, w) here."""
+    return transform_for(x, wshape, geom, outsize, work) is not None
 
 
-# kron(G, G): G g G^T of a 3x3 g, flattened, is this (16, 9) times g
-# flattened; so all filters are one GEMM, straight into the (16, O, C) layout.
-_GG = numpy.kron(_G, _G)
-
-
-def _filters(w, work):
-    """U = G g G^T of each filter: (16, O, C)."""
+def _filters(t, w, work):
+    """U = G g G^T of each filter: (a^2, O, C)."""
     o, c = w.shape[:2]
-    flat = w.astype(work, copy=False).reshape(o * c, 9)
-    return (_GG.astype(work) @ flat.T).reshape(16, o, c)
+    flat = w.astype(work, copy=False).reshape(o * c, t.r * t.r)
+    return (t.gg.astype(work) @ flat.T).reshape(t.a * t.a, o, c)
 
 
 def _sample_chunks(n, per_sample):
@@ -90,50 +184,55 @@ def _sample_chunks(n, per_sample):
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
 
-def _input(x, v, geom):
-    if not input_tiles(x, v, geom.pad[0], geom.pad[1]):
-        raise RuntimeError('winograd input_tiles refused {} {}'.format(x.shape, v.shape))
-
-
 def conv(x, w, b, geom, outsize, work, keep=None):
     """y = conv(x, w) + b in ``work`` (x contiguous in ``work``); ``keep``
-    (a list) receives the whole batch's Tiles when it is one chunk."""
+    (a list) receives the batch's Tiles when they are at most
+    _KEEP_ELEMENTS."""
+    t = TRANSFORMS[geom.ksize[0]]
     n, c = x.shape[:2]
     o = w.shape[0]
-    th, tw = tile_counts(*outsize)
-    u = _filters(w, work)
+    values = t.a * t.a
+    th, tw = t.tile_counts(outsize)
+    u = _filters(t, w, work)
     bias = None if b is None else numpy.ascontiguousarray(b, dtype=work)
     y = numpy.empty((n, o) + tuple(outsize), work)
-    chunks = _sample_chunks(n, 16 * max(c, o) * th * tw)
-    flat = numpy.empty(16 * c * (chunks[0][1] - chunks[0][0]) * th * tw, work)  # reused
+    chunks = _sample_chunks(n, values * max(c, o) * th * tw)
+    kept = [] if keep is not None and values * c * n * th * tw <= _KEEP_ELEMENTS else None
+    flat = None  # one buffer for every chunk's tiles unless they are kept
     for lo, hi in chunks:
-        v = flat[:16 * c * (hi - lo) * th * tw].reshape(16, c, (hi - lo) * th * tw)
-        _input(x[lo:hi], v, geom)
-        if not output_tiles(numpy.matmul(u, v), y[lo:hi], bias):
-            raise RuntimeError('winograd output_tiles refused {}'.format(y.shape))
-    if keep is not None and len(chunks) == 1:
-        keep.append(Tiles(v))
+        size = values * c * (hi - lo) * th * tw
+        if kept is not None or flat is None:
+            flat = numpy.empty(size, work)
+        v = flat[:size].reshape(values, c, (hi - lo) * th * tw)
+        t.input_tiles(x[lo:hi], v, geom.pad)
+        t.output_tiles(numpy.matmul(u, v), y[lo:hi], bias)
+        if kept is not None:
+            kept.append(v)
+    if kept is not None:
+        keep.append(Tiles(kept))
     return y
 
 
 def grad_weight(x, gy, wshape, geom, work, tiles=None):
-    """gw = d<conv(x, w), gy>/dw (O, C, 3, 3) in ``work`` (x and gy
+    """gw = d<conv(x, w), gy>/dw (O, C, r, r) in ``work`` (x and gy
     contiguous in ``work``); ``tiles``: the forward's Tiles of x."""
+    t = TRANSFORMS[geom.ksize[0]]
     n, c = x.shape[:2]
     o = wshape[0]
-    outsize = gy.shape[2:]
-    th, tw = tile_counts(*outsize)
-    du = numpy.zeros((16, o, c), work)
-    chunks = _sample_chunks(n, 16 * max(c, o) * th * tw)
-    for lo, hi in chunks:
-        if tiles is not None and len(chunks) == 1:
-            v = tiles.v
+    values = t.a * t.a
+    th, tw = t.tile_counts(gy.shape[2:])
+    du = numpy.zeros((values, o, c), work)
+    chunks = _sample_chunks(n, values * max(c, o) * th * tw)
+    if tiles is not None and len(tiles.chunks) != len(chunks):
+        tiles = None
+    for i, (lo, hi) in enumerate(chunks):
+        if tiles is not None:
+            v = tiles.chunks[i]
         else:
-            v = numpy.empty((16, c, (hi - lo) * th * tw), work)
-            _input(x[lo:hi], v, geom)
-        g = numpy.empty((16, o, (hi - lo) * th * tw), work)
-        if not gradient_tiles(gy[lo:hi], g):
-            raise RuntimeError('winograd gradient_tiles refused {}'.format(gy.shape))
+            v = numpy.empty((values, c, (hi - lo) * th * tw), work)
+            t.input_tiles(x[lo:hi], v, geom.pad)
+        g = numpy.empty((values, o, (hi - lo) * th * tw), work)
+        t.gradient_tiles(gy[lo:hi], g)
         du += numpy.matmul(g, v.transpose(0, 2, 1))
     # G^T dU G of each (o, c): the transpose of _filters' product
-    return (du.reshape(16, o * c).T @ _GG.astype(work)).reshape(o, c, 3, 3)
+    return (du.reshape(values, o * c).T @ t.gg.astype(work)).reshape(o, c, t.r, t.r)
