@@ -26,7 +26,7 @@ that plane k is the right-hand side of GEMM k.
 """
 
 cimport numpy as cnp
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from xgrad._backend.native_kernels cimport vector_path
 
@@ -164,6 +164,9 @@ cdef void _input_tiles(const real* x, real* v, const real* bt, Py_ssize_t a, Py_
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
     cdef const real* src
+    # (a partial block computes its lanes past the tiles too: zeros, not
+    # stack garbage, which could be denormals, slow to compute)
+    memset(buffers.d, 0, sizeof(buffers.d))
     for c in range(c_count):
         fill = 0
         done = 0
@@ -194,6 +197,9 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
     cdef const real* out = <real*>buffers.out
     cdef real b0
     cdef real* dst
+    # (a partial block computes its lanes past the tiles too: zeros, not
+    # stack garbage, which could be denormals, slow to compute)
+    memset(buffers.d, 0, sizeof(buffers.d))
     for o in range(o_count):
         b0 = bias[o] if bias != NULL else 0
         n = 0
@@ -225,6 +231,9 @@ cdef void _gradient_tiles(const real* gy, real* g, const real* a_mat, Py_ssize_t
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
     cdef const real* src
+    # (a partial block computes its lanes past the tiles too: zeros, not
+    # stack garbage, which could be denormals, slow to compute)
+    memset(buffers.d, 0, sizeof(buffers.d))
     for o in range(o_count):
         fill = 0
         done = 0
