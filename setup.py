@@ -120,5 +120,5 @@ setup(cmdclass={'build_ext': ReusingBuildExt}, ext_modules=cythonize(
     # are real function objects, so inspect.signature and help() show their
     # parameters. The generated C is the same as with the default.
     compiler_directives={'language_level': 3, 'embedsignature': True, 'binding': True},
-    nthreads=2,
+    nthreads=os.cpu_count() or 1,
 ))

@@ -10,9 +10,10 @@
 #
 # Steps (each appends its command, exit status, seconds and output to ONE
 # results file, bench/results/gpu-check.txt, or gpu-check-dry-run.txt):
-#   build   pip install --no-build-isolation --no-deps -e .  (in place with
-#           setup.py build_ext --inplace where pip cannot; the dry run builds
-#           in place only: it must not install into the machine's Python)
+#   build   setup.py build_ext --inplace -j NPROC, then pip install
+#           --no-build-isolation --no-deps -e . (which reuses those builds);
+#           the in-place build alone where pip cannot, and on the dry run (it
+#           must not install into the machine's Python)
 #   info    python -m xgrad info: versions, GPUs, NVRTC compiles our kernels
 #   tests   only the tests that need a real GPU (pytest -m cuda: the real-GPU
 #           half of tests/gpu; the emulated half runs in CPU CI and takes
@@ -32,6 +33,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DRY=${XGRAD_GPU_DRY_RUN:-0}
 BUDGET=${BUDGET:-470}
+LOGS=${LOGS:-}     # a folder to keep each step's whole output in
+[ -n "$LOGS" ] && mkdir -p "$LOGS"
 mkdir -p bench/results
 if [ "$DRY" = 1 ]; then
     RESULT=${RESULT:-bench/results/gpu-check-dry-run.txt}
@@ -79,26 +82,39 @@ step() {
             "$limit" "$*"
         tail -c 6000 "$TMP/$name.log"
     } >> "$RESULT"
+    [ -n "$LOGS" ] && cp "$TMP/$name.log" "$LOGS/"
     printf '== %-6s exit %-3s %6ss%s\n' "$name" "$rc" "$secs" "$note"
     [ $rc -ne 0 ] && status=1
     return $rc
 }
 
-# pip's editable install; in place where pip cannot (an old setuptools
-# without `wheel`) and on the dry run. A setuptools older than 77 (no
-# build isolation here, so the machine's own) cannot read the SPDX
+# Build in place first, on every core (pip's editable build compiles one
+# module at a time: minutes), then pip's editable install, which copies those
+# builds (setup.py's ReusingBuildExt); in place only where pip cannot (an
+# old setuptools without `wheel`) and on the dry run. A setuptools older than
+# 77 (no build isolation here, so the machine's own) cannot read the SPDX
 # `license = "MIT"`: this throwaway checkout then gets the older table form
-# (not on the dry run, which builds in place with setup.py).
+# (not on the dry run).
 if [ "$DRY" != 1 ] && ! "$PY" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)'; then
     sed -i -e 's/^license = "MIT"$/license = {text = "MIT"}/' -e '/^license-files/d' pyproject.toml
 fi
-BUILD='if [ "$0" != 1 ] && "$1" -m pip install --no-build-isolation --no-deps -e .; then
-    exit 0; fi; exec "$1" setup.py build_ext --inplace -j "$(nproc)"'
-step build 120 bash -c "$BUILD" "$DRY" "$PY" || { echo "build failed: see $RESULT"; exit 1; }
+BUILD='"$1" setup.py build_ext --inplace -j "$(nproc)" || exit
+[ "$0" = 1 ] && exit 0
+"$1" -m pip install --no-build-isolation --no-deps -e . ||
+    echo "pip could not install: the in-place build is used (PYTHONPATH)"; exit 0'
+step build 180 bash -c "$BUILD" "$DRY" "$PY" || { echo "build failed: see $RESULT"; exit 1; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 step info 45 "${RUN[@]}" -m xgrad info
 # (the registry's gradients on the GPU are the next step's, not repeated here)
+# The real-GPU tests over several processes (one GPU, a CUDA context each)
+# where pytest-xdist is installed: 9,000 tests do not fit 120 s in one.
+WORKERS=()
+if [ "$DRY" != 1 ] && "$PY" -c 'import xdist' 2> /dev/null; then
+    n=$(nproc); [ "$n" -gt 8 ] && n=8
+    WORKERS=(-n "$n")
+fi
 step tests 120 "$PY" -m pytest tests/gpu tests/kernels -m cuda -q -p no:cacheprovider \
+    ${WORKERS[@]+"${WORKERS[@]}"} \
     --maxfail=20 -o console_output_style=count -k 'not (test_registry_gpu and test_gradients)'
 step check 95 "${RUN[@]}" -m xgrad check --device cuda:0 --no-progress \
     ${CHECK_ONLY[@]+"${CHECK_ONLY[@]}"}
