@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) and F(2x2, 5x5) convolution (xgrad/_ops/_winograd.py
+"""Winograd F(2x2, 3x3), F(4x4, 3x3) and F(2x2, 5x5) convolution (xgrad/_ops/_winograd.py
 and xgrad/_backend/winograd_kernels.pyx): the matrices against the
 convolution they stand for, the tile transforms against their matrix
 definitions, the convolutions that take it (and those that do not), and
@@ -14,7 +14,9 @@ from xgrad._ops import _winograd
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
 from xgrad.testing import check_backward, check_double_backward
 
-F3, F5 = _winograd.F2X2_3X3, _winograd.F2X2_5X5
+F3, F4, F5 = _winograd.F2X2_3X3, _winograd.F4X4_3X3, _winograd.F2X2_5X5
+ALL = [F3, F4, F5]
+ALL_IDS = ['3x3', '4x4-3x3', '5x5']
 
 
 def _data(shape, seed, dtype=numpy.float64):
@@ -25,7 +27,7 @@ def _geom(pad, k=3):
     return Geometry((k, k), (1, 1), (pad, pad), (1, 1), 1)
 
 
-@pytest.mark.parametrize('t', [F3, F5], ids=['3x3', '5x5'])
+@pytest.mark.parametrize('t', ALL, ids=ALL_IDS)
 def test_the_matrices_compute_the_correlation_they_stand_for(t):
     # 1-D: A^T [(G g) * (B^T d)] = sum_k d[i + k] g[k] for i < m, exactly in
     # float64 up to rounding (the 2-D transform is this along both axes)
@@ -59,8 +61,8 @@ def _kernels(t, unrolled):
             (lambda gy, g: k.gradient_tiles(gy, g, t.a_t)))
 
 
-@pytest.mark.parametrize('t, unrolled', [(F3, True), (F3, False), (F5, False)],
-                         ids=['3x3-unrolled', '3x3', '5x5'])
+@pytest.mark.parametrize('t, unrolled', [(F3, True), (F3, False), (F4, False), (F5, False)],
+                         ids=['3x3-unrolled', '3x3', '4x4-3x3', '5x5'])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('h, w, pad', [(4, 4, 1), (5, 7, 1), (6, 6, 0), (6, 5, 2), (1, 2, 2),
                                        (11, 9, 2)])
@@ -134,6 +136,10 @@ def test_the_kernels_refuse_operands_they_do_not_take():
     ((2, 32, 12, 12), (48, 32, 3, 3), _geom(0), (10, 10), None),  # 50 tiles
     ((2, 32, 14, 14), (48, 32, 3, 3), _geom(0), (12, 12), F3),   # 72 tiles
     ((4, 16, 8, 8), (32, 16, 3, 3), _geom(1), (8, 8), None),    # 16 input channels
+    ((16, 16, 8, 8), (32, 16, 3, 3), _geom(1), (8, 8), F4),     # 64 tiles of 4x4 outputs
+    ((4, 32, 16, 16), (32, 32, 3, 3), _geom(1), (16, 16), F4),  # (preferred to F3)
+    ((3, 32, 16, 16), (32, 32, 3, 3), _geom(1), (16, 16), F3),  # 48 tiles of 4x4: F3
+    ((16, 8, 8, 8), (32, 8, 3, 3), _geom(1), (8, 8), None),     # 8 input channels
     ((4, 32, 8, 8), (16, 32, 3, 3), _geom(1), (8, 8), None),    # 16 outputs
     ((4, 32, 8, 8), (32, 32, 5, 5), _geom(2, 5), (8, 8), F5),
     ((4, 16, 8, 8), (32, 16, 5, 5), _geom(2, 5), (8, 8), F5),   # 5x5 pays from 16 channels
@@ -163,10 +169,12 @@ def test_which_convolutions_take_it(xshape, wshape, geom, outsize, takes):
 @pytest.fixture
 def calls(monkeypatch):
     """The Winograd entry points called, by name; the size thresholds
-    lowered to 16 channels and one tile, so that small (fast) cases take it."""
-    for t in (F3, F5):
+    lowered to 16 channels and one tile, so that small (fast) cases take it
+    (F(2x2, 3x3) for 3x3 unless a test chooses with ``use``)."""
+    for t in ALL:
         monkeypatch.setattr(t, 'min_channels', 16)
         monkeypatch.setattr(t, 'min_tiles', 1)
+    monkeypatch.setitem(_winograd.TRANSFORMS, 3, (F3,))
     seen = []
     for name in ('conv', 'grad_weight'):
         original = getattr(_winograd, name)
@@ -178,14 +186,27 @@ def calls(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize('k, n, c, o, h, w, pad', [
-    (3, 2, 16, 16, 6, 6, 1), (3, 1, 16, 20, 5, 7, 1), (3, 3, 17, 16, 4, 5, 0),
-    (3, 2, 16, 16, 3, 4, 2),
-    (5, 2, 16, 16, 6, 6, 2), (5, 1, 16, 20, 5, 7, 2), (5, 3, 17, 16, 6, 7, 0),
-    (5, 2, 16, 16, 3, 4, 2), (5, 1, 16, 16, 9, 6, 1),
-])
-def test_conv_and_its_gradients_go_through_it_and_match_the_references(calls, k, n, c, o, h,
-                                                                       w, pad):
+@pytest.fixture
+def use(monkeypatch):
+    """use(t): t alone computes its kernel size's convolutions; returns r."""
+    def use(t):
+        monkeypatch.setitem(_winograd.TRANSFORMS, t.r, (t,))
+        return t.r
+    return use
+
+
+_CASES_3X3 = [(2, 16, 16, 6, 6, 1), (1, 16, 20, 5, 7, 1), (3, 17, 16, 4, 5, 0),
+              (2, 16, 16, 3, 4, 2), (1, 16, 16, 11, 9, 1)]
+_CASES_5X5 = [(2, 16, 16, 6, 6, 2), (1, 16, 20, 5, 7, 2), (3, 17, 16, 6, 7, 0),
+              (2, 16, 16, 3, 4, 2), (1, 16, 16, 9, 6, 1)]
+
+
+@pytest.mark.parametrize('t, n, c, o, h, w, pad',
+                         [(t,) + case for t in (F3, F4) for case in _CASES_3X3]
+                         + [(F5,) + case for case in _CASES_5X5])
+def test_conv_and_its_gradients_go_through_it_and_match_the_references(calls, use, t, n, c,
+                                                                       o, h, w, pad):
+    k = use(t)
     x, wt, b = _data((n, c, h, w), 1), _data((o, c, k, k), 2), _data((o,), 3)
     y = xgrad.conv(xgrad.array(x), xgrad.array(wt), xgrad.array(b), pad=pad)
     assert calls == ['conv']
@@ -212,11 +233,12 @@ def test_conv_and_its_gradients_go_through_it_and_match_the_references(calls, k,
         numpy.testing.assert_allclose(gw.to_numpy()[idx], numeric, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize('k, ulps', [(3, 64), (5, 256)])
-def test_float32_is_within_float32_rounding_of_the_float64_result(calls, k, ulps):
-    # F(2x2, 5x5)'s larger entries (5 in B^T, 1/24 in G) cost about ten
-    # times F(2x2, 3x3)'s rounding: a bound of 256 float32 ulps of the sum of
-    # |x| |w| (measured: about 20)
+@pytest.mark.parametrize('t, ulps', [(F3, 64), (F4, 256), (F5, 256)], ids=ALL_IDS)
+def test_float32_is_within_float32_rounding_of_the_float64_result(calls, use, t, ulps):
+    # the six-point transforms' larger entries (5 in B^T, 8 in A^T, 1/24 in
+    # G) cost about ten times F(2x2, 3x3)'s rounding: a bound of 256 float32
+    # ulps of the sum of |x| |w| (measured: about 20)
+    k = use(t)
     x, wt = _data((4, 32, 9, 9), 1), _data((24, 32, k, k), 2)
     exact = _reference_conv(x, wt, pad=k // 2)
     y = xgrad.conv(xgrad.array(x.astype(numpy.float32)), xgrad.array(wt.astype(numpy.float32)),
@@ -227,16 +249,17 @@ def test_float32_is_within_float32_rounding_of_the_float64_result(calls, k, ulps
     assert calls == ['conv']
 
 
-@pytest.mark.parametrize('k', [3, 5])
+@pytest.mark.parametrize('t', ALL, ids=ALL_IDS)
 @pytest.mark.parametrize('keep', [True, False], ids=['tiles-kept', 'tiles-not-kept'])
-def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, k, keep):
+def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, use, t, keep):
+    k = use(t)
     x, wt, b = _data((5, 16, 6, 5), 1), _data((16, 16, k, k), 2), _data((16,), 3)
     gy = _data((5, 16, 6, 5), 4)
     inputs = [xgrad.array(a).require_grad() for a in (x, wt, b)]
     whole = xgrad.grad([xgrad.conv(*inputs, pad=k // 2)], inputs,
                        grad_outputs=[xgrad.array(gy)])
-    values = (k - 1 + 2) ** 2
-    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', values * 16 * 9 * 2)  # 2 samples a chunk
+    th, tw = t.tile_counts((6, 5))
+    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', t.a ** 2 * 16 * th * tw * 2)  # 2 a chunk
     if not keep:
         monkeypatch.setattr(_winograd, '_KEEP_ELEMENTS', 0)
     tiles = []
@@ -244,12 +267,14 @@ def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, k, keep
                          grad_outputs=[xgrad.array(gy)])
     for a, b_ in zip(whole, chunked):
         numpy.testing.assert_allclose(a.to_numpy(), b_.to_numpy(), rtol=1e-12, atol=1e-13)
-    y = _winograd.conv(x, wt, b, _geom(k // 2, k), (6, 5), numpy.float64, keep=tiles)
+    y = _winograd.conv(t, x, wt, b, _geom(k // 2, k), (6, 5), numpy.float64, keep=tiles)
     assert len(tiles) == keep and (not keep or len(tiles[0].chunks) == 3)
 
 
-@pytest.mark.parametrize('k', [3, 5])
-def test_conv_transpose_through_it_matches_the_reference_with_second_derivatives(calls, k):
+@pytest.mark.parametrize('t', ALL, ids=ALL_IDS)
+def test_conv_transpose_through_it_matches_the_reference_with_second_derivatives(calls, use,
+                                                                                 t):
+    k = use(t)
     x, wt, b = _data((2, 16, 4, 5), 1), _data((16, 16, k, k), 2), _data((16,), 3)
     pad = k // 2
     y = xgrad.conv_transpose(xgrad.array(x), xgrad.array(wt), xgrad.array(b), pad=pad)
@@ -267,9 +292,9 @@ def test_conv_transpose_through_it_matches_the_reference_with_second_derivatives
     assert 'grad_weight' in calls
 
 
-@pytest.mark.parametrize('t', [F3, F5], ids=['3x3', '5x5'])
-def test_the_im2col_path_gives_the_same_float32_gradients(monkeypatch, calls, t):
-    k = t.r
+@pytest.mark.parametrize('t', ALL, ids=ALL_IDS)
+def test_the_im2col_path_gives_the_same_float32_gradients(monkeypatch, calls, use, t):
+    k = use(t)
     x, wt, b = (_data(s, i, numpy.float32) for i, s in enumerate(
         [(3, 16, 7, 6), (32, 16, k, k), (32,)]))
     gy = xgrad.array(_data((3, 32, 7, 6), 4, numpy.float32))

@@ -1,10 +1,11 @@
-"""3x3 and 5x5 convolutions with stride 1 by Winograd's F(2x2, 3x3) and
-F(2x2, 5x5) (Lavin and Gray 2016): 16 multiplications per 2x2 block of
-outputs instead of 36, and 36 instead of 100.
+"""3x3 and 5x5 convolutions with stride 1 by Winograd's F(4x4, 3x3),
+F(2x2, 3x3) and F(2x2, 5x5) (Lavin and Gray 2016): 36 multiplications per
+4x4 block of outputs instead of 144, 16 per 2x2 block instead of 36, and 36
+instead of 100.
 
 Why: im2col + one GEMM does r^2 multiply-adds per output and input channel
-(9 or 25); the transformed products do a^2 / 4 (4 or 9), as a^2 GEMMs of
-the same K (input channels) that OpenBLAS runs at nearly the rate of the
+(9 or 25); the transformed products do a^2 / m^2 (2.25, 4 or 9), as a^2
+GEMMs of the same K (input channels) that OpenBLAS runs at nearly the rate of the
 one large GEMM. With enough channels and tiles that is what decides
 (``Transform.min_channels``, ``min_tiles``); with fewer the a^2 GEMMs are
 too thin and im2col's single GEMM (K = r^2 C) wins.
@@ -21,12 +22,13 @@ Three passes use it, the same transform for each:
 The matrices come from the Toom-Cook construction (A^T and G Vandermonde
 matrices of the interpolation points, B^T the inverse's transpose, its
 rows scaled to integers): points 0, 1, -1 and infinity for F(2x2, 3x3),
-and 0, 1, -1, 2, -2 and infinity for F(2x2, 5x5). The error is that of the
-transforms' extra additions: F(2x2, 3x3)'s entries are 0, +-1 and +-1/2, a
-few units in the last place more than the direct sum in float32;
-F(2x2, 5x5)'s reach 5 in B^T and 1/24 in G, about ten times the direct
-sum's rounding (5e-7 of the sum of |x| |w| in float32), well inside the
-tolerances conv is checked at. Host float32/float64 only (the GPU keeps its
+and 0, 1, -1, 2, -2 and infinity for F(2x2, 5x5) and F(4x4, 3x3) (the same
+B^T). The error is that of the transforms' extra additions: F(2x2, 3x3)'s
+entries are 0, +-1 and +-1/2, a few units in the last place more than the
+direct sum in float32; the six-point transforms' reach 5 in B^T, 8 in A^T
+and 1/24 in G, about ten times the direct sum's rounding (5e-7 to 1.5e-6
+of the sum of |x| |w| in float32), well inside the tolerances conv is
+checked at. Host float32/float64 only (the GPU keeps its
 own path).
 """
 
@@ -131,22 +133,46 @@ F2X2_5X5 = Transform(
          [0, 2, -1, -2, 1, 0],
          [0, 4, 0, -5, 0, 1]],
     min_channels=16, min_tiles=64)
-TRANSFORMS = {3: F2X2_3X3, 5: F2X2_5X5}  # by kernel size
+# F(4x4, 3x3): 2.25 products per output and input channel where F(2x2,
+# 3x3) does 4, from 16 channels each side and at least 64 of its 6x6 tiles
+# (1,024 outputs) in the batch; with fewer tiles its 36 GEMMs are too thin
+# and F(2x2, 3x3) or im2col take over. Against F(2x2, 3x3) (one thread,
+# forward + both gradients): 64->64 on 32x32, batch 8: 18.8 -> 13.9 ms;
+# 64->64 on 4x4, batch 64 (64 tiles): 2.95 -> 2.18 ms; 128->128 on 32x32,
+# batch 1 (64 tiles): 8.5 -> 6.9 ms; 16->32 on 8x8, batch 64: 2.41 ->
+# 1.80 ms (im2col 3.32); 256->256 on 56x56, batch 1: 71.6 -> 55.5 ms.
+# Below 64 tiles it loses: 64->64 on 8x8 at batch 8 (32 tiles) 1.87 ->
+# 2.06 ms, 256->256 on 16x16 at batch 1 (16 tiles) 11.4 -> 16.7 ms.
+F4X4_3X3 = Transform(
+    a_t=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    g=[[1 / 4, 0, 0],
+       [1 / 6, 1 / 6, 1 / 6],
+       [1 / 6, -1 / 6, 1 / 6],
+       [1 / 24, 1 / 12, 1 / 6],
+       [1 / 24, -1 / 12, 1 / 6],
+       [0, 0, 1]],
+    b_t=F2X2_5X5.b_t,
+    min_channels=16, min_tiles=64)
+# By kernel size, the transforms in the order they are preferred: the first
+# whose channels and tiles the convolution has computes it.
+TRANSFORMS = {3: (F4X4_3X3, F2X2_3X3), 5: (F2X2_5X5,)}  # by kernel size
 
 
 class Tiles:
     """The forward's transformed input tiles, one (a^2, C, P) array per
     chunk of samples, kept for the weight gradient as im2col's columns are."""
 
-    def __init__(self, chunks):
+    def __init__(self, transform, chunks):
+        self.transform = transform
         self.chunks = chunks
 
 
 def transform_for(x, wshape, geom, outsize, work):
     """The Transform that computes conv(x, w) here, or None: host
     float32/float64 data of one 2-D 3x3 or 5x5 convolution with stride and
-    dilation 1, one group, at least the transform's channels in and out,
-    the stride-1 output size, at least its tiles in the batch."""
+    dilation 1, one group, the stride-1 output size; the first of the
+    kernel size's transforms with at least its channels in and out and its
+    tiles in the batch."""
     ksize = tuple(geom.ksize)
     if (len(ksize) != 2 or ksize[0] != ksize[1] or ksize[0] not in TRANSFORMS
             or tuple(geom.stride) != (1, 1) or tuple(geom.dilate) != (1, 1)
@@ -155,16 +181,17 @@ def transform_for(x, wshape, geom, outsize, work):
     if (type(x) is not numpy.ndarray or x.ndim != 4 or len(wshape) != 4
             or work not in (numpy.float32, numpy.float64)):
         return None
-    t = TRANSFORMS[ksize[0]]
-    if min(x.shape[1], wshape[0]) < t.min_channels:
-        return None
+    r = ksize[0]
     h, w = x.shape[2:]
     ph, pw = geom.pad
-    if (tuple(outsize) != (h + 2 * ph - t.r + 1, w + 2 * pw - t.r + 1)
-            or min(outsize) <= 0):
+    if tuple(outsize) != (h + 2 * ph - r + 1, w + 2 * pw - r + 1) or min(outsize) <= 0:
         return None
-    th, tw = t.tile_counts(outsize)
-    return t if x.shape[0] * th * tw >= t.min_tiles else None
+    channels = min(x.shape[1], wshape[0])
+    for t in TRANSFORMS[r]:
+        th, tw = t.tile_counts(outsize)
+        if channels >= t.min_channels and x.shape[0] * th * tw >= t.min_tiles:
+            return t
+    return None
 
 
 def applies(x, wshape, geom, outsize, work):
@@ -184,11 +211,10 @@ def _sample_chunks(n, per_sample):
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
 
-def conv(x, w, b, geom, outsize, work, keep=None):
-    """y = conv(x, w) + b in ``work`` (x contiguous in ``work``); ``keep``
-    (a list) receives the batch's Tiles when they are at most
-    _KEEP_ELEMENTS."""
-    t = TRANSFORMS[geom.ksize[0]]
+def conv(t, x, w, b, geom, outsize, work, keep=None):
+    """y = conv(x, w) + b by the Transform t in ``work`` (x contiguous in
+    ``work``); ``keep`` (a list) receives the batch's Tiles when they are at
+    most _KEEP_ELEMENTS."""
     n, c = x.shape[:2]
     o = w.shape[0]
     values = t.a * t.a
@@ -209,21 +235,21 @@ def conv(x, w, b, geom, outsize, work, keep=None):
         if kept is not None:
             kept.append(v)
     if kept is not None:
-        keep.append(Tiles(kept))
+        keep.append(Tiles(t, kept))
     return y
 
 
-def grad_weight(x, gy, wshape, geom, work, tiles=None):
-    """gw = d<conv(x, w), gy>/dw (O, C, r, r) in ``work`` (x and gy
-    contiguous in ``work``); ``tiles``: the forward's Tiles of x."""
-    t = TRANSFORMS[geom.ksize[0]]
+def grad_weight(t, x, gy, wshape, geom, work, tiles=None):
+    """gw = d<conv(x, w), gy>/dw (O, C, r, r) by the Transform t in
+    ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
+    Tiles of x."""
     n, c = x.shape[:2]
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
     du = numpy.zeros((values, o, c), work)
     chunks = _sample_chunks(n, values * max(c, o) * th * tw)
-    if tiles is not None and len(tiles.chunks) != len(chunks):
+    if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)):
         tiles = None
     for i, (lo, hi) in enumerate(chunks):
         if tiles is not None:

@@ -344,9 +344,10 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     if _pointwise(geom, x.shape[2:], outsize):
         return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
-    if _winograd.applies(x, w.shape, geom, outsize, work):  # 3x3, stride 1, 16+ channels
-        y = _winograd.conv(numpy.ascontiguousarray(x, dtype=work), w, b, geom, outsize, work,
-                           keep_columns)
+    transform = _winograd.transform_for(x, w.shape, geom, outsize, work)
+    if transform is not None:  # 3x3 or 5x5, stride 1, 16+ channels
+        y = _winograd.conv(transform, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
+                           outsize, work, keep_columns)
         return y.astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
@@ -390,7 +391,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     # for a conv's input gradient when the conv widens the channels (1->16,
     # 16->32: 2-16x fewer), (b) when it narrows them, and always (b) for
     # stride > 1 (a would need a dilated x). (a) is also taken whenever the
-    # flipped convolution is a Winograd one (3x3: 2.25x fewer products).
+    # flipped convolution is a Winograd one (3x3: 2.25-4x fewer products, 5x5: 2.8x).
     flip = all(s == 1 for s in geom.stride) and all(
         p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
     full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
@@ -424,9 +425,10 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
     kept them (saves building them again)."""
     work = _args.compute_dtype(numpy.dtype(dtype))
-    if _winograd.applies(x, wshape, geom, gy.shape[2:], work):
+    transform = _winograd.transform_for(x, wshape, geom, gy.shape[2:], work)
+    if transform is not None:
         tiles = columns if isinstance(columns, _winograd.Tiles) else None
-        gw = _winograd.grad_weight(numpy.ascontiguousarray(x, dtype=work),
+        gw = _winograd.grad_weight(transform, numpy.ascontiguousarray(x, dtype=work),
                                    numpy.ascontiguousarray(gy, dtype=work), wshape, geom,
                                    work, tiles)
         return gw.astype(dtype, copy=False)
