@@ -341,14 +341,15 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
-    wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
-    if _pointwise(geom, x.shape[2:], outsize):
-        return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
     transform = _winograd.transform_for(x, w.shape, geom, outsize, work)
     if transform is not None:  # 3x3 or 5x5, stride 1, 16+ channels
         y = _winograd.conv(transform, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
                            outsize, work, keep_columns)
         return y.astype(dtype, copy=False)
+    # (a copy when w is the flipped view of conv_transpose_kernel)
+    wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
+    if _pointwise(geom, x.shape[2:], outsize):
+        return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
@@ -382,21 +383,31 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
         work = _args.compute_dtype(dtype)
         wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
         return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
-    # Two algorithms, the same GEMM FLOPs; they differ in the columns they
+    # Two algorithms, the same GEMM FLOPs; they differ in the elements they
     # move: (a) with stride 1 this is conv with the kernel flipped and in/out
     # swapped, padded by span - 1 - p: im2col of x over the output
-    # positions, c * prod(k) * prod(outsize) elements; (b) one GEMM
-    # w^T x gives the columns of the output, o * prod(k) * prod(spatial)
-    # elements, which col2im adds back. Take the one that moves fewer: (a)
-    # for a conv's input gradient when the conv widens the channels (1->16,
-    # 16->32: 2-16x fewer), (b) when it narrows them, and always (b) for
-    # stride > 1 (a would need a dilated x). (a) is also taken whenever the
-    # flipped convolution is a Winograd one (3x3: 2.25-4x fewer products, 5x5: 2.8x).
+    # positions, n * c * prod(k) * prod(outsize) elements, plus the flipped,
+    # transposed copy of the weights, o * c/g * prod(k) (NumPy copies that
+    # view at about 0.6 ns an element: 256->256 3x3, 0.36 ms); (b) one GEMM
+    # w^T x (the transposed weights are a view the BLAS takes) gives the
+    # columns of the output, n * o * prod(k) * prod(spatial) elements, which
+    # col2im adds back. Take the one that moves fewer: (a) for a conv's
+    # input gradient when the conv narrows the channels on images large
+    # enough that the columns outweigh the weights (16->32 transposed on
+    # 16x16, batch 8: (b) takes 2.45x (a)'s time), (b) when it widens them
+    # and also on small images with many channels, where the weights
+    # outweigh the columns ((b) takes of (a)'s time: 256->256 on 4x4, batch
+    # 1, 0.44x; batch 8, 0.82x; 64->64 on 8x8, batch 1, 0.72x), and always
+    # for stride > 1 (a would need a dilated x). (a) is also taken
+    # whenever the flipped convolution is a Winograd one (3x3: 2.25-4x fewer
+    # products, 5x5: 2.8x).
     flip = all(s == 1 for s in geom.stride) and all(
         p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
     full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
         geom.ksize, geom.pad, geom.dilate)))
-    if flip and (not (_native_col2im(x, geom) and o * _prod(spatial) < c * _prod(outsize))
+    spread_moves_fewer = _native_col2im(x, geom) and (
+        n * o * _prod(spatial) < n * c * _prod(outsize) + o * (c // g))
+    if flip and (not spread_moves_fewer
                  or _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
                                       _args.compute_dtype(_result_dtype(x, w, b)))):
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
