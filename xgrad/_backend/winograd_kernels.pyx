@@ -5,7 +5,7 @@ Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
 An r x r convolution with stride 1 computes each m x m block of outputs
 from an a x a tile of input, a = m + r - 1. In the transformed domain the
 m^2 r^2 products of a block become a^2 (F(2x2, 3x3): 16 instead of 36;
-F(2x2, 5x5): 36 instead of 100), summed over the channels by a^2 GEMMs, one
+F(4x4, 3x3): 36 instead of 144; F(2x2, 5x5): 36 instead of 100), summed over the channels by a^2 GEMMs, one
 per tile position (xgrad/_ops/_winograd.py):
 
     y_tile = A^T [ (G g G^T) * (B^T d B) ] A
@@ -18,7 +18,7 @@ filter transform G g G^T is one small GEMM, done in NumPy. The matrices
 B^T (a x a) and A^T (m x a) are arguments: one set of kernels serves every
 F(m, r) (their arithmetic in winograd_block.h, per dispatch path).
 F(2x2, 3x3) also has kernels with its matrices written out (the
-``*_3x3`` functions at the end), faster for the most common convolution.
+``*_3x3`` functions at the end), faster on its tiles.
 
 The a^2 transformed values of a tile go to a^2 planes, ``(a^2, C, P)``
 with P = N * tiles_h * tiles_w tiles in (sample, row, column) order, so
@@ -137,11 +137,45 @@ cdef inline void _read_rows(real* buf, Py_ssize_t block, const real* src, Py_ssi
 
 cdef inline void _load_tile(const real* p, Py_ssize_t stride, Py_ssize_t a,
                             real* d) noexcept nogil:
-    """d[(r * a + s) * BLOCK] = p[r * stride + s] for the a x a tile at p."""
+    """d[(r * a + s) * BLOCK] = p[r * stride + s] for the a x a tile at p.
+    The tile sides of the transforms (6, 4, 2) have loops of constant
+    trip counts, which the compiler unrolls."""
     cdef Py_ssize_t r, s
-    for r in range(a):
-        for s in range(a):
-            d[(r * a + s) * BLOCK] = p[r * stride + s]
+    if a == 6:
+        for r in range(6):
+            for s in range(6):
+                d[(r * 6 + s) * BLOCK] = p[r * stride + s]
+    elif a == 4:
+        for r in range(4):
+            for s in range(4):
+                d[(r * 4 + s) * BLOCK] = p[r * stride + s]
+    elif a == 2:
+        for r in range(2):
+            for s in range(2):
+                d[(r * 2 + s) * BLOCK] = p[r * stride + s]
+    else:
+        for r in range(a):
+            for s in range(a):
+                d[(r * a + s) * BLOCK] = p[r * stride + s]
+
+
+cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_ssize_t cols,
+                             real b0, real* dst, Py_ssize_t stride) noexcept nogil:
+    """dst[r * stride + s] = out[(r * m + s) * BLOCK] + b0 for r < rows,
+    s < cols of an m x m block (whole 4x4 and 2x2 blocks unrolled)."""
+    cdef Py_ssize_t r, s
+    if rows == 4 and cols == 4 and m == 4:
+        for r in range(4):
+            for s in range(4):
+                dst[r * stride + s] = out[(r * 4 + s) * BLOCK] + b0
+    elif rows == 2 and cols == 2 and m == 2:
+        for r in range(2):
+            for s in range(2):
+                dst[r * stride + s] = out[(r * 2 + s) * BLOCK] + b0
+    else:
+        for r in range(rows):
+            for s in range(cols):
+                dst[r * stride + s] = out[(r * m + s) * BLOCK] + b0
 
 
 cdef void _input_tiles(const real* x, real* v, const real* bt, Py_ssize_t a, Py_ssize_t m,
@@ -195,12 +229,11 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
     """y (N, O, ho, wo) from e (a^2, O, N * th * tw): A^T e A of each tile
     (its outputs beyond ho, wo dropped), plus bias[o] when bias is not NULL."""
     cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * plane
-    cdef Py_ssize_t n, o, i, j, r, s, k, p, p0, count, rows, cols
+    cdef Py_ssize_t n, o, i, j, p, p0, count
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
     cdef const real* out = <real*>buffers.out
     cdef real b0
-    cdef real* dst
     # (a partial block computes its lanes past the tiles too: zeros, not
     # stack garbage, which could be denormals, slow to compute)
     memset(buffers.d, 0, sizeof(buffers.d))
@@ -214,12 +247,8 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
             _read_rows(d, BLOCK, e + o * plane + p0, k_stride, a * a, count)
             _transform(at, m, at, m, a, a, &buffers)
             for p in range(count):
-                dst = y + ((n * o_count + o) * ho + m * i) * wo + m * j
-                rows = min(m, ho - m * i)
-                cols = min(m, wo - m * j)
-                for r in range(rows):
-                    for s in range(cols):
-                        dst[r * wo + s] = out[(r * m + s) * BLOCK + p] + b0
+                _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
+                            y + ((n * o_count + o) * ho + m * i) * wo + m * j, wo)
                 _next_tile(&n, &i, &j, th, tw)
 
 
@@ -245,13 +274,16 @@ cdef void _gradient_tiles(const real* gy, real* g, const real* a_mat, Py_ssize_t
             for i in range(th):
                 src = gy + ((n * o_count + o) * ho + m * i) * wo
                 for j in range(tw):
-                    for r in range(m):
-                        rr = m * i + r
-                        for s in range(m):
-                            if rr < ho and m * j + s < wo:
-                                d[(r * m + s) * BLOCK + fill] = src[r * wo + m * j + s]
-                            else:
-                                d[(r * m + s) * BLOCK + fill] = 0
+                    if m * (i + 1) <= ho and m * (j + 1) <= wo:  # a whole block
+                        _load_tile(src + m * j, wo, m, d + fill)
+                    else:
+                        for r in range(m):
+                            rr = m * i + r
+                            for s in range(m):
+                                if rr < ho and m * j + s < wo:
+                                    d[(r * m + s) * BLOCK + fill] = src[r * wo + m * j + s]
+                                else:
+                                    d[(r * m + s) * BLOCK + fill] = 0
                     fill += 1
                     if fill == BLOCK:
                         _emit(a_mat, a, m, &buffers, g + o * plane + done, k_stride, fill)
