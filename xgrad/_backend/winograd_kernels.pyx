@@ -5,8 +5,9 @@ Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
 An r x r convolution with stride 1 computes each m x m block of outputs
 from an a x a tile of input, a = m + r - 1. In the transformed domain the
 m^2 r^2 products of a block become a^2 (F(2x2, 3x3): 16 instead of 36;
-F(4x4, 3x3): 36 instead of 144; F(2x2, 5x5): 36 instead of 100), summed over the channels by a^2 GEMMs, one
-per tile position (xgrad/_ops/_winograd.py):
+F(4x4, 3x3): 36 instead of 144; F(2x2, 5x5): 36 instead of 100), summed
+over the channels by a^2 GEMMs, one per tile position
+(xgrad/_ops/_winograd.py):
 
     y_tile = A^T [ (G g G^T) * (B^T d B) ] A
 
