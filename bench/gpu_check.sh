@@ -102,7 +102,7 @@ BUILD='"$1" setup.py build_ext --inplace -j "$(nproc)" || exit
 [ "$0" = 1 ] && exit 0
 "$1" -m pip install --no-build-isolation --no-deps -e . ||
     echo "pip could not install: the in-place build is used (PYTHONPATH)"; exit 0'
-step build 180 bash -c "$BUILD" "$DRY" "$PY" || { echo "build failed: see $RESULT"; exit 1; }
+step build 120 bash -c "$BUILD" "$DRY" "$PY" || { echo "build failed: see $RESULT"; exit 1; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 step info 45 "${RUN[@]}" -m xgrad info
 # (the registry's gradients on the GPU are the next step's, not repeated here)
