@@ -179,24 +179,26 @@ cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_
                 dst[r * stride + s] = out[(r * m + s) * BLOCK] + b0
 
 
-cdef void _input_tiles(const real* x, real* v, const real* bt, Py_ssize_t a, Py_ssize_t m,
-                       Py_ssize_t n_count, Py_ssize_t c_count, Py_ssize_t h, Py_ssize_t w,
-                       Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw,
-                       real* padded) noexcept nogil:
-    """v (a^2, C, N * th * tw) from x (N, C, h, w): B^T d B of the a x a
-    tile at rows m i - ph, columns m j - pw of each plane.
+cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssize_t side,
+                 Py_ssize_t m, Py_ssize_t n_count, Py_ssize_t c_count, Py_ssize_t h,
+                 Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw,
+                 real* padded) noexcept nogil:
+    """v (a^2, C, N * th * tw) from x (N, C, h, w): L d L^T of the side x
+    side tile d at rows m i - ph, columns m j - pw of each plane, zeros
+    outside x; ``left`` is L (a x side). The input transform is this with
+    side a and L = B^T; the gradient blocks with side m, L = A, no padding.
 
     Each plane is first copied into ``padded``: zeros of the size the tiles
-    cover, (m (th - 1) + a) x (m (tw - 1) + a), whose border the caller
-    wrote and nobody overwrites. Every tile is then read without bounds
-    checks (with padding, a small image's tiles all cross the border): the
-    input transforms take about 0.9x their time with checks (median of 24
-    paired runs of 3x3 and 5x5 shapes, 0.7-1.1x). Gathering each tile row's
-    tiles as contiguous runs of a copy split by column phase was slower
-    (F(4x4, 3x3) 1.1-3.7x: the runs are as short as one tile on small
-    images)."""
+    cover, (m (th - 1) + side) x (m (tw - 1) + side), whose border the
+    caller wrote and nobody overwrites. Every tile is then read without
+    bounds checks (with padding, a small image's tiles all cross the
+    border): the input transforms take about 0.9x their time with checks
+    (median of 24 paired runs of 3x3 and 5x5 shapes, 0.7-1.1x). Gathering
+    each tile row's tiles as contiguous runs of a copy split by column
+    phase was slower (F(4x4, 3x3) 1.1-3.7x: the runs are as short as one
+    tile on small images)."""
     cdef Py_ssize_t plane = n_count * th * tw, k_stride = c_count * plane
-    cdef Py_ssize_t wp = m * (tw - 1) + a
+    cdef Py_ssize_t wp = m * (tw - 1) + side
     cdef Py_ssize_t n, c, i, j, r, fill, done
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
@@ -213,14 +215,20 @@ cdef void _input_tiles(const real* x, real* v, const real* bt, Py_ssize_t a, Py_
                 memcpy(padded + (ph + r) * wp + pw, src + r * w, w * sizeof(real))
             for i in range(th):
                 for j in range(tw):
-                    _load_tile(padded + m * (i * wp + j), wp, a, d + fill)
+                    _load_tile(padded + m * (i * wp + j), wp, side, d + fill)
                     fill += 1
                     if fill == BLOCK:
-                        _emit(bt, a, a, &buffers, v + c * plane + done, k_stride, fill)
+                        _emit(left, a, side, &buffers, v + c * plane + done, k_stride, fill)
                         done += fill
                         fill = 0
         if fill:
-            _emit(bt, a, a, &buffers, v + c * plane + done, k_stride, fill)
+            _emit(left, a, side, &buffers, v + c * plane + done, k_stride, fill)
+
+
+cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,
+                               object dtype):
+    """The zeros _tiles copies each plane into."""
+    return numpy.zeros((m * (th - 1) + side) * (m * (tw - 1) + side), dtype)
 
 
 cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py_ssize_t m,
@@ -251,47 +259,6 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
                 _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
                             y + ((n * o_count + o) * ho + m * i) * wo + m * j, wo)
                 _next_tile(&n, &i, &j, th, tw)
-
-
-cdef void _gradient_tiles(const real* gy, real* g, const real* a_mat, Py_ssize_t a,
-                          Py_ssize_t m, Py_ssize_t n_count, Py_ssize_t o_count,
-                          Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                          Py_ssize_t tw) noexcept nogil:
-    """g (a^2, O, N * th * tw) from gy (N, O, ho, wo): A q A^T of each m x m
-    block q of gy (zeros beyond ho, wo), the adjoint of ``_output_tiles``;
-    ``a_mat`` is A (a x m)."""
-    cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * plane
-    cdef Py_ssize_t n, o, i, j, r, s, fill, done, rr
-    cdef xgrad_winograd_buffers buffers
-    cdef real* d = <real*>buffers.d
-    cdef const real* src
-    # (a partial block computes its lanes past the tiles too: zeros, not
-    # stack garbage, which could be denormals, slow to compute)
-    memset(buffers.d, 0, sizeof(buffers.d))
-    for o in range(o_count):
-        fill = 0
-        done = 0
-        for n in range(n_count):
-            for i in range(th):
-                src = gy + ((n * o_count + o) * ho + m * i) * wo
-                for j in range(tw):
-                    if m * (i + 1) <= ho and m * (j + 1) <= wo:  # a whole block
-                        _load_tile(src + m * j, wo, m, d + fill)
-                    else:
-                        for r in range(m):
-                            rr = m * i + r
-                            for s in range(m):
-                                if rr < ho and m * j + s < wo:
-                                    d[(r * m + s) * BLOCK + fill] = src[r * wo + m * j + s]
-                                else:
-                                    d[(r * m + s) * BLOCK + fill] = 0
-                    fill += 1
-                    if fill == BLOCK:
-                        _emit(a_mat, a, m, &buffers, g + o * plane + done, k_stride, fill)
-                        done += fill
-                        fill = 0
-        if fill:
-            _emit(a_mat, a, m, &buffers, g + o * plane + done, k_stride, fill)
 
 
 cdef bint _plain(cnp.ndarray a, int ndim, int t):
@@ -341,19 +308,17 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
             or v.shape[0] != a * a or v.shape[1] != c or v.shape[2] != n * th * tw):
         return False
     cdef Py_ssize_t cth = th, ctw = tw
-    # the zero-padded plane the tiles are read from (see _input_tiles)
-    cdef cnp.ndarray padded = numpy.zeros((m * (cth - 1) + a) * (m * (ctw - 1) + a),
-                                          x.dtype)
+    cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype)
     with nogil:
         _follow_path()
         if t == cnp.NPY_FLOAT:
-            _input_tiles[float](<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
-                                <float*>cnp.PyArray_DATA(bt), a, m, n, c, h, w, ph, pw, cth, ctw,
-                                <float*>cnp.PyArray_DATA(padded))
+            _tiles[float](<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
+                          <float*>cnp.PyArray_DATA(bt), a, a, m, n, c, h, w, ph, pw, cth, ctw,
+                          <float*>cnp.PyArray_DATA(padded))
         else:
-            _input_tiles[double](<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
-                                 <double*>cnp.PyArray_DATA(bt), a, m, n, c, h, w, ph, pw,
-                                 cth, ctw, <double*>cnp.PyArray_DATA(padded))
+            _tiles[double](<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
+                           <double*>cnp.PyArray_DATA(bt), a, a, m, n, c, h, w, ph, pw, cth, ctw,
+                           <double*>cnp.PyArray_DATA(padded))
     return True
 
 
@@ -410,17 +375,18 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     if g.shape[0] != a * a or g.shape[1] != o or g.shape[2] != n * th * tw:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
+    # the m x m blocks are tiles of side m with no padding before them
+    cdef cnp.ndarray padded = _padded_plane(m, m, cth, ctw, gy.dtype)
     with nogil:
         _follow_path()
         if t == cnp.NPY_FLOAT:
-            _gradient_tiles[float](<float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(g),
-                                   <float*>cnp.PyArray_DATA(a_mat), a, m, n, o, ho, wo, cth,
-                                   ctw)
+            _tiles[float](<float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(g),
+                          <float*>cnp.PyArray_DATA(a_mat), a, m, m, n, o, ho, wo, 0, 0, cth,
+                          ctw, <float*>cnp.PyArray_DATA(padded))
         else:
-            _gradient_tiles[double](<double*>cnp.PyArray_DATA(gy),
-                                    <double*>cnp.PyArray_DATA(g),
-                                    <double*>cnp.PyArray_DATA(a_mat), a, m, n, o, ho, wo, cth,
-                                    ctw)
+            _tiles[double](<double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(g),
+                           <double*>cnp.PyArray_DATA(a_mat), a, m, m, n, o, ho, wo, 0, 0, cth,
+                           ctw, <double*>cnp.PyArray_DATA(padded))
     return True
 
 # ---------------------------------------------------------------------------

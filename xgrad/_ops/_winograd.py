@@ -5,8 +5,8 @@ instead of 100.
 
 Why: im2col + one GEMM does r^2 multiply-adds per output and input channel
 (9 or 25); the transformed products do a^2 / m^2 (2.25, 4 or 9), as a^2
-GEMMs of the same K (input channels) that OpenBLAS runs at nearly the rate of the
-one large GEMM. With enough channels and tiles that is what decides
+GEMMs of the same K (input channels) that OpenBLAS runs at nearly the rate
+of the one large GEMM. With enough channels and tiles that is what decides
 (``Transform.min_channels``, ``min_tiles``); with fewer the a^2 GEMMs are
 too thin and im2col's single GEMM (K = r^2 C) wins.
 
@@ -17,7 +17,7 @@ Three passes use it, the same transform for each:
 * the input gradient, a convolution with the flipped kernel when stride is
   1 (``convolution.conv_transpose_kernel``'s flip path), so the forward;
 * the weight gradient, the adjoint in g: gw = G^T [sum over tiles of
-  (A gy A^T) * V] G, with the forward's V kept when it is one chunk.
+  (A gy A^T) * V] G, with the forward's V kept (up to _KEEP_ELEMENTS).
 
 The matrices come from the Toom-Cook construction (A^T and G Vandermonde
 matrices of the interpolation points, B^T the inverse's transpose, its
@@ -28,8 +28,7 @@ entries are 0, +-1 and +-1/2, a few units in the last place more than the
 direct sum in float32; the six-point transforms' reach 5 in B^T, 8 in A^T
 and 1/24 in G, about ten times the direct sum's rounding (5e-7 to 1.5e-6
 of the sum of |x| |w| in float32), well inside the tolerances conv is
-checked at. Host float32/float64 only (the GPU keeps its
-own path).
+checked at. Host float32/float64 only (the GPU keeps its own path).
 """
 
 import numpy
@@ -155,7 +154,7 @@ F4X4_3X3 = Transform(
     min_channels=16, min_tiles=64)
 # By kernel size, the transforms in the order they are preferred: the first
 # whose channels and tiles the convolution has computes it.
-TRANSFORMS = {3: (F4X4_3X3, F2X2_3X3), 5: (F2X2_5X5,)}  # by kernel size
+TRANSFORMS = {3: (F4X4_3X3, F2X2_3X3), 5: (F2X2_5X5,)}
 
 
 class Tiles:
