@@ -106,6 +106,9 @@ _UFUNC_METHODS = {
     'outer': None,  # every ufunc
 }
 _UFUNC_KWARGS = frozenset(['out', 'dtype', 'casting'])
+# The dtypes of CuPy's add.at (its atomicAdd: the TypeError's list on CuPy 14.2)
+_ADD_AT_DTYPES = frozenset(numpy.dtype(t) for t in (
+    'int32', 'int64', 'float16', 'float32', 'float64', 'uint32', 'uint64'))
 
 # ndarray methods that only make a view (no kernel: usable from any device)
 _VIEW_METHODS = frozenset(['reshape', 'transpose', 'swapaxes', 'squeeze', 'view', 'diagonal'])
@@ -552,6 +555,9 @@ class ufunc:
         cupy_calls.append(what)
         _check_device(_device_arrays((args, kwargs)), what)
         args, kwargs = _unwrap((args, kwargs), what)
+        if what == 'add.at' and args[0].dtype not in _ADD_AT_DTYPES:
+            raise TypeError('cupy.add.at only supports int32, int64, float16, float32, '
+                            'float64, uint32, uint64 as data type (fake CuPy)')
         with numpy.errstate(all='ignore'):
             result = getattr(self._numpy, method)(*args, **kwargs)
         if method == 'at':

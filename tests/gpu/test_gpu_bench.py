@@ -59,7 +59,10 @@ def test_gpu_check_builds_in_place_and_runs_only_real_gpu_tests():
     assert 'pip install --no-build-isolation --no-deps -e .' in text
     # the emulated tests (CPU CI's, > 420 s) are not run on the GPU machine
     assert re.search(r'pytest tests/gpu tests/kernels -m cuda ', text)
-    assert '-m xgrad check --device cuda:0 --no-progress' in text
+    # the check over one process per core (up to 8): in one it ran past 95 s
+    assert '-m xgrad check --device cuda:0' in text and 'CHECK_JOBS=(--jobs "$n")' in text
+    # only the shell's own arithmetic times the steps: the H200 machine has no bc
+    assert not re.search(r'\|\s*(bc|awk)\b', text)
     assert 'bench/gpu.py' in text
     # one results file
     assert len(set(re.findall(r'bench/results/[\w.-]+', text))) == 2  # GPU and dry run

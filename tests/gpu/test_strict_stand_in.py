@@ -173,6 +173,44 @@ def _on(values, device='cuda:0', dtype=numpy.float32):
     return xgrad.array(numpy.asarray(values, dtype), device=device)
 
 
+# CuPy's add.at takes only its atomics' dtypes (the real H200 run of
+# 2026-12-04 found diag and diagflat of bools failing on that).
+_ADD_AT_CASES = [('bool', [True, True, False]), ('int8', [100, 100, -7]),
+                 ('uint8', [200, 100, 3]), ('int16', [30000, 30000, 1]),
+                 ('int32', [5, -6, 7]), ('float16', [0.5, 0.25, 2.0]),
+                 ('float32', [0.5, 0.25, 2.0]), ('float64', [0.5, 0.25, 2.0])]
+
+
+@pytest.mark.parametrize('dtype', ['bool', 'int8', 'uint8', 'int16'])
+def test_add_at_takes_only_cupys_dtypes(fake, dtype):
+    out = fake.zeros(3, dtype=dtype)
+    with pytest.raises(TypeError, match='add.at only supports'):
+        fake.add.at(out, fake.asarray(numpy.array([0, 0, 1])), fake.ones(3, dtype=dtype))
+
+
+@pytest.mark.parametrize('dtype, values', _ADD_AT_CASES)
+def test_add_at_of_every_dtype_adds_as_numpy_does(cuda_runtime, dtype, values):
+    # repeated index 0: the sums wrap in 8 and 16 bits and are True for bools
+    key = numpy.array([0, 0, 2])
+    values = numpy.array(values, dtype)
+    expected = numpy.zeros(4, dtype)
+    with numpy.errstate(over='ignore'):
+        numpy.add.at(expected, key, values)
+    cp = cuda.cupy()
+    out = cp.zeros(4, dtype=dtype)
+    cuda.add_at(out, cp.asarray(key), cp.asarray(values))
+    numpy.testing.assert_array_equal(out.get(), expected)  # small ints, bools, dyadic floats
+
+
+@pytest.mark.parametrize('dtype', ['bool', 'int8', 'float32'])
+def test_diag_of_every_dtype_on_a_gpu(cuda_runtime, dtype):
+    v = numpy.array([1, 0, 3], dtype)
+    for k in (0, 1, -2):
+        y = xgrad.diag(xgrad.array(v, device='cuda:0'), k)
+        assert y.device.name == 'cuda:0' and y.dtype == numpy.dtype(dtype)
+        numpy.testing.assert_array_equal(y.to_numpy(), numpy.diag(v, k))  # exact: a copy
+
+
 def test_count_nonzero_on_a_gpu(cuda_runtime):
     a = _on([[0, 1, 2], [0, 0, 3]])
     c = xgrad.count_nonzero(a, axis=1)

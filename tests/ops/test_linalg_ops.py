@@ -407,3 +407,41 @@ def test_well_conditioned_gradients_match_numerical_differentiation(name):
     gys = [xgrad.array(_rand(y.shape, 6)) for y in outs]
     xgrad.check_backward(funcs[name], [xgrad.array(a).require_grad()], gys, eps=1e-6,
                          atol=1e-6, rtol=1e-5)
+
+
+# -- forward comparisons up to the signs a LAPACK chooses ---------------------------
+
+from xgrad._ops.registry import op_info  # NOQA: E402
+
+
+def _flip(a, flips, axis):
+    """``a`` with the vectors along ``axis`` (-2: columns, -1: rows) negated where
+    ``flips`` is -1."""
+    return a * (flips[None, :] if axis == -2 else flips[:, None])
+
+
+@pytest.mark.parametrize('shape, full', [((3, 3), True), ((4, 2), True), ((2, 4), False)])
+def test_svd_compares_up_to_paired_signs(shape, full):
+    # cuSOLVER turns singular vectors differently from LAPACK (H200, 2026-12-04)
+    info = op_info('linalg.svd')
+    a = _rand(shape, 7)
+    u, s, vh = numpy.linalg.svd(a, full_matrices=full)
+    fu = numpy.where(numpy.arange(u.shape[-1]) % 2 == 0, -1.0, 1.0)
+    fv = numpy.where(numpy.arange(vh.shape[-2]) % 2 == 0, -1.0, 1.0)
+    turned = [xgrad.array(_flip(u, fu, -2)), xgrad.array(s), xgrad.array(_flip(vh, fv, -1))]
+    info.assert_forward_matches(turned, [u, s, vh])
+    # only u's first column turned: u s vh changes, which must fail
+    fu[1:] = 1.0
+    wrong = [xgrad.array(_flip(u, fu, -2)), xgrad.array(s), xgrad.array(vh)]
+    with pytest.raises(AssertionError):
+        info.assert_forward_matches(wrong, [u, s, vh])
+
+
+def test_eigh_compares_up_to_signs():
+    info = op_info('linalg.eigh')
+    w, v = numpy.linalg.eigh(_spd(3))
+    flips = numpy.array([-1.0, 1.0, -1.0])
+    info.assert_forward_matches([xgrad.array(w), xgrad.array(_flip(v, flips, -2))], [w, v])
+    swapped = v[:, [1, 0, 2]]  # another basis, not a sign: must fail
+    with pytest.raises(AssertionError):
+        info.assert_forward_matches([xgrad.array(w), xgrad.array(swapped)], [w, v])

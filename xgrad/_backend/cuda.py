@@ -125,6 +125,28 @@ def device_key(key):
     return key
 
 
+# The dtypes cupy.add.at takes (CuPy 13-14: atomicAdd's types); the others
+# accumulate in the wider type of the same kind, whose sums cast back to
+# NumPy's add.at results (bools: any addend True; small ints: wrapped).
+_ADD_AT_DTYPES = frozenset(numpy.dtype(t) for t in (
+    'int32', 'int64', 'uint32', 'uint64', 'float16', 'float32', 'float64'))
+_ADD_AT_WIDER = {'b': numpy.dtype('int32'), 'i': numpy.dtype('int32'),
+                 'u': numpy.dtype('uint32')}
+
+
+def add_at(out, key, values):
+    """``cupy.add.at(out, key, values)`` for every xgrad dtype, not only the
+    ones CuPy's atomics take."""
+    cp = cupy()
+    if out.dtype in _ADD_AT_DTYPES:
+        cp.add.at(out, key, values)
+        return
+    wider = _ADD_AT_WIDER[out.dtype.kind]
+    total = out.astype(wider)
+    cp.add.at(total, key, cp.asarray(values).astype(wider))
+    out[...] = total.astype(out.dtype)
+
+
 _KERNEL_DTYPES = frozenset(numpy.dtype(t) for t in ('float16', 'float32', 'float64'))
 
 

@@ -3,7 +3,7 @@ one, ``numpy_ns``, is in ``_xp``): CuPy's functions and our kernels, looked
 up from CuPy's module only when a cuda device computes."""
 
 from xgrad import _device
-from xgrad._backend.cuda import binary, cupy, device_key, is_device_array, kernels, unary
+from xgrad._backend.cuda import add_at, binary, cupy, device_key, is_device_array, kernels, unary
 from xgrad._device import transfer
 from xgrad._ops._xp import cast
 
@@ -39,9 +39,8 @@ class CudaNamespace:
 
     @staticmethod
     def scatter(gy, key, shape):
-        cp = cupy()
-        out = cp.zeros(shape, dtype=gy.dtype)
-        cp.add.at(out, device_key(key), gy)
+        out = cupy().zeros(shape, dtype=gy.dtype)
+        add_at(out, device_key(key), gy)
         return out
 
     @staticmethod

@@ -524,6 +524,33 @@ def _solve_ref(a, b):
     return numpy.linalg.solve(a, b).astype(numpy.result_type(a, b))
 
 
+def _sign_to(dots):
+    """-1 where ``dots`` (actual . expected per vector) is negative, else 1."""
+    return numpy.where(dots < 0, -1, 1).astype(dots.dtype)
+
+
+def _align_eigh(actual, expected):
+    """The eigenvectors (columns) of ``actual`` turned to ``expected``'s."""
+    w, v = actual
+    return [w, v * _sign_to(numpy.sum(v * expected[1], axis=-2))[..., None, :]]
+
+
+def _align_svd(actual, expected):
+    """``actual``'s singular vectors turned to ``expected``'s: u's column j
+    and vh's row j together (u s vh must not change) for the k singular
+    values, the rest of u's columns or vh's rows one by one."""
+    if len(actual) == 1:  # compute_uv=False
+        return actual
+    u, s, vh = actual
+    k = s.shape[-1]
+    u_dots = numpy.sum(u * expected[0], axis=-2)
+    vh_dots = numpy.sum(vh * expected[2], axis=-1)
+    both = u_dots[..., :k] + vh_dots[..., :k]
+    u_dots[..., :k] = both
+    vh_dots[..., :k] = both
+    return [u * _sign_to(u_dots)[..., None, :], s, vh * _sign_to(vh_dots)[..., :, None]]
+
+
 register(OpInfo(
     'linalg.inv', inv, ref=_lapack_ref('inv'), dtypes=_FLOATS,
     samples=[Sample((3, 3)), Sample((1, 1)), Sample((0, 0))],
@@ -562,12 +589,12 @@ register(OpInfo(
     samples=[Sample((3, 3)), Sample((3, 2), full_matrices=False),
              Sample((2, 3), full_matrices=False), Sample((1, 1)),
              Sample((3, 2), compute_uv=False), Sample((2, 4), compute_uv=False)],
-    domain=_spaced_spectrum))
+    domain=_spaced_spectrum, align=_align_svd))
 
 register(OpInfo(
     'linalg.eigh', eigh, ref=_lapack_ref('eigh'), dtypes=_FLOATS,
     samples=[Sample((3, 3)), Sample((3, 3), UPLO='U'), Sample((1, 1)), Sample((0, 0))],
-    domain=_symmetric_spaced, call=_symmetrized))
+    domain=_symmetric_spaced, call=_symmetrized, align=_align_eigh))
 
 register(OpInfo(
     'linalg.eigvalsh', eigvalsh, ref=_lapack_ref('eigvalsh'), dtypes=_FLOATS,

@@ -15,6 +15,7 @@ from typing import Tuple
 import numpy
 
 from xgrad import _core
+from xgrad._backend import cuda
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair
 from xgrad._ops.manipulation import getitem, reshape
@@ -82,7 +83,10 @@ def _add_at(gy, indices, axis, shape):
     inner = int(numpy.prod(shape[axis + 1:], dtype=numpy.int64))
     flat = ((xp.arange(outer)[:, None, None] * shape[axis]
              + indices.reshape(1, -1, 1)) * inner + xp.arange(inner))
-    xp.add.at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
+    if xp is numpy:
+        numpy.add.at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
+    else:
+        cuda.add_at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
     return out
 
 

@@ -139,8 +139,10 @@ cdef class Scatter(Op):
             self.key = _device_key(self.key)
         if _is_basic(self.key):
             out[self.key] = gy
+        elif xp is numpy:
+            numpy.add.at(out, self.key, gy)
         else:
-            xp.add.at(out, self.key, gy)
+            cuda.add_at(out, self.key, gy)
         return (out,)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):

@@ -191,6 +191,10 @@ class OpInfo:
         (for ops that take a list of arrays, like ``concatenate``).
     broadcasting: the array inputs broadcast against each other (elementwise
         ops with several inputs); shapes that do not must raise DimensionError.
+    align: for results unique only up to sign (singular vectors,
+        eigenvectors): ``align(actual, expected)`` (lists of NumPy arrays)
+        returns ``actual`` with the signs ``expected`` chose, for the forward
+        comparison; LAPACK and cuSOLVER choose differently.
     composite: computed entirely by other registered ops (the RNN family),
         so it runs no device code of its own. Where every launch is
         expensive (the CPU stand-in for CuPy) its GPU tests take its first
@@ -213,6 +217,7 @@ class OpInfo:
     broadcasting: bool = False
     promotion: Optional[str] = None
     composite: bool = False
+    align: Optional[Callable] = None
 
     def __post_init__(self):
         object.__setattr__(self, 'samples', tuple(self.samples))
@@ -244,16 +249,21 @@ class OpInfo:
         order), equal values for ints and bools, and floats within the op's
         forward tolerance."""
         assert len(actual) == len(expected), (len(actual), len(expected))
+        expected = [e.to_numpy() if hasattr(e, 'to_numpy') else numpy.asarray(e)
+                    for e in expected]
         for y, e in zip(actual, expected):
-            e = e.to_numpy() if hasattr(e, 'to_numpy') else numpy.asarray(e)
             assert y.shape == e.shape and y.dtype == e.dtype.newbyteorder('='), (
                 y.shape, y.dtype, e.shape, e.dtype)
+        actual = [y.to_numpy() for y in actual]
+        if self.align is not None:
+            actual = self.align(actual, expected)
+        for y, e in zip(actual, expected):
             if e.dtype.kind == 'f':
                 atol, rtol = self.forward_tolerance(e.dtype)
-                numpy.testing.assert_allclose(y.to_numpy().astype(F64), e.astype(F64),
+                numpy.testing.assert_allclose(y.astype(F64), e.astype(F64),
                                               atol=atol, rtol=rtol, equal_nan=True)
             else:
-                numpy.testing.assert_array_equal(y.to_numpy(), e)
+                numpy.testing.assert_array_equal(y, e)
 
     def input_dtypes(self, sample, dtype):
         return tuple(numpy.dtype(dtype if a.dtype is None else a.dtype)
