@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3), F(4x4, 3x3) and F(2x2, 5x5) convolution (xgrad/_ops/_winograd.py
+"""Winograd F(2x2, 3x3), F(4x4, 3x3), F(2x2, 5x5) and F(4x4, 5x5) convolution (xgrad/_ops/_winograd.py
 and xgrad/_backend/winograd_kernels.pyx): the matrices against the
 convolution they stand for, the tile transforms against their matrix
 definitions, the convolutions that take it (and those that do not), and
@@ -15,8 +15,9 @@ from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_tr
 from xgrad.testing import check_backward, check_double_backward
 
 F3, F4, F5 = _winograd.F2X2_3X3, _winograd.F4X4_3X3, _winograd.F2X2_5X5
-ALL = [F3, F4, F5]
-ALL_IDS = ['3x3', '4x4-3x3', '5x5']
+F45 = _winograd.F4X4_5X5
+ALL = [F3, F4, F5, F45]
+ALL_IDS = ['3x3', '4x4-3x3', '5x5', '4x4-5x5']
 
 
 def _data(shape, seed, dtype=numpy.float64):
@@ -61,8 +62,9 @@ def _kernels(t, unrolled):
             (lambda gy, g: k.gradient_tiles(gy, g, t.a_t)))
 
 
-@pytest.mark.parametrize('t, unrolled', [(F3, True), (F3, False), (F4, False), (F5, False)],
-                         ids=['3x3-unrolled', '3x3', '4x4-3x3', '5x5'])
+@pytest.mark.parametrize('t, unrolled', [(F3, True), (F3, False), (F4, False), (F5, False),
+                                         (F45, False)],
+                         ids=['3x3-unrolled', '3x3', '4x4-3x3', '5x5', '4x4-5x5'])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('h, w, pad', [(4, 4, 1), (5, 7, 1), (6, 6, 0), (6, 5, 2), (1, 2, 2),
                                        (11, 9, 2)])
@@ -123,6 +125,8 @@ def test_the_kernels_refuse_operands_they_do_not_take():
     assert not k.input_tiles(x, v5[:, :, :3], F5.b_t, 2, 2, 2)
     assert not k.input_tiles(x, v5, F5.b_t[:5], 2, 2, 2)  # B^T not square
     assert not k.input_tiles(x, v5, F5.b_t, 6, 2, 2)  # m >= a
+    v9 = numpy.empty((81, 2, 1), numpy.float32)
+    assert not k.input_tiles(x, v9, numpy.eye(9), 2, 2, 2)  # 9x9 tiles: beyond the buffers
     assert not k.input_tiles(x, numpy.empty((64, 2, 4), numpy.float32), numpy.eye(8), 2, 2, 2)
     assert not k.output_tiles(v5, y, F5.a_t, numpy.zeros(3, numpy.float32))
     assert not k.output_tiles(v5, y, F5.a_t[:, :5])  # A^T and the planes disagree
@@ -143,9 +147,12 @@ def test_the_kernels_refuse_operands_they_do_not_take():
     ((4, 32, 8, 8), (16, 32, 3, 3), _geom(1), (8, 8), None),    # 16 outputs
     ((4, 32, 8, 8), (32, 32, 5, 5), _geom(2, 5), (8, 8), F5),
     ((4, 16, 8, 8), (32, 16, 5, 5), _geom(2, 5), (8, 8), F5),   # 5x5 pays from 16 channels
+    ((8, 32, 8, 8), (32, 32, 5, 5), _geom(2, 5), (8, 8), F45),   # 32 tiles of 4x4 outputs
+    ((7, 32, 8, 8), (32, 32, 5, 5), _geom(2, 5), (8, 8), F5),    # 28 of 4x4: F(2x2, 5x5)
+    ((20, 32, 6, 6), (32, 32, 5, 5), _geom(1, 5), (4, 4), F5),   # 20 of 4x4, 80 of 2x2
     ((4, 8, 8, 8), (32, 8, 5, 5), _geom(2, 5), (8, 8), None),
     ((1, 64, 8, 8), (64, 64, 5, 5), _geom(2, 5), (8, 8), None),  # 16 tiles
-    ((8, 32, 8, 8), (32, 32, 5, 5), _geom(1, 5), (6, 6), F5),   # any padding
+    ((8, 32, 8, 8), (32, 32, 5, 5), _geom(1, 5), (6, 6), F45),  # any padding
     ((4, 32, 8, 8), (32, 32, 3, 3), Geometry((3, 3), (2, 2), (1, 1), (1, 1), 1), (4, 4),
      None),
     ((4, 32, 8, 8), (32, 32, 3, 3), Geometry((3, 3), (1, 1), (1, 1), (2, 2), 1), (6, 6),
@@ -203,7 +210,7 @@ _CASES_5X5 = [(2, 16, 16, 6, 6, 2), (1, 16, 20, 5, 7, 2), (3, 17, 16, 6, 7, 0),
 
 @pytest.mark.parametrize('t, n, c, o, h, w, pad',
                          [(t,) + case for t in (F3, F4) for case in _CASES_3X3]
-                         + [(F5,) + case for case in _CASES_5X5])
+                         + [(t,) + case for t in (F5, F45) for case in _CASES_5X5])
 def test_conv_and_its_gradients_go_through_it_and_match_the_references(calls, use, t, n, c,
                                                                        o, h, w, pad):
     k = use(t)
@@ -233,7 +240,7 @@ def test_conv_and_its_gradients_go_through_it_and_match_the_references(calls, us
         numpy.testing.assert_allclose(gw.to_numpy()[idx], numeric, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize('t, ulps', [(F3, 64), (F4, 256), (F5, 256)], ids=ALL_IDS)
+@pytest.mark.parametrize('t, ulps', [(F3, 64), (F4, 256), (F5, 256), (F45, 256)], ids=ALL_IDS)
 def test_float32_is_within_float32_rounding_of_the_float64_result(calls, use, t, ulps):
     # the six-point transforms' larger entries (5 in B^T, 8 in A^T, 1/24 in
     # G) cost about ten times F(2x2, 3x3)'s rounding: a bound of 256 float32

@@ -21,7 +21,7 @@
 #include "cpu_paths.h"
 
 #define XGRAD_WINOGRAD_BLOCK 64
-#define XGRAD_WINOGRAD_VALUES 36 /* up to 6x6 tiles */
+#define XGRAD_WINOGRAD_VALUES 64 /* up to 8x8 tiles */
 
 /* A transform's block buffers: the gathered tiles d, the scratch t and the
  * result out, each XGRAD_WINOGRAD_VALUES rows of a block, sized for double.

@@ -51,8 +51,8 @@ ctypedef fused real:
 # every plane across samples and rows, so a block spans them (small images
 # have few tiles per row).
 DEF BLOCK = 64
-# The largest tile side the buffers hold (F(2x2, 5x5) and F(4x4, 3x3): 6).
-DEF MAX_SIDE = 6
+# The largest tile side the buffers hold (F(4x4, 5x5): 8).
+DEF MAX_SIDE = 8
 DEF MAX_VALUES = MAX_SIDE * MAX_SIDE
 
 cdef extern from "winograd_block.h":
@@ -139,10 +139,14 @@ cdef inline void _read_rows(real* buf, Py_ssize_t block, const real* src, Py_ssi
 cdef inline void _load_tile(const real* p, Py_ssize_t stride, Py_ssize_t a,
                             real* d) noexcept nogil:
     """d[(r * a + s) * BLOCK] = p[r * stride + s] for the a x a tile at p.
-    The tile sides of the transforms (6, 4, 2) have loops of constant
+    The tile sides of the transforms (8, 6, 4, 2) have loops of constant
     trip counts, which the compiler unrolls."""
     cdef Py_ssize_t r, s
-    if a == 6:
+    if a == 8:
+        for r in range(8):
+            for s in range(8):
+                d[(r * 8 + s) * BLOCK] = p[r * stride + s]
+    elif a == 6:
         for r in range(6):
             for s in range(6):
                 d[(r * 6 + s) * BLOCK] = p[r * stride + s]

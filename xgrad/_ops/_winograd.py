@@ -1,6 +1,7 @@
 """3x3 and 5x5 convolutions with stride 1 by Winograd's F(4x4, 3x3),
-F(2x2, 3x3) and F(2x2, 5x5) (Lavin and Gray 2016): 36 multiplications per
-4x4 block of outputs instead of 144, 16 per 2x2 block instead of 36, and 36
+F(2x2, 3x3), F(4x4, 5x5) and F(2x2, 5x5) (Lavin and Gray 2016): 36
+multiplications per 4x4 block of outputs instead of 144, 16 per 2x2 block
+instead of 36, 64 per 4x4 block instead of 400, and 36 per 2x2 block
 instead of 100.
 
 Why: im2col + one GEMM does r^2 multiply-adds per output and input channel
@@ -21,14 +22,15 @@ Three passes use it, the same transform for each:
 
 The matrices come from the Toom-Cook construction (A^T and G Vandermonde
 matrices of the interpolation points, B^T the inverse's transpose, its
-rows scaled to integers): points 0, 1, -1 and infinity for F(2x2, 3x3),
-and 0, 1, -1, 2, -2 and infinity for F(2x2, 5x5) and F(4x4, 3x3) (the same
-B^T). The error is that of the transforms' extra additions: F(2x2, 3x3)'s
+rows scaled to integers or quarters): points 0, 1, -1 and infinity for
+F(2x2, 3x3), 0, 1, -1, 2, -2 and infinity for F(2x2, 5x5) and F(4x4, 3x3)
+(the same B^T), and those with 1/2 and -1/2 for F(4x4, 5x5). The error is that of the transforms' extra additions: F(2x2, 3x3)'s
 entries are 0, +-1 and +-1/2, a few units in the last place more than the
 direct sum in float32; the six-point transforms' reach 5 in B^T, 8 in A^T
 and 1/24 in G, about ten times the direct sum's rounding (5e-7 to 1.5e-6
 of the sum of |x| |w| in float32), well inside the tolerances conv is
-checked at. Host float32/float64 only (the GPU keeps its own path).
+checked at; F(4x4, 5x5)'s (21/4 in B^T, 8 in A^T) about the same relative to
+its 25-term sums. Host float32/float64 only (the GPU keeps its own path).
 """
 
 import numpy
@@ -152,9 +154,42 @@ F4X4_3X3 = Transform(
        [0, 0, 1]],
     b_t=F2X2_5X5.b_t,
     min_channels=16, min_tiles=64)
+# F(4x4, 5x5): 8x8 tiles, 4 products per output and input channel where
+# F(2x2, 5x5) does 9, and 4 tile values per output instead of 9 to gather
+# and transform. The points 0, +-1, +-2, +-1/2 and infinity (those of
+# F(6x6, 3x3) in NNPACK and oneDNN); the halves keep B^T's entries small
+# (up to 21/4). Float32 error on 64 channels, 200 random tiles: 6 eps of
+# the sum of |x| |w| at most (F(2x2, 5x5) 4, F(4x4, 3x3) 8). From 16
+# channels each side and 32 tiles (512 outputs); against F(2x2, 5x5), one
+# thread, forward + both gradients: 16->32 on 8x8, batch 64: 4.07 -> 2.41
+# ms; 64->64 on 32x32, batch 8: 41.0 -> 20.9 ms; 64->64 on 4x4, batch 64:
+# 5.7 -> 3.4 ms; at 32 tiles 0.76-0.96x (128->128 on 8x8, batch 8: 10.6 ->
+# 8.1 ms); at 16 tiles it loses 1.09-1.20x (256->256 on 16x16, batch 1).
+F4X4_5X5 = Transform(
+    a_t=[[1, 1, 1, 1, 1, 1, 1, 0],
+         [0, 1, -1, 2, -2, 1 / 2, -1 / 2, 0],
+         [0, 1, 1, 4, 4, 1 / 4, 1 / 4, 0],
+         [0, 1, -1, 8, -8, 1 / 8, -1 / 8, 1]],
+    g=[[1, 0, 0, 0, 0],
+       [-2 / 9, -2 / 9, -2 / 9, -2 / 9, -2 / 9],
+       [-2 / 9, 2 / 9, -2 / 9, 2 / 9, -2 / 9],
+       [1 / 90, 1 / 45, 2 / 45, 4 / 45, 8 / 45],
+       [1 / 90, -1 / 45, 2 / 45, -4 / 45, 8 / 45],
+       [32 / 45, 16 / 45, 8 / 45, 4 / 45, 2 / 45],
+       [32 / 45, -16 / 45, 8 / 45, -4 / 45, 2 / 45],
+       [0, 0, 0, 0, 1]],
+    b_t=[[1, 0, -21 / 4, 0, 21 / 4, 0, -1, 0],
+         [0, 1, 1, -17 / 4, -17 / 4, 1, 1, 0],
+         [0, -1, 1, 17 / 4, -17 / 4, -1, 1, 0],
+         [0, 1 / 2, 1 / 4, -5 / 2, -5 / 4, 2, 1, 0],
+         [0, -1 / 2, 1 / 4, 5 / 2, -5 / 4, -2, 1, 0],
+         [0, 2, 4, -5 / 2, -5, 1 / 2, 1, 0],
+         [0, -2, 4, 5 / 2, -5, -1 / 2, 1, 0],
+         [0, -1, 0, 21 / 4, 0, -21 / 4, 0, 1]],
+    min_channels=16, min_tiles=32)
 # By kernel size, the transforms in the order they are preferred: the first
 # whose channels and tiles the convolution has computes it.
-TRANSFORMS = {3: (F4X4_3X3, F2X2_3X3), 5: (F2X2_5X5,)}
+TRANSFORMS = {3: (F4X4_3X3, F2X2_3X3), 5: (F4X4_5X5, F2X2_5X5)}
 
 
 class Tiles:
