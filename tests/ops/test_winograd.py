@@ -267,6 +267,7 @@ def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, use, t,
                        grad_outputs=[xgrad.array(gy)])
     th, tw = t.tile_counts((6, 5))
     monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', t.a ** 2 * 16 * th * tw * 2)  # 2 a chunk
+    monkeypatch.setattr(_winograd, '_MIN_CHUNK_TILES', 1)
     if not keep:
         monkeypatch.setattr(_winograd, '_KEEP_ELEMENTS', 0)
     tiles = []
@@ -276,6 +277,17 @@ def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, use, t,
         numpy.testing.assert_allclose(a.to_numpy(), b_.to_numpy(), rtol=1e-12, atol=1e-13)
     y = _winograd.conv(t, x, wt, b, _geom(k // 2, k), (6, 5), numpy.float64, keep=tiles)
     assert len(tiles) == keep and (not keep or len(tiles[0].chunks) == 3)
+
+
+def test_a_chunk_holds_at_least_the_minimum_tiles(monkeypatch):
+    # cache-sized chunks of 1 sample, but at least 5 tiles of 2 a sample: 3 samples a chunk
+    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', 10)
+    monkeypatch.setattr(_winograd, '_MIN_CHUNK_TILES', 5)
+    assert _winograd._sample_chunks(7, 2, 5) == [(0, 3), (3, 6), (6, 7)]
+    monkeypatch.setattr(_winograd, '_MIN_CHUNK_TILES', 1)
+    assert _winograd._sample_chunks(3, 2, 5) == [(0, 1), (1, 2), (2, 3)]
+    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', 1 << 20)
+    assert _winograd._sample_chunks(3, 2, 5) == [(0, 3)]
 
 
 @pytest.mark.parametrize('t', ALL, ids=ALL_IDS)

@@ -11,6 +11,10 @@ cache-sized buffer, so the matmul reads them from cache) and contracted with
 the weights by one matmul per chunk. Its adjoint, col2im, adds columns back
 tap by tap (k_1 * ... * k_n strided slice adds); with stride 1 the transposed
 convolution is instead a convolution with the flipped kernel (faster).
+Where they pay, 2-D 3x3 and 5x5 convolutions with stride 1 go through
+Winograd's transforms instead (``_winograd``: fewer products), and strided
+ones whose input phases make such a convolution (5x5 with stride 2: 3x3
+over the phases) through ``_polyphase``.
 
 Three ops are each other's gradients, as in Chainer, so derivatives of any
 order stay in this family:
@@ -35,7 +39,7 @@ from numpy.lib.stride_tricks import as_strided
 from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
-from xgrad._ops import _args, _winograd
+from xgrad._ops import _args, _polyphase, _winograd
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import BOOL, INT_DTYPES, Sample, OpInfo, register
@@ -333,6 +337,16 @@ def _pointwise_product(wm, x, b, g, work, outsize):
     return y.reshape((n, wm.shape[0] * wm.shape[1]) + tuple(outsize))
 
 
+def _host_phases(x, wshape, geom, outsize, work, transposed=False):
+    """_polyphase.plan for host data (the GPU keeps its own path)."""
+    if type(x) is not numpy.ndarray or any(s == 1 for s in geom.stride):
+        return None
+    if transposed:  # x is the output's gradient: the convolution's input is outsize
+        xshape = (x.shape[0], wshape[1]) + tuple(outsize)
+        return _polyphase.plan(xshape, wshape, geom, x.shape[2:], work, transposed=True)
+    return _polyphase.plan(x.shape, wshape, geom, outsize, work)
+
+
 def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
@@ -346,6 +360,10 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
         y = _winograd.conv(transform, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
                            outsize, work, keep_columns)
         return y.astype(dtype, copy=False)
+    phases = _host_phases(x, w.shape, geom, outsize, work)
+    if phases is not None:  # 5x5, stride 2: Winograd over the input's phases
+        return conv_kernel(phases.split_input(x, work), phases.split_weight(w, work), b,
+                           phases.geom, outsize, keep_columns).astype(dtype, copy=False)
     # (a copy when w is the flipped view of conv_transpose_kernel)
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     if _pointwise(geom, x.shape[2:], outsize):
@@ -378,11 +396,16 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     n, c, g = x.shape[0], x.shape[1], geom.groups
     o = w.shape[1] * g
     spatial = x.shape[2:]
+    dtype = _result_dtype(x, w, b)
+    work = _args.compute_dtype(dtype)
     if _pointwise(geom, spatial, outsize):  # y[n] = w^T x[n]
-        dtype = _result_dtype(x, w, b)
-        work = _args.compute_dtype(dtype)
         wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
         return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
+    phases = _host_phases(x, w.shape, geom, outsize, work, transposed=True)
+    if phases is not None:  # 5x5, stride 2: the adjoint of conv_kernel's phases
+        gp = conv_transpose_kernel(x, phases.split_weight(w, work), None, phases.geom,
+                                   phases.phase_size)
+        return _add_bias(phases.merge_input(gp, outsize), b).astype(dtype, copy=False)
     # Two algorithms, the same GEMM FLOPs; they differ in the elements they
     # move: (a) with stride 1 this is conv with the kernel flipped and in/out
     # swapped, padded by span - 1 - p: im2col of x over the output
@@ -408,13 +431,10 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     spread_moves_fewer = _native_col2im(x, geom) and (
         n * o * _prod(spatial) < n * c * _prod(outsize) + o * (c // g))
     if flip and (not spread_moves_fewer
-                 or _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
-                                      _args.compute_dtype(_result_dtype(x, w, b)))):
+                 or _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize, work)):
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
         flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
         return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
-    dtype = _result_dtype(x, w, b)
-    work = _args.compute_dtype(dtype)
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
     if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
@@ -443,6 +463,12 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
                                    numpy.ascontiguousarray(gy, dtype=work), wshape, geom,
                                    work, tiles)
         return gw.astype(dtype, copy=False)
+    phases = _host_phases(x, wshape, geom, gy.shape[2:], work)
+    if phases is not None:  # 5x5, stride 2 (see conv_kernel)
+        tiles = columns if isinstance(columns, _winograd.Tiles) else None
+        gwq = conv_grad_weight_kernel(phases.split_input(x, work), gy,
+                                      phases.weight_shape(wshape), dtype, phases.geom, tiles)
+        return phases.merge_weight(gwq).astype(dtype, copy=False)
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))

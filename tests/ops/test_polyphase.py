@@ -1,0 +1,181 @@
+"""Strided convolutions over the input's phases (xgrad/_ops/_polyphase.py):
+the reshapes and their adjoints, which convolutions take it, and conv /
+conv_transpose through it against the loop references, with first and
+second derivatives against numerical ones."""
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._ops import _polyphase, _winograd, convolution
+from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
+from xgrad.testing import check_backward, check_double_backward
+
+
+def _data(shape, seed, dtype=numpy.float64):
+    return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def _geom(k, s, pad):
+    return Geometry((k, k), (s, s), pad if isinstance(pad, tuple) else (pad, pad), (1, 1), 1)
+
+
+def _plan(xshape, wshape, k, s, pad, transposed=False):
+    geom = _geom(k, s, pad)
+    outsize = tuple(convolution.out_size(xshape[2 + i], k, s, geom.pad[i]) for i in range(2))
+    if transposed:  # gy (N, O, *outsize) -> x (N, C, *xshape[2:])
+        return _polyphase.plan(xshape, wshape, geom, outsize, numpy.float32, transposed=True)
+    return _polyphase.plan(xshape, wshape, geom, outsize, numpy.float32)
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """The Winograd thresholds lowered to one channel and one tile, so that
+    small (fast) cases take the phases; returns the entry points called."""
+    for t in _winograd.F2X2_3X3, _winograd.F4X4_3X3, _winograd.F2X2_5X5, _winograd.F4X4_5X5:
+        monkeypatch.setattr(t, 'min_channels', 1)
+        monkeypatch.setattr(t, 'min_tiles', 1)
+    monkeypatch.setattr(_polyphase, '_MIN_SAMPLE_TILES', 1)
+    monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
+    seen = []
+    for name in ('split_input', 'merge_input', 'merge_weight'):
+        original = getattr(_polyphase.Phases, name)
+
+        def spy(self, *args, _name=name, _original=original):
+            seen.append(_name)
+            return _original(self, *args)
+        monkeypatch.setattr(_polyphase.Phases, name, spy)
+    return seen
+
+
+# (n, c, o, h, w, k, stride, pad): 5x5 stride 2 (3x3 phases) at several
+# paddings and odd sizes, 7x7 stride 3 (3x3), 6x6 stride 2 (3x3), 9x9
+# stride 2 (5x5 phases)
+CASES = [(2, 3, 4, 11, 9, 5, 2, 2), (1, 2, 3, 8, 8, 5, 2, 0), (2, 2, 3, 7, 10, 5, 2, (1, 2)),
+         (1, 2, 3, 13, 12, 7, 3, 3), (1, 2, 2, 9, 9, 6, 2, 2), (1, 2, 2, 12, 11, 9, 2, 4)]
+
+
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
+def test_the_reshapes_are_each_others_adjoints(small, n, c, o, h, w, k, s, pad):
+    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad)
+    assert phases is not None and phases.q == -(-k // s)
+    x = _data((n, c, h, w), 1)
+    p = _data((n, c * s * s) + phases.phase_size, 2)
+    xp = phases.split_input(x, numpy.float64)
+    assert xp.shape == p.shape and xp.flags.c_contiguous
+    # <split(x), p> == <x, merge(p)>: merge_input is split_input's adjoint
+    numpy.testing.assert_allclose((xp * p).sum(), (x * phases.merge_input(p, (h, w))).sum(),
+                                  rtol=1e-12)
+    wt = _data((o, c, k, k), 3)
+    pw = _data(phases.weight_shape(wt.shape), 4)
+    numpy.testing.assert_allclose((phases.split_weight(wt, numpy.float64) * pw).sum(),
+                                  (wt * phases.merge_weight(pw)).sum(), rtol=1e-12)
+    # the weights' split loses nothing: merging it back is the identity
+    numpy.testing.assert_array_equal(  # exact: copies of the same values
+        phases.merge_weight(phases.split_weight(wt, numpy.float64)), wt)
+
+
+@pytest.mark.parametrize('xshape, wshape, k, s, pad, takes', [
+    ((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, True),   # 64 phase channels, 8 x 16 tiles
+    ((7, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, False),  # 112 tiles
+    ((64, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 4 tiles a plane
+    ((1, 16, 64, 64), (32, 16, 5, 5), 5, 2, 2, False),  # 64 tiles in the batch
+    ((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 8x8 out: 4 tiles, 16 of 2x2
+    ((8, 1, 32, 32), (16, 1, 5, 5), 5, 2, 2, False),    # 4 phase channels
+    ((8, 16, 32, 32), (8, 16, 5, 5), 5, 2, 2, False),   # 8 outputs
+    ((8, 16, 32, 32), (32, 16, 3, 3), 3, 2, 1, False),  # 2x2 phases: no transform
+    ((8, 16, 32, 32), (32, 16, 5, 5), 5, 1, 2, False),  # stride 1: Winograd itself
+    ((16, 16, 32, 32), (32, 16, 7, 7), 7, 3, 3, True),  # 3x3 phases, 16 x 9 tiles
+])
+def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
+    assert (_plan(xshape, wshape, k, s, pad) is not None) is takes
+    geom = _geom(k, s, pad)
+    for other in (geom._replace(groups=2), geom._replace(dilate=(2, 2)),
+                  geom._replace(stride=(2, 1)), geom._replace(ksize=(5, 3))):
+        assert _polyphase.plan(xshape, wshape, other, (16, 16), numpy.float32) is None
+    assert _polyphase.plan(xshape, wshape, geom, (16, 16), numpy.float16) is None
+
+
+def test_the_transposed_plan_asks_about_the_flipped_convolution():
+    # conv_transpose's input is the output's gradient: 16->32 channels on
+    # 32x32 at batch 8 seen from gy (8, 32, 16, 16)
+    assert _plan((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, transposed=True) is not None
+    assert _plan((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
+
+
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
+def test_conv_and_its_gradients_go_through_it_and_match_the_references(small, n, c, o, h, w,
+                                                                       k, s, pad):
+    x, wt, b = _data((n, c, h, w), 1), _data((o, c, k, k), 2), _data((o,), 3)
+    y = xgrad.conv(xgrad.array(x), xgrad.array(wt), xgrad.array(b), stride=s, pad=pad)
+    assert small == ['split_input']
+    numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x, wt, b, stride=s, pad=pad),
+                                  rtol=1e-10, atol=1e-12)
+    del small[:]
+    inputs = [xgrad.array(a).require_grad() for a in (x, wt, b)]
+    gy = _data(y.shape, 4)
+    gx, gw, gb = xgrad.grad([xgrad.conv(*inputs, stride=s, pad=pad)], inputs,
+                            grad_outputs=[xgrad.array(gy)])
+    assert sorted(set(small)) == ['merge_input', 'merge_weight', 'split_input']
+    numpy.testing.assert_allclose(
+        gx.to_numpy(), _reference_conv_transpose(gy, wt, stride=s, pad=pad, outsize=(h, w)),
+        rtol=1e-10, atol=1e-12)
+    # <conv(x, dw), gy> == <dw, gw> for a random direction dw
+    dw = _data(wt.shape, 5)
+    numpy.testing.assert_allclose((gw.to_numpy() * dw).sum(),
+                                  (_reference_conv(x, dw, stride=s, pad=pad) * gy).sum(),
+                                  rtol=1e-10)
+    numpy.testing.assert_allclose(gb.to_numpy(), gy.sum(axis=(0, 2, 3)), rtol=1e-12)
+
+
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES[:3] + CASES[4:5])
+def test_first_and_second_derivatives_match_numerical_ones(small, n, c, o, h, w, k, s, pad):
+    x, wt, b = _data((n, c, h, w), 1), _data((o, c, k, k), 2), _data((o,), 3)
+    def f(xs):
+        return (xgrad.conv(*xs, stride=s, pad=pad),)
+    inputs = [xgrad.array(a).require_grad() for a in (x, wt, b)]
+    y, = f(inputs)
+    gy = [xgrad.array(_data(y.shape, 4))]
+    check_backward(f, inputs, gy, atol=1e-6, rtol=1e-5)
+    ggs = [xgrad.array(_data(a.shape, 5 + i)) for i, a in enumerate(inputs)]
+    check_double_backward(f, inputs, gy, ggs, atol=1e-6, rtol=1e-5)
+    assert 'split_input' in small and 'merge_input' in small
+
+
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
+@pytest.mark.parametrize('extra', [0, 1])
+def test_conv_transpose_through_it_matches_the_reference(small, n, c, o, h, w, k, s, pad,
+                                                         extra):
+    # conv_transpose of (n, o, oh, ow) with weights (o, c, k, k) back to h x w,
+    # and to one row and column more than the smallest size (rows no input reaches)
+    pads = pad if isinstance(pad, tuple) else (pad, pad)
+    oh, ow = (convolution.out_size(size, k, s, p) for size, p in zip((h, w), pads))
+    size = (s * (oh - 1) + k - 2 * pads[0] + extra, s * (ow - 1) + k - 2 * pads[1] + extra)
+    x, wt, b = _data((n, o, oh, ow), 1), _data((o, c, k, k), 2), _data((c,), 3)
+    y = xgrad.conv_transpose(xgrad.array(x), xgrad.array(wt), xgrad.array(b), stride=s,
+                             pad=pad, outsize=size)
+    assert 'merge_input' in small
+    numpy.testing.assert_allclose(
+        y.to_numpy(), _reference_conv_transpose(x, wt, b, stride=s, pad=pad, outsize=size),
+        rtol=1e-10, atol=1e-12)
+
+
+def test_float32_is_within_float32_rounding_of_the_float64_result(small):
+    # F(4x4, 3x3) over the phases: the same bound as tests/ops/test_winograd.py's
+    x, wt = _data((4, 16, 20, 20), 1), _data((24, 16, 5, 5), 2)
+    exact = _reference_conv(x, wt, stride=2, pad=2)
+    y = xgrad.conv(xgrad.array(x.astype(numpy.float32)), xgrad.array(wt.astype(numpy.float32)),
+                   stride=2, pad=2).to_numpy()
+    assert y.dtype == numpy.float32 and small == ['split_input']
+    scale = numpy.abs(x).max() * numpy.abs(wt).sum(axis=(1, 2, 3)).max()
+    assert numpy.abs(y - exact).max() <= 256 * numpy.finfo(numpy.float32).eps * scale
+
+
+def test_float16_goes_through_it_in_float32(small):
+    x = _data((1, 2, 9, 9), 1, numpy.float16)
+    wt = _data((3, 2, 5, 5), 2, numpy.float16)
+    y = xgrad.conv(xgrad.array(x), xgrad.array(wt), stride=2, pad=2)
+    assert y.dtype == numpy.float16 and small == ['split_input']
+    numpy.testing.assert_allclose(
+        y.to_numpy(), _reference_conv(x.astype(numpy.float64), wt.astype(numpy.float64),
+                                      stride=2, pad=2), rtol=1e-2, atol=1e-2)

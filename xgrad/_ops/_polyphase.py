@@ -1,0 +1,139 @@
+"""Strided 2-D convolutions as stride-1 convolutions over the input's phases,
+so that Winograd computes them (5x5 with stride 2 as 3x3 with stride 1).
+
+A stride-s convolution with an r x r kernel reads xpad[s i + k] (xpad: x
+padded). With k = s t + a (t < q = ceil(r / s), a < s) that is phase a of
+xpad, x_a[j] = xpad[s j + a], at j = i + t: a stride-1, unpadded
+convolution with a q x q kernel over s^2 C channels (the phases of each
+channel) with the weights w_q[o, (c, a_h, a_w), t_h, t_w] = w[o, c, s t_h +
+a_h, s t_w + a_w], zero past r.
+
+Why: strided convolutions otherwise go through im2col, r^2 products per
+output and input channel (25 for 5x5). The phases' convolution does
+(s q)^2 / r^2 more products with zeros (36 / 25 for 5x5, stride 2), but as
+a 3x3 convolution Winograd F(4x4, 3x3) does 2.25 per output and phase
+channel: 9 per output and input channel against im2col's 25. The gradients
+are the same reshapes' adjoints around the stride-1 kernels (the input
+gradient a stride-1 conv_transpose, which is the flipped Winograd
+convolution; the weight gradient Winograd's). Taken only where the
+stride-1 equivalent is a Winograd one with enough tiles (below); 3x3
+with stride 2 would be 2x2, which has no transform here, and stays with
+im2col.
+"""
+
+import collections
+
+import numpy
+
+from xgrad._ops import _winograd
+
+# Where the phases pay (one thread, forward + both gradients, against
+# im2col; 5x5 with stride 2): their convolution does 1.44x the products
+# with zeros and gathers each phase plane separately, so they pay only with
+# a transform of 4x4 output blocks (F(4x4, 3x3): 9 products per output and
+# channel against 25; F(2x2, 3x3) would do 16), at least 9 tiles a plane
+# and 128 in the batch. 16->32 on 32x32, batch 8 (16 tiles a plane, 128):
+# 4.58 -> 3.07 ms; 16->32 on 56x56, batch 8: 10.7 -> 8.2 ms; 64->64 on
+# 56x56, batch 8: 61.2 -> 46.7 ms; 128->128 on 32x32, batch 8: 66.5 -> 59.2
+# ms. Below: 64->64 on 16x16, batch 64 (4 tiles a plane): 1.12x im2col's
+# time; on 8x8 (one tile a plane), batch 64: 1.62x; with F(2x2, 3x3)
+# (32x32, batch 1: 16 of its 4x4 tiles): 1.6-2.1x.
+_MIN_BLOCK = 4
+_MIN_SAMPLE_TILES = 9
+_MIN_TILES = 128
+
+_Plan = collections.namedtuple('_Plan', 's q r pad phase_size geom')
+
+
+class Phases(_Plan):
+    """The stride-1 equivalent of one strided convolution: stride ``s``,
+    phase kernel ``q``, kernel ``r``, the convolution's padding ``pad``, the
+    phases' size ``phase_size`` (output + q - 1 on each axis) and the
+    stride-1 Geometry ``geom``."""
+
+    def split_input(self, x, work):
+        """x (N, C, h, w) -> its phases (N, C s^2, hq, wq) in ``work``."""
+        n, c = x.shape[:2]
+        s, (hq, wq) = self.s, self.phase_size
+        xpad = numpy.zeros((n, c, s * hq, s * wq), work)
+        rows, cols = self._inside(x.shape[2:])
+        ph, pw = self.pad
+        xpad[:, :, ph:ph + rows, pw:pw + cols] = x[:, :, :rows, :cols]
+        phases = xpad.reshape(n, c, hq, s, wq, s).transpose(0, 1, 3, 5, 2, 4)
+        return phases.reshape(n, c * s * s, hq, wq)  # (a copy: contiguous)
+
+    def merge_input(self, gp, spatial):
+        """The adjoint of split_input: the phases' gradient gp (N, C s^2,
+        hq, wq) -> x's (N, C, *spatial)."""
+        s, (hq, wq) = self.s, self.phase_size
+        n, c = gp.shape[0], gp.shape[1] // (s * s)
+        gpad = gp.reshape(n, c, s, s, hq, wq).transpose(0, 1, 4, 2, 5, 3)
+        gpad = gpad.reshape(n, c, s * hq, s * wq)
+        rows, cols = self._inside(spatial)
+        ph, pw = self.pad
+        if (rows, cols) == tuple(spatial):
+            return numpy.ascontiguousarray(gpad[:, :, ph:ph + rows, pw:pw + cols])
+        gx = numpy.zeros((n, c) + tuple(spatial), gp.dtype)  # rows no output reads
+        gx[:, :, :rows, :cols] = gpad[:, :, ph:ph + rows, pw:pw + cols]
+        return gx
+
+    def split_weight(self, w, work):
+        """w (O, C, r, r) -> w_q (O, C s^2, q, q) in ``work``."""
+        o, c = w.shape[:2]
+        s, q, r = self.s, self.q, self.r
+        wpad = numpy.zeros((o, c, s * q, s * q), work)
+        wpad[:, :, :r, :r] = w
+        wq = wpad.reshape(o, c, q, s, q, s).transpose(0, 1, 3, 5, 2, 4)
+        return wq.reshape(o, c * s * s, q, q)
+
+    def merge_weight(self, gwq):
+        """The adjoint of split_weight: w_q's gradient -> w's (O, C, r, r)."""
+        s, q, r = self.s, self.q, self.r
+        o, c = gwq.shape[0], gwq.shape[1] // (s * s)
+        gw = gwq.reshape(o, c, s, s, q, q).transpose(0, 1, 4, 2, 5, 3)
+        return numpy.ascontiguousarray(gw.reshape(o, c, s * q, s * q)[:, :, :r, :r])
+
+    def weight_shape(self, wshape):
+        return (wshape[0], wshape[1] * self.s * self.s, self.q, self.q)
+
+    def _inside(self, spatial):
+        """The rows and columns of x that lie in the padded phases (those
+        past them no output reads)."""
+        s, (hq, wq), (ph, pw) = self.s, self.phase_size, self.pad
+        return (max(0, min(spatial[0], s * hq - ph)), max(0, min(spatial[1], s * wq - pw)))
+
+
+def plan(xshape, wshape, geom, outsize, work, transposed=False):
+    """The Phases of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
+    ``wshape`` (O, C, r, r), output ``outsize``) when its stride-1
+    equivalent is a Winograd convolution, else None. ``transposed``: for
+    its adjoint (conv_transpose), whose stride-1 equivalent is the flipped
+    convolution of the output's gradient."""
+    if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
+            or tuple(geom.dilate) != (1, 1)):
+        return None
+    r, s = geom.ksize[0], geom.stride[0]
+    if geom.ksize[1] != r or geom.stride[1] != s or s < 2 or wshape[1] != xshape[1]:
+        return None
+    q = -(-r // s)
+    if q not in _winograd.TRANSFORMS:
+        return None
+    size = (outsize[0] + q - 1, outsize[1] + q - 1)
+    phases = Phases(s, q, r, tuple(geom.pad), size,
+                    geom._replace(ksize=(q, q), stride=(1, 1), pad=(0, 0)))
+    n, c, o = xshape[0], xshape[1] * s * s, wshape[0]
+    if transposed:  # the flipped convolution: gy (N, O, *outsize) -> (N, C s^2, *size)
+        full = phases.geom._replace(pad=(q - 1, q - 1))
+        t = _winograd.transform_for_shape((n, o) + tuple(outsize), (c, o, q, q), full, size,
+                                          work)
+        out = size
+    else:
+        t = _winograd.transform_for_shape((n, c) + size, (o, c, q, q), phases.geom, outsize,
+                                          work)
+        out = outsize
+    if t is None or t.m < _MIN_BLOCK:
+        return None
+    th, tw = t.tile_counts(out)
+    if th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES:
+        return None
+    return phases
