@@ -85,7 +85,8 @@ def test_the_reshapes_are_each_others_adjoints(small, n, c, o, h, w, k, s, pad):
     ((8, 16, 32, 32), (8, 16, 5, 5), 5, 2, 2, False),   # 8 outputs
     ((8, 16, 32, 32), (32, 16, 3, 3), 3, 2, 1, False),  # 2x2 phases: no transform
     ((8, 16, 32, 32), (32, 16, 5, 5), 5, 1, 2, False),  # stride 1: Winograd itself
-    ((16, 16, 32, 32), (32, 16, 7, 7), 7, 3, 3, True),  # 3x3 phases, 16 x 9 tiles
+    ((16, 16, 48, 48), (32, 16, 7, 7), 7, 3, 3, True),  # 3x3 phases, 16 x 16 tiles
+    ((16, 16, 32, 32), (32, 16, 7, 7), 7, 3, 3, False),  # 9 tiles a plane
 ])
 def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
     assert (_plan(xshape, wshape, k, s, pad) is not None) is takes

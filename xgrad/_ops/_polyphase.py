@@ -31,15 +31,17 @@ from xgrad._ops import _winograd
 # im2col; 5x5 with stride 2): their convolution does 1.44x the products
 # with zeros and gathers each phase plane separately, so they pay only with
 # a transform of 4x4 output blocks (F(4x4, 3x3): 9 products per output and
-# channel against 25; F(2x2, 3x3) would do 16), at least 9 tiles a plane
+# channel against 25; F(2x2, 3x3) would do 16), at least 16 tiles a plane
 # and 128 in the batch. 16->32 on 32x32, batch 8 (16 tiles a plane, 128):
 # 4.58 -> 3.07 ms; 16->32 on 56x56, batch 8: 10.7 -> 8.2 ms; 64->64 on
 # 56x56, batch 8: 61.2 -> 46.7 ms; 128->128 on 32x32, batch 8: 66.5 -> 59.2
-# ms. Below: 64->64 on 16x16, batch 64 (4 tiles a plane): 1.12x im2col's
-# time; on 8x8 (one tile a plane), batch 64: 1.62x; with F(2x2, 3x3)
-# (32x32, batch 1: 16 of its 4x4 tiles): 1.6-2.1x.
+# ms; conv_transpose 16->32 from 28x28, batch 8: 76.5 -> 57.7 ms. Below:
+# conv_transpose 128->128 from 8x8, batch 64 (9 tiles of a 10x10 plane, a
+# third of their outputs cut off): 1.14x im2col's time; 64->64 on 16x16,
+# batch 64 (4 tiles a plane): 1.12x; on 8x8 (one tile a plane): 1.62x;
+# with F(2x2, 3x3) (32x32, batch 1: 16 of its 4x4 tiles): 1.6-2.1x.
 _MIN_BLOCK = 4
-_MIN_SAMPLE_TILES = 9
+_MIN_SAMPLE_TILES = 16
 _MIN_TILES = 128
 
 _Plan = collections.namedtuple('_Plan', 's q r pad phase_size geom')
