@@ -1,5 +1,5 @@
-"""Winograd F(2x2, 3x3), F(4x4, 3x3), F(2x2, 5x5) and F(4x4, 5x5) convolution (xgrad/_ops/_winograd.py
-and xgrad/_backend/winograd_kernels.pyx): the matrices against the
+"""Winograd F(2x2, 3x3), F(4x4, 3x3), F(2x2, 5x5) and F(4x4, 5x5) convolution
+(xgrad/_ops/_winograd.py and xgrad/_backend/winograd_kernels.pyx): the matrices against the
 convolution they stand for, the tile transforms against their matrix
 definitions, the convolutions that take it (and those that do not), and
 conv / conv_transpose through it against the loop references, with first

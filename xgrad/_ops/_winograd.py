@@ -24,9 +24,10 @@ The matrices come from the Toom-Cook construction (A^T and G Vandermonde
 matrices of the interpolation points, B^T the inverse's transpose, its
 rows scaled to integers or quarters): points 0, 1, -1 and infinity for
 F(2x2, 3x3), 0, 1, -1, 2, -2 and infinity for F(2x2, 5x5) and F(4x4, 3x3)
-(the same B^T), and those with 1/2 and -1/2 for F(4x4, 5x5). The error is that of the transforms' extra additions: F(2x2, 3x3)'s
-entries are 0, +-1 and +-1/2, a few units in the last place more than the
-direct sum in float32; the six-point transforms' reach 5 in B^T, 8 in A^T
+(the same B^T), and those with 1/2 and -1/2 for F(4x4, 5x5). The error is
+that of the transforms' extra additions: F(2x2, 3x3)'s entries are 0, +-1
+and +-1/2, a few units in the last place more than the direct sum in
+float32; the six-point transforms' reach 5 in B^T, 8 in A^T
 and 1/24 in G, about ten times the direct sum's rounding (5e-7 to 1.5e-6
 of the sum of |x| |w| in float32), well inside the tolerances conv is
 checked at; F(4x4, 5x5)'s (21/4 in B^T, 8 in A^T) about the same relative to
