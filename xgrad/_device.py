@@ -27,6 +27,12 @@ def register_raw_namespace(backend_name, namespace):
     _RAW_NAMESPACES[backend_name] = namespace
 
 
+def raw_namespace_of(xp):
+    """The raw-array namespace for data of array module ``xp`` (NumPy's:
+    native; otherwise CuPy's: cuda), for forwards that hold raw data only."""
+    return _RAW_NAMESPACES['native' if xp is numpy else 'cuda']
+
+
 class Backend:
     """A family of devices (``native`` or ``cuda``) within one context."""
 

@@ -14,8 +14,7 @@ from typing import Tuple
 
 import numpy
 
-from xgrad import _core
-from xgrad._backend import cuda
+from xgrad import _core, _device
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair
 from xgrad._ops.manipulation import getitem, reshape
@@ -78,16 +77,13 @@ def _add_at(gy, indices, axis, shape):
     ``take(zeros(shape), indices, axis)``) added at ``indices`` along ``axis``,
     as one ``add.at`` on the flat arrays (its fast 1-d path)."""
     xp = _args.module_of(gy)
-    out = xp.zeros(shape, gy.dtype)
     outer = int(numpy.prod(shape[:axis], dtype=numpy.int64))
     inner = int(numpy.prod(shape[axis + 1:], dtype=numpy.int64))
     flat = ((xp.arange(outer)[:, None, None] * shape[axis]
              + indices.reshape(1, -1, 1)) * inner + xp.arange(inner))
-    if xp is numpy:
-        numpy.add.at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
-    else:
-        cuda.add_at(out.reshape(-1), flat.reshape(-1), gy.reshape(-1))
-    return out
+    size = outer * shape[axis] * inner
+    out = _device.raw_namespace_of(xp).scatter(gy.reshape(-1), flat.reshape(-1), (size,))
+    return out.reshape(shape)
 
 
 def _integer_indices(indices):

@@ -134,15 +134,12 @@ cdef class Scatter(Op):
     cpdef forward(self, inputs):
         gy = inputs[0]
         xp = raw_module(gy)
-        out = xp.zeros(self.shape, dtype=gy.dtype)
         if xp is not numpy:
             self.key = _device_key(self.key)
-        if _is_basic(self.key):
-            out[self.key] = gy
-        elif xp is numpy:
-            numpy.add.at(out, self.key, gy)
-        else:
-            cuda.add_at(out, self.key, gy)
+        if not _is_basic(self.key):  # repeats accumulate: the namespace's add.at
+            return (_device_module.raw_namespace_of(xp).scatter(gy, self.key, self.shape),)
+        out = xp.zeros(self.shape, dtype=gy.dtype)
+        out[self.key] = gy
         return (out,)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
