@@ -1,6 +1,8 @@
-"""The native im2col (xgrad._backend.window_kernels.pyx) against NumPy's padded
-strided windows, over geometries with padding, strides, dilation, windows
-past the padding (cover_all) and padding wider than the image."""
+"""The native window kernels (xgrad._backend.window_kernels.pyx): im2col
+against NumPy's padded strided windows, col2im against its strided adds,
+pooling against pooling.py's NumPy path, over geometries with padding,
+strides, dilation, windows past the padding (cover_all) and padding wider
+than the image."""
 
 import itertools
 
@@ -62,6 +64,29 @@ def test_native_im2col_refuses_what_it_does_not_take():
     assert not im2col_2d(x, numpy.empty((1, 3, 3, 1, 2, 3), numpy.float32), *args)
 
 
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('ksize, stride, pad, dilate, cover_all', GEOMETRIES)
+@pytest.mark.parametrize('shape', [(3, 2, 7, 6), (2, 3, 4, 4), (2, 2, 16, 9)])
+def test_native_col2im_matches_numpy(dtype, ksize, stride, pad, dilate, cover_all, shape):
+    """col2im_2d (its loop per row, and its tables for rows shorter than 8)
+    against convolution.col2im's strided adds. Windows overlap, so sums are
+    made in another order: a tolerance of a few ulps of the largest sum."""
+    from xgrad._backend.window_kernels import col2im_2d
+    geom = C.Geometry(ksize, stride, pad, dilate, 1)
+    outsize = tuple(C.out_size(n, k, s, p, d, cover_all)
+                    for n, k, s, p, d in zip(shape[2:], ksize, stride, pad, dilate))
+    if min(outsize) <= 0:
+        pytest.skip('no window fits')
+    rng = numpy.random.default_rng(4)
+    cols = rng.standard_normal((shape[1],) + ksize + (shape[0],) + outsize).astype(dtype)
+    want = C.col2im(numpy.ascontiguousarray(cols.transpose(3, 0, 1, 2, 4, 5)), geom,
+                    outsize, shape[2:])
+    got = numpy.zeros(shape, dtype)
+    assert col2im_2d(cols, got, ksize, stride, pad, dilate)
+    bound = 8 * numpy.finfo(dtype).eps * numpy.abs(cols).sum(axis=(1, 2)).max()
+    numpy.testing.assert_allclose(got, want, rtol=0, atol=bound)
+
+
 POOLS = [  # ksize, stride, pad, cover_all
     ((2, 2), None, 0, False), ((3, 3), (2, 2), 1, False), ((3, 2), (1, 2), (1, 0), True),
     ((2, 2), (3, 3), 0, True), ((4, 4), (1, 1), 3, False)]
@@ -69,14 +94,18 @@ POOLS = [  # ksize, stride, pad, cover_all
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('ksize, stride, pad, cover_all', POOLS)
+# (the second: 145 planes, more than one block of the kernel's planes-first
+# loop for rows shorter than 8, and a partial last block; 16x16 rows of 8
+# and more take the loop per row)
+@pytest.mark.parametrize('shape', [(2, 3, 7, 6), (5, 29, 5, 4), (2, 3, 16, 17)])
 def test_native_max_pool_matches_the_numpy_path(monkeypatch, dtype, ksize, stride, pad,
-                                                cover_all):
+                                                cover_all, shape):
     """Values, tie-breaking (first tap), NaN, -inf padding, the gradient and
     its gradient, native against pooling.py's NumPy path."""
     import xgrad
     from xgrad._ops import pooling
     rng = numpy.random.default_rng(1)
-    x = rng.integers(-3, 3, (2, 3, 7, 6)).astype(dtype)  # many ties
+    x = rng.integers(-3, 3, shape).astype(dtype)  # many ties
     x[0, 0, 1, 1] = numpy.nan
     x[1, 2] = -numpy.inf
     gy_shape = None
