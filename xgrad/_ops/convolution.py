@@ -166,6 +166,14 @@ def unpad(apad, geom, spatial):
 # one sample's GEMM is already wide).
 _CHUNK_ELEMENTS = 1 << 20
 _WHOLE_BATCH_ELEMENTS = 1 << 22
+# conv_transpose's columns are the GEMM's output, which col2im reads right
+# away: in chunks of 2 MiB of float32 it reads them from cache (one thread:
+# the input gradient of 5x5 stride-2 convolutions, 16->32 channels on 16x16
+# at batch 64, 2.72 -> 2.01 ms; 64->64 on 8x8, 3.91 -> 3.21 ms). But 256
+# columns at least: narrower GEMMs lost more than the cache saved (256->256
+# on 4x4 with 16 samples a chunk: 80 columns, 1.04x the whole batch's time).
+_SPREAD_ELEMENTS = 1 << 19
+_MIN_SPREAD_COLUMNS = 256
 
 
 def _chunks(n, per_sample):
@@ -174,6 +182,15 @@ def _chunks(n, per_sample):
     if n * per_sample <= _WHOLE_BATCH_ELEMENTS:
         return [(0, n)] if n else []
     step = max(1, _CHUNK_ELEMENTS // max(1, per_sample))
+    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+def _spread_chunks(n, per_sample, positions):
+    """_col2im_whole's batch ranges: columns of about _SPREAD_ELEMENTS, so
+    that col2im reads the GEMM's output from cache, but GEMMs at least
+    _MIN_SPREAD_COLUMNS wide (``positions`` columns a sample)."""
+    step = max(1, _SPREAD_ELEMENTS // max(1, per_sample),
+               -(-_MIN_SPREAD_COLUMNS // max(1, positions)))
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
 
@@ -260,7 +277,7 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
     n, g, cg, ll = xm.shape
     o = shape[1]
     out = numpy.zeros(shape, work)
-    for lo, hi in _chunks(n, o * _prod(geom.ksize) * ll):
+    for lo, hi in _spread_chunks(n, o * _prod(geom.ksize) * ll, ll):
         m = hi - lo
         rhs = xm[lo:hi].transpose(1, 2, 0, 3).reshape(g, cg, m * ll)  # a copy unless m == 1
         cols = numpy.matmul(wt, rhs).reshape((o,) + tuple(geom.ksize) + (m,) + tuple(spatial))
