@@ -87,6 +87,61 @@ def test_native_col2im_matches_numpy(dtype, ksize, stride, pad, dilate, cover_al
     numpy.testing.assert_allclose(got, want, rtol=0, atol=bound)
 
 
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('ksize, stride, pad, dilate, cover_all', GEOMETRIES)
+@pytest.mark.parametrize('shape', [(3, 2, 7, 6), (2, 3, 4, 4), (2, 2, 16, 9)])
+def test_column_matrix_with_padded_rows(dtype, ksize, stride, pad, dilate, cover_all, shape):
+    """im2col_2d into, and col2im_2d from, the (C kh kw, m oh ow) matrix
+    with padding after each row (convolution._column_matrix's layout) give
+    the contiguous layout's results, and leave the padding alone."""
+    from xgrad._backend.window_kernels import col2im_2d
+    geom = C.Geometry(ksize, stride, pad, dilate, 1)
+    outsize = tuple(C.out_size(n, k, s, p, d, cover_all)
+                    for n, k, s, p, d in zip(shape[2:], ksize, stride, pad, dilate))
+    if min(outsize) <= 0:
+        pytest.skip('no window fits')
+    x = numpy.random.default_rng(5).standard_normal(shape).astype(dtype)
+    rows, n = shape[1] * ksize[0] * ksize[1], shape[0] * outsize[0] * outsize[1]
+    want = numpy.empty((shape[1],) + ksize + (shape[0],) + outsize, dtype)
+    assert im2col_2d(x, want, ksize, stride, pad, dilate, outsize)
+    wide = numpy.full((rows, n + 3), 7.0, dtype)
+    got = wide[:, :n]
+    assert im2col_2d(x, got, ksize, stride, pad, dilate, outsize)
+    numpy.testing.assert_array_equal(got, want.reshape(rows, n))
+    assert (wide[:, n:] == 7.0).all()
+    gx_want, gx_got = numpy.zeros(shape, dtype), numpy.zeros(shape, dtype)
+    assert col2im_2d(want, gx_want, ksize, stride, pad, dilate)
+    assert col2im_2d(got, gx_got, ksize, stride, pad, dilate, outsize)
+    numpy.testing.assert_array_equal(gx_got, gx_want)  # (the same sums in the same order)
+
+
+def test_column_matrix_layouts_the_kernels_refuse():
+    from xgrad._backend.window_kernels import col2im_2d
+    x = numpy.ones((2, 3, 5, 5), numpy.float32)
+    args = ((3, 3), (1, 1), (1, 1), (1, 1))
+    wide = numpy.zeros((27, 60), numpy.float32)
+    assert im2col_2d(x, wide[:, :50], *args, (5, 5))
+    assert not im2col_2d(x, wide[:, :49], *args, (5, 5))  # one column short
+    assert not im2col_2d(x, wide[:, :100:2], *args, (5, 5))  # strided rows
+    assert not im2col_2d(x, numpy.zeros((60, 27), numpy.float32).T[:, :50], *args, (5, 5))
+    assert not im2col_2d(x, wide[:26, :50], *args, (5, 5))  # one row short
+    assert col2im_2d(wide[:, :50], x, *args, (5, 5))
+    assert not col2im_2d(wide[:, :50], x, *args)  # a matrix needs outsize
+    assert not col2im_2d(wide[:, :100:2], x, *args, (5, 5))
+
+
+@pytest.mark.parametrize('n, itemsize, padded', [
+    (1024, 4, True), (256, 4, True), (4096, 8, True), (128, 8, True), (1280, 4, True),
+    (1000, 4, False), (255, 4, False), (64, 4, False), (0, 4, False)])
+def test_column_rows_are_padded_when_a_multiple_of_1kib(n, itemsize, padded):
+    length = C._row_length(n, itemsize)
+    assert length == (n + 64 // itemsize if padded else n)
+    flat = numpy.empty(8 * length, numpy.float32 if itemsize == 4 else numpy.float64)
+    matrix = C._column_matrix(flat, 8, n)
+    assert matrix.shape == (8, n)
+    assert n == 0 or matrix.strides == (length * itemsize, itemsize)
+
+
 POOLS = [  # ksize, stride, pad, cover_all
     ((2, 2), None, 0, False), ((3, 3), (2, 2), 1, False), ((3, 2), (1, 2), (1, 0), True),
     ((2, 2), (3, 3), 0, True), ((4, 4), (1, 1), 3, False)]

@@ -57,7 +57,7 @@ cdef inline Py_ssize_t _inside_to(Py_ssize_t lo, Py_ssize_t offset, Py_ssize_t s
 cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_ssize_t w,
                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
                 Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw,
-                Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m) noexcept nogil:
+                Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
     """out (C, kh, kw, m, oh, ow) from x (m, C, h, w)."""
     cdef Py_ssize_t c, i, j, s, oy, ox, iy, ix, lo, hi
     cdef const real* plane
@@ -70,7 +70,7 @@ cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_s
                 hi = _inside_to(lo, j * dw - pw, sw, ow, w)
                 for s in range(m):
                     plane = x + (s * c_count + c) * h * w
-                    row = out + (((c * kh + i) * kw + j) * m + s) * oh * ow
+                    row = out + ((c * kh + i) * kw + j) * ld + s * oh * ow
                     for oy in range(oh):
                         iy = oy * sh + i * dh - ph
                         if iy < 0 or iy >= h:
@@ -91,7 +91,8 @@ cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_s
 
 cdef void _fill_same(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
                      Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph,
-                     Py_ssize_t pw, Py_ssize_t m) noexcept nogil:
+                     Py_ssize_t pw, Py_ssize_t m,
+                     Py_ssize_t ld) noexcept nogil:
     """``_fill`` for stride 1, dilation 1 and an output of the input's size
     ("same" padding, 3x3 pad 1 say). A tap's block is then the plane shifted
     by dy rows and dx columns: one flat copy of the overlap, zeros for the
@@ -109,7 +110,7 @@ cdef void _fill_same(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
                 dx = j - pw
                 for s in range(m):
                     plane = x + (s * c_count + c) * n
-                    block = out + (((c * kh + i) * kw + j) * m + s) * n
+                    block = out + ((c * kh + i) * kw + j) * ld + s * n
                     if oy1 <= oy0 or dx >= w or -dx >= w:
                         memset(block, 0, n * sizeof(real))
                         continue
@@ -161,7 +162,7 @@ cdef void _tap_table(int* tab, Py_ssize_t i, Py_ssize_t j, Py_ssize_t h, Py_ssiz
 cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
                       Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
                       Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
-                      Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m) noexcept nogil:
+                      Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
     """``_fill`` for small output planes (2x2-7x7): there a block is a
     handful of rows of 2-16 elements, and the per-row and per-block calls
     (memset, memcpy, bounds) cost more than the copy. Here each tap's
@@ -175,7 +176,7 @@ cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h
         for j in range(kw):
             _tap_table(tab, i, j, h, w, sh, sw, ph, pw, dh, dw, oh, ow)
             for c in range(c_count):
-                block = out + ((c * kh + i) * kw + j) * m * n
+                block = out + ((c * kh + i) * kw + j) * ld
                 plane = x + c * hw
                 for s in range(m):
                     for l in range(n):
@@ -184,62 +185,91 @@ cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h
                     plane += c_count * hw
 
 
+cdef Py_ssize_t _row_stride(cnp.ndarray cols, Py_ssize_t c, Py_ssize_t kh, Py_ssize_t kw,
+                            Py_ssize_t m, Py_ssize_t oh, Py_ssize_t ow):
+    """The distance, in elements, between the rows (c, i, j) of ``cols``
+    taken as the matrix (C kh kw, m oh ow): ``cols`` is either (C, kh, kw,
+    m, oh, ow), C-contiguous, or that matrix with its rows padded (a view
+    of a wider buffer, unit stride along a row). -1 when it is neither."""
+    cdef Py_ssize_t n = m * oh * ow, size = cnp.PyArray_ITEMSIZE(cols), ld
+    cdef Py_ssize_t want[6]
+    cdef int i
+    if not cnp.PyArray_ISALIGNED(cols) or not cnp.PyArray_ISNOTSWAPPED(cols):
+        return -1
+    if cnp.PyArray_NDIM(cols) == 6:
+        want[:] = [c, kh, kw, m, oh, ow]
+        for i in range(6):
+            if cnp.PyArray_DIM(cols, i) != want[i]:
+                return -1
+        return n if cnp.PyArray_IS_C_CONTIGUOUS(cols) else -1
+    if (cnp.PyArray_NDIM(cols) != 2 or cnp.PyArray_DIM(cols, 0) != c * kh * kw
+            or cnp.PyArray_DIM(cols, 1) != n):
+        return -1
+    if n > 1 and cnp.PyArray_STRIDE(cols, 1) != size:
+        return -1
+    ld = cnp.PyArray_STRIDE(cols, 0)
+    if c * kh * kw <= 1:
+        return n
+    if ld % size != 0 or ld // size < n:
+        return -1
+    return ld // size
+
+
 def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple pad,
               tuple dilate, tuple outsize):
-    """Fill ``out`` (C, kh, kw, m, oh, ow), C-contiguous, with the windows of
-    ``x`` (m, C, h, w), C-contiguous, of the same float32/float64 dtype.
-    Returns False (and writes nothing) when the operands do not qualify."""
+    """Fill ``out`` with the windows of ``x`` (m, C, h, w), C-contiguous, of
+    the same float32/float64 dtype: ``out`` is (C, kh, kw, m, oh, ow),
+    C-contiguous, or the matrix (C kh kw, m oh ow) with padded rows (see
+    _row_stride). Returns False (and writes nothing) when the operands do
+    not qualify."""
     cdef int t = cnp.PyArray_TYPE(x)
     if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or cnp.PyArray_TYPE(out) != t:
         return False
-    if not (cnp.PyArray_IS_C_CONTIGUOUS(x) and cnp.PyArray_IS_C_CONTIGUOUS(out)
-            and cnp.PyArray_ISNOTSWAPPED(x) and cnp.PyArray_ISALIGNED(x)):
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(x) and cnp.PyArray_ISNOTSWAPPED(x)
+            and cnp.PyArray_ISALIGNED(x) and cnp.PyArray_ISWRITEABLE(out)):
         return False
-    if cnp.PyArray_NDIM(x) != 4 or cnp.PyArray_NDIM(out) != 6:
+    if cnp.PyArray_NDIM(x) != 4:
         return False
     cdef Py_ssize_t m = cnp.PyArray_DIM(x, 0), c = cnp.PyArray_DIM(x, 1)
     cdef Py_ssize_t h = cnp.PyArray_DIM(x, 2), w = cnp.PyArray_DIM(x, 3)
     cdef Py_ssize_t kh = ksize[0], kw = ksize[1], sh = stride[0], sw = stride[1]
     cdef Py_ssize_t ph = pad[0], pw = pad[1], dh = dilate[0], dw = dilate[1]
     cdef Py_ssize_t oh = outsize[0], ow = outsize[1]
-    cdef Py_ssize_t want[6]
-    want[:] = [c, kh, kw, m, oh, ow]
-    cdef int i
-    for i in range(6):
-        if cnp.PyArray_DIM(out, i) != want[i]:
-            return False
+    cdef Py_ssize_t ld = _row_stride(out, c, kh, kw, m, oh, ow)
+    if ld < 0:
+        return False
     cdef void* px = cnp.PyArray_DATA(x)
     cdef void* po = cnp.PyArray_DATA(out)
     if _tabulated(oh, ow, h, w):
         with nogil:
             if t == cnp.NPY_FLOAT:
                 _fill_small[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw,
-                                   dh, dw, oh, ow, m)
+                                   dh, dw, oh, ow, m, ld)
             else:
                 _fill_small[double](<double*>px, <double*>po, c, h, w, kh, kw, sh, sw, ph, pw,
-                                    dh, dw, oh, ow, m)
+                                    dh, dw, oh, ow, m, ld)
         return True
     if sh == 1 and sw == 1 and dh == 1 and dw == 1 and oh == h and ow == w:
         with nogil:
             if t == cnp.NPY_FLOAT:
-                _fill_same[float](<float*>px, <float*>po, c, h, w, kh, kw, ph, pw, m)
+                _fill_same[float](<float*>px, <float*>po, c, h, w, kh, kw, ph, pw, m, ld)
             else:
-                _fill_same[double](<double*>px, <double*>po, c, h, w, kh, kw, ph, pw, m)
+                _fill_same[double](<double*>px, <double*>po, c, h, w, kh, kw, ph, pw, m, ld)
         return True
     with nogil:
         if t == cnp.NPY_FLOAT:
             _fill[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
-                         oh, ow, m)
+                         oh, ow, m, ld)
         else:
             _fill[double](<double*>px, <double*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
-                          oh, ow, m)
+                          oh, ow, m, ld)
     return True
 
 
 cdef void _add_back(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
                     Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
                     Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw,
-                    Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m) noexcept nogil:
+                    Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
     """The adjoint of ``_fill``: x (m, C, h, w) += each element of cols
     (C, kh, kw, m, oh, ow) where its window tap reads (padding dropped)."""
     cdef Py_ssize_t c, i, j, s, oy, ox, iy, ix, lo, hi
@@ -252,7 +282,7 @@ cdef void _add_back(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
                 hi = _inside_to(lo, j * dw - pw, sw, ow, w)
                 for s in range(m):
                     plane = x + (s * c_count + c) * h * w
-                    row = cols + (((c * kh + i) * kw + j) * m + s) * oh * ow
+                    row = cols + ((c * kh + i) * kw + j) * ld + s * oh * ow
                     for oy in range(oh):
                         iy = oy * sh + i * dh - ph
                         if iy < 0 or iy >= h:
@@ -269,7 +299,7 @@ cdef void _add_back(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
 cdef void _add_small(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
                      Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
-                     Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m) noexcept nogil:
+                     Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
     """``_add_back`` by ``_fill_small``'s tables (4x4, 64 channels, batch
     8: 3x3 59 -> 36 us, 5x5 153 -> 100 us). Within one tap no two output
     positions read the same input element, so a block is one scatter-add
@@ -282,7 +312,7 @@ cdef void _add_small(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h
         for j in range(kw):
             _tap_table(tab, i, j, h, w, sh, sw, ph, pw, dh, dw, oh, ow)
             for c in range(c_count):
-                block = cols + ((c * kh + i) * kw + j) * m * n
+                block = cols + ((c * kh + i) * kw + j) * ld
                 plane = x + c * hw
                 for s in range(m):
                     for l in range(n):
@@ -293,27 +323,32 @@ cdef void _add_small(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h
 
 
 def col2im_2d(cnp.ndarray cols, cnp.ndarray x, tuple ksize, tuple stride, tuple pad,
-              tuple dilate):
-    """Add ``cols`` (C, kh, kw, m, oh, ow), C-contiguous, into ``x`` (m, C,
-    h, w), C-contiguous and of the same float32/float64 dtype, each element
-    where im2col_2d took it from (the adjoint of im2col_2d). Returns False
-    (and writes nothing) when the operands do not qualify."""
+              tuple dilate, tuple outsize=None):
+    """Add ``cols`` into ``x`` (m, C, h, w), C-contiguous and of the same
+    float32/float64 dtype, each element where im2col_2d took it from (the
+    adjoint of im2col_2d): ``cols`` is (C, kh, kw, m, oh, ow),
+    C-contiguous, or, with ``outsize`` (oh, ow), the matrix (C kh kw, m oh
+    ow) with padded rows. Returns False (and writes nothing) when the
+    operands do not qualify."""
     cdef int t = cnp.PyArray_TYPE(x)
     if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or cnp.PyArray_TYPE(cols) != t:
         return False
-    if not (cnp.PyArray_IS_C_CONTIGUOUS(x) and cnp.PyArray_IS_C_CONTIGUOUS(cols)
-            and cnp.PyArray_ISNOTSWAPPED(cols) and cnp.PyArray_ISALIGNED(cols)
-            and cnp.PyArray_ISALIGNED(x) and cnp.PyArray_ISWRITEABLE(x)):
-        return False
-    if cnp.PyArray_NDIM(x) != 4 or cnp.PyArray_NDIM(cols) != 6:
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(x) and cnp.PyArray_ISALIGNED(x)
+            and cnp.PyArray_ISWRITEABLE(x) and cnp.PyArray_NDIM(x) == 4):
         return False
     cdef Py_ssize_t m = cnp.PyArray_DIM(x, 0), c = cnp.PyArray_DIM(x, 1)
     cdef Py_ssize_t h = cnp.PyArray_DIM(x, 2), w = cnp.PyArray_DIM(x, 3)
     cdef Py_ssize_t kh = ksize[0], kw = ksize[1], sh = stride[0], sw = stride[1]
     cdef Py_ssize_t ph = pad[0], pw = pad[1], dh = dilate[0], dw = dilate[1]
-    cdef Py_ssize_t oh = cnp.PyArray_DIM(cols, 4), ow = cnp.PyArray_DIM(cols, 5)
-    if (cnp.PyArray_DIM(cols, 0) != c or cnp.PyArray_DIM(cols, 1) != kh
-            or cnp.PyArray_DIM(cols, 2) != kw or cnp.PyArray_DIM(cols, 3) != m):
+    cdef Py_ssize_t oh, ow
+    if outsize is not None:
+        oh, ow = outsize
+    elif cnp.PyArray_NDIM(cols) == 6:
+        oh, ow = cnp.PyArray_DIM(cols, 4), cnp.PyArray_DIM(cols, 5)
+    else:
+        return False
+    cdef Py_ssize_t ld = _row_stride(cols, c, kh, kw, m, oh, ow)
+    if ld < 0:
         return False
     cdef void* pc = cnp.PyArray_DATA(cols)
     cdef void* px = cnp.PyArray_DATA(x)
@@ -321,18 +356,18 @@ def col2im_2d(cnp.ndarray cols, cnp.ndarray x, tuple ksize, tuple stride, tuple 
         with nogil:
             if t == cnp.NPY_FLOAT:
                 _add_small[float](<float*>pc, <float*>px, c, h, w, kh, kw, sh, sw, ph, pw,
-                                  dh, dw, oh, ow, m)
+                                  dh, dw, oh, ow, m, ld)
             else:
                 _add_small[double](<double*>pc, <double*>px, c, h, w, kh, kw, sh, sw, ph, pw,
-                                   dh, dw, oh, ow, m)
+                                   dh, dw, oh, ow, m, ld)
         return True
     with nogil:
         if t == cnp.NPY_FLOAT:
             _add_back[float](<float*>pc, <float*>px, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
-                             oh, ow, m)
+                             oh, ow, m, ld)
         else:
             _add_back[double](<double*>pc, <double*>px, c, h, w, kh, kw, sh, sw, ph, pw, dh,
-                              dw, oh, ow, m)
+                              dw, oh, ow, m, ld)
     return True
 
 
