@@ -92,7 +92,7 @@ def test_native_col2im_matches_numpy(dtype, ksize, stride, pad, dilate, cover_al
 @pytest.mark.parametrize('shape', [(3, 2, 7, 6), (2, 3, 4, 4), (2, 2, 16, 9)])
 def test_column_matrix_with_padded_rows(dtype, ksize, stride, pad, dilate, cover_all, shape):
     """im2col_2d into, and col2im_2d from, the (C kh kw, m oh ow) matrix
-    with padding after each row (convolution._column_matrix's layout) give
+    with padding after each row (_gemm_layout.padded's layout) give
     the contiguous layout's results, and leave the padding alone."""
     from xgrad._backend.window_kernels import col2im_2d
     geom = C.Geometry(ksize, stride, pad, dilate, 1)
@@ -133,13 +133,17 @@ def test_column_matrix_layouts_the_kernels_refuse():
 @pytest.mark.parametrize('n, itemsize, padded', [
     (1024, 4, True), (256, 4, True), (4096, 8, True), (128, 8, True), (1280, 4, True),
     (1000, 4, False), (255, 4, False), (64, 4, False), (0, 4, False)])
-def test_column_rows_are_padded_when_a_multiple_of_1kib(n, itemsize, padded):
-    length = C._row_length(n, itemsize)
+def test_gemm_operand_rows_are_padded_when_a_multiple_of_1kib(n, itemsize, padded):
+    from xgrad._ops import _gemm_layout
+    dtype = numpy.float32 if itemsize == 4 else numpy.float64
+    length = _gemm_layout.row_length(n, itemsize)
     assert length == (n + 64 // itemsize if padded else n)
-    flat = numpy.empty(8 * length, numpy.float32 if itemsize == 4 else numpy.float64)
-    matrix = C._column_matrix(flat, 8, n)
-    assert matrix.shape == (8, n)
-    assert n == 0 or matrix.strides == (length * itemsize, itemsize)
+    flat = numpy.empty(_gemm_layout.padded_size(6, n, dtype), dtype)
+    matrix = _gemm_layout.padded(flat, (2, 3, n))
+    assert matrix.shape == (2, 3, n) and numpy.shares_memory(matrix, flat) or n == 0
+    assert n == 0 or matrix.strides == (3 * length * itemsize, length * itemsize, itemsize)
+    merged = matrix.reshape(6, n)  # leading axes merge without a copy
+    assert n == 0 or numpy.shares_memory(merged, flat)
 
 
 POOLS = [  # ksize, stride, pad, cover_all

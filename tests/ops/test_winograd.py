@@ -68,21 +68,31 @@ def _kernels(t, unrolled):
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('h, w, pad', [(4, 4, 1), (5, 7, 1), (6, 6, 0), (6, 5, 2), (1, 2, 2),
                                        (11, 9, 2)])
-def test_the_tile_transforms_are_their_matrix_definitions(t, unrolled, h, w, pad, dtype):
+# the planes' rows contiguous, or padded as _gemm_layout pads them (here by 5)
+@pytest.mark.parametrize('row_pad', [0, 5])
+def test_the_tile_transforms_are_their_matrix_definitions(t, unrolled, h, w, pad, dtype,
+                                                          row_pad):
     input_tiles, output_tiles, gradient_tiles = _kernels(t, unrolled)
     n, c, o, a, m = 2, 3, 4, t.a, t.m
     ho, wo = h + 2 * pad - t.r + 1, w + 2 * pad - t.r + 1
     if min(ho, wo) <= 0:
         pytest.skip('no output')
     th, tw = t.tile_counts((ho, wo))
+
+    def planes(rows, fill=numpy.nan):
+        wide = numpy.full((a * a, rows, n * th * tw + row_pad), fill, dtype)
+        return wide, wide[:, :, :n * th * tw]
+
     x = _data((n, c, h, w), 1, dtype)
-    v = numpy.empty((a * a, c, n * th * tw), dtype)
+    v_wide, v = planes(c)
     assert input_tiles(x, v, pad, pad)
+    assert numpy.isnan(v_wide[:, :, n * th * tw:]).all()  # the padding left alone
     d = _tiles_of(x.astype(float), pad, th, tw, a, m)
     want = (t.b_t @ d @ t.b_t.T).transpose(4, 5, 1, 0, 2, 3).reshape(a * a, c, -1)
     numpy.testing.assert_allclose(v, want, rtol=1e-6, atol=1e-5)
 
-    e = _data((a * a, o, n * th * tw), 2, dtype)
+    e_wide, e = planes(o)
+    e[...] = _data((a * a, o, n * th * tw), 2, dtype)
     bias = _data((o,), 3, dtype)
     y = numpy.empty((n, o, ho, wo), dtype)
     assert output_tiles(e, y, bias)
@@ -92,8 +102,9 @@ def test_the_tile_transforms_are_their_matrix_definitions(t, unrolled, h, w, pad
     numpy.testing.assert_allclose(y, full + bias[:, None, None], rtol=1e-5, atol=1e-5)
 
     gy = _data((n, o, ho, wo), 4, dtype)
-    g = numpy.empty((a * a, o, n * th * tw), dtype)
+    g_wide, g = planes(o)
     assert gradient_tiles(gy, g)
+    assert numpy.isnan(g_wide[:, :, n * th * tw:]).all()
     padded = numpy.zeros((n, o, m * th, m * tw))
     padded[:, :, :ho, :wo] = gy
     q = padded.reshape(n, o, th, m, tw, m).transpose(0, 1, 2, 4, 3, 5)
@@ -112,7 +123,10 @@ def test_the_kernels_refuse_operands_they_do_not_take():
     v = numpy.empty((16, 2, 4), numpy.float32)
     assert k.input_tiles_3x3(x, v, 1, 1)
     assert not k.input_tiles_3x3(x.astype(numpy.float64), v, 1, 1)  # dtypes differ
-    assert not k.input_tiles_3x3(x, v[:, :, :3], 1, 1)  # shape, not contiguous
+    assert not k.input_tiles_3x3(x, v[:, :, :3], 1, 1)  # shape
+    assert not k.input_tiles_3x3(x, numpy.empty((16, 3, 4), numpy.float32)[:, :2], 1, 1)
+    assert not k.input_tiles_3x3(x, numpy.empty((16, 2, 8), numpy.float32)[:, :, ::2], 1, 1)
+    assert k.input_tiles_3x3(x, numpy.empty((16, 2, 7), numpy.float32)[:, :, :4], 1, 1)
     assert not k.input_tiles_3x3(x, numpy.empty((16, 2, 9), numpy.float32), 1, 1)
     assert not k.input_tiles_3x3(x.astype(numpy.int32), v, 1, 1)
     y = numpy.empty((1, 2, 4, 4), numpy.float32)

@@ -186,8 +186,8 @@ cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_
 cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssize_t side,
                  Py_ssize_t m, Py_ssize_t n_count, Py_ssize_t c_count, Py_ssize_t h,
                  Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw,
-                 real* padded) noexcept nogil:
-    """v (a^2, C, N * th * tw) from x (N, C, h, w): L d L^T of the side x
+                 real* padded, Py_ssize_t ld) noexcept nogil:
+    """v (a^2, C, N * th * tw), rows ``ld`` apart, from x (N, C, h, w): L d L^T of the side x
     side tile d at rows m i - ph, columns m j - pw of each plane, zeros
     outside x; ``left`` is L (a x side). The input transform is this with
     side a and L = B^T; the gradient blocks with side m, L = A, no padding.
@@ -201,7 +201,7 @@ cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssiz
     each tile row's tiles as contiguous runs of a copy split by column
     phase was slower (F(4x4, 3x3) 1.1-3.7x: the runs are as short as one
     tile on small images)."""
-    cdef Py_ssize_t plane = n_count * th * tw, k_stride = c_count * plane
+    cdef Py_ssize_t k_stride = c_count * ld
     cdef Py_ssize_t wp = m * (tw - 1) + side
     cdef Py_ssize_t n, c, i, j, r, fill, done
     cdef xgrad_winograd_buffers buffers
@@ -222,11 +222,11 @@ cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssiz
                     _load_tile(padded + m * (i * wp + j), wp, side, d + fill)
                     fill += 1
                     if fill == BLOCK:
-                        _emit(left, a, side, &buffers, v + c * plane + done, k_stride, fill)
+                        _emit(left, a, side, &buffers, v + c * ld + done, k_stride, fill)
                         done += fill
                         fill = 0
         if fill:
-            _emit(left, a, side, &buffers, v + c * plane + done, k_stride, fill)
+            _emit(left, a, side, &buffers, v + c * ld + done, k_stride, fill)
 
 
 cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,
@@ -238,10 +238,11 @@ cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_
 cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py_ssize_t m,
                         const real* bias, Py_ssize_t n_count, Py_ssize_t o_count,
                         Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                        Py_ssize_t tw) noexcept nogil:
-    """y (N, O, ho, wo) from e (a^2, O, N * th * tw): A^T e A of each tile
-    (its outputs beyond ho, wo dropped), plus bias[o] when bias is not NULL."""
-    cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * plane
+                        Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+    """y (N, O, ho, wo) from e (a^2, O, N * th * tw), rows ``ld`` apart: A^T
+    e A of each tile (its outputs beyond ho, wo dropped), plus bias[o] when
+    bias is not NULL."""
+    cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * ld
     cdef Py_ssize_t n, o, i, j, p, p0, count
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
@@ -257,7 +258,7 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
         j = 0
         for p0 in range(0, plane, BLOCK):
             count = min(BLOCK, plane - p0)
-            _read_rows(d, BLOCK, e + o * plane + p0, k_stride, a * a, count)
+            _read_rows(d, BLOCK, e + o * ld + p0, k_stride, a * a, count)
             _transform(at, m, at, m, a, a, &buffers)
             for p in range(count):
                 _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
@@ -270,6 +271,27 @@ cdef bint _plain(cnp.ndarray a, int ndim, int t):
     return (cnp.PyArray_TYPE(a) == t and cnp.PyArray_NDIM(a) == ndim
             and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
             and cnp.PyArray_ISNOTSWAPPED(a))
+
+
+cdef Py_ssize_t _tile_rows(cnp.ndarray a, int t, Py_ssize_t values, Py_ssize_t rows,
+                           Py_ssize_t tiles):
+    """The distance, in elements, between the rows of ``a`` (values, rows,
+    tiles) of type t: C-contiguous, or its rows padded (a view of a wider
+    buffer, _gemm_layout.padded: unit stride along a row, rows evenly
+    spaced). -1 when it is neither or not of that shape."""
+    cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(a) if cnp.PyArray_TYPE(a) == t else 0, ld
+    if (size == 0 or cnp.PyArray_NDIM(a) != 3 or not cnp.PyArray_ISALIGNED(a)
+            or not cnp.PyArray_ISNOTSWAPPED(a) or cnp.PyArray_DIM(a, 0) != values
+            or cnp.PyArray_DIM(a, 1) != rows or cnp.PyArray_DIM(a, 2) != tiles):
+        return -1
+    if cnp.PyArray_IS_C_CONTIGUOUS(a):
+        return tiles
+    if tiles > 1 and cnp.PyArray_STRIDE(a, 2) != size:
+        return -1
+    ld = cnp.PyArray_STRIDE(a, 1)
+    if ld % size != 0 or ld // size < tiles or cnp.PyArray_STRIDE(a, 0) != rows * ld:
+        return -1
+    return ld // size
 
 
 cdef int _float_type(cnp.ndarray a):
@@ -300,7 +322,7 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
     nothing) when the operands do not qualify (float32/64, one dtype,
     C-contiguous, aligned, shapes)."""
     cdef int t = _float_type(x)
-    if t < 0 or not (_plain(x, 4, t) and _plain(v, 3, t)):
+    if t < 0 or not _plain(x, 4, t):
         return False
     cdef Py_ssize_t a = len(b_t)
     cdef cnp.ndarray bt = _matrix(b_t, t, a, a)
@@ -308,8 +330,10 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
         return False
     cdef Py_ssize_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3], r = a - m + 1
     th, tw = tile_counts(h + 2 * ph - r + 1, w + 2 * pw - r + 1, m)
-    if (th <= 0 or tw <= 0 or ph < 0 or pw < 0
-            or v.shape[0] != a * a or v.shape[1] != c or v.shape[2] != n * th * tw):
+    if th <= 0 or tw <= 0 or ph < 0 or pw < 0:
+        return False
+    cdef Py_ssize_t ld = _tile_rows(v, t, a * a, c, n * th * tw)
+    if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype)
@@ -318,11 +342,11 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
         if t == cnp.NPY_FLOAT:
             _tiles[float](<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
                           <float*>cnp.PyArray_DATA(bt), a, a, m, n, c, h, w, ph, pw, cth, ctw,
-                          <float*>cnp.PyArray_DATA(padded))
+                          <float*>cnp.PyArray_DATA(padded), ld)
         else:
             _tiles[double](<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
                            <double*>cnp.PyArray_DATA(bt), a, a, m, n, c, h, w, ph, pw, cth, ctw,
-                           <double*>cnp.PyArray_DATA(padded))
+                           <double*>cnp.PyArray_DATA(padded), ld)
     return True
 
 
@@ -332,7 +356,7 @@ def output_tiles(cnp.ndarray e, cnp.ndarray y, object a_t, object bias=None):
     is A^T (m x a). Returns False (writing nothing) when the operands do not
     qualify."""
     cdef int t = _float_type(e)
-    if t < 0 or not (_plain(e, 3, t) and _plain(y, 4, t)):
+    if t < 0 or not _plain(y, 4, t):
         return False
     cdef Py_ssize_t m = len(a_t), a = len(a_t[0]) if m else 0
     cdef cnp.ndarray at = _matrix(a_t, t, m, a)
@@ -345,7 +369,8 @@ def output_tiles(cnp.ndarray e, cnp.ndarray y, object a_t, object bias=None):
             return False
     cdef Py_ssize_t n = y.shape[0], o = y.shape[1], ho = y.shape[2], wo = y.shape[3]
     th, tw = tile_counts(ho, wo, m)
-    if e.shape[0] != a * a or e.shape[1] != o or e.shape[2] != n * th * tw:
+    cdef Py_ssize_t ld = _tile_rows(e, t, a * a, o, n * th * tw)
+    if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     cdef void* pb = NULL if b is None else cnp.PyArray_DATA(b)
@@ -354,11 +379,11 @@ def output_tiles(cnp.ndarray e, cnp.ndarray y, object a_t, object bias=None):
         if t == cnp.NPY_FLOAT:
             _output_tiles[float](<float*>cnp.PyArray_DATA(e), <float*>cnp.PyArray_DATA(y),
                                  <float*>cnp.PyArray_DATA(at), a, m, <float*>pb, n, o, ho, wo,
-                                 cth, ctw)
+                                 cth, ctw, ld)
         else:
             _output_tiles[double](<double*>cnp.PyArray_DATA(e), <double*>cnp.PyArray_DATA(y),
                                   <double*>cnp.PyArray_DATA(at), a, m, <double*>pb, n, o, ho,
-                                  wo, cth, ctw)
+                                  wo, cth, ctw, ld)
     return True
 
 
@@ -367,7 +392,7 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     ``gy`` (N, O, ho, wo); ``a_t`` is A^T (m x a). Returns False (writing
     nothing) when the operands do not qualify."""
     cdef int t = _float_type(gy)
-    if t < 0 or not (_plain(gy, 4, t) and _plain(g, 3, t)):
+    if t < 0 or not _plain(gy, 4, t):
         return False
     cdef Py_ssize_t m = len(a_t), a = len(a_t[0]) if m else 0
     cdef cnp.ndarray at = _matrix(a_t, t, m, a)
@@ -376,7 +401,8 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     cdef cnp.ndarray a_mat = cnp.PyArray_FROMANY(at.T, t, 2, 2, cnp.NPY_ARRAY_CARRAY)
     cdef Py_ssize_t n = gy.shape[0], o = gy.shape[1], ho = gy.shape[2], wo = gy.shape[3]
     th, tw = tile_counts(ho, wo, m)
-    if g.shape[0] != a * a or g.shape[1] != o or g.shape[2] != n * th * tw:
+    cdef Py_ssize_t ld = _tile_rows(g, t, a * a, o, n * th * tw)
+    if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     # the m x m blocks are tiles of side m with no padding before them
@@ -386,11 +412,11 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
         if t == cnp.NPY_FLOAT:
             _tiles[float](<float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(g),
                           <float*>cnp.PyArray_DATA(a_mat), a, m, m, n, o, ho, wo, 0, 0, cth,
-                          ctw, <float*>cnp.PyArray_DATA(padded))
+                          ctw, <float*>cnp.PyArray_DATA(padded), ld)
         else:
             _tiles[double](<double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(g),
                            <double*>cnp.PyArray_DATA(a_mat), a, m, m, n, o, ho, wo, 0, 0, cth,
-                           ctw, <double*>cnp.PyArray_DATA(padded))
+                           ctw, <double*>cnp.PyArray_DATA(padded), ld)
     return True
 
 # ---------------------------------------------------------------------------
@@ -444,10 +470,10 @@ cdef inline Py_ssize_t _tile_written_16(real* plane, Py_ssize_t k_stride, const 
 
 cdef void _input_tiles_3x3(const real* x, real* v, Py_ssize_t n_count, Py_ssize_t c_count,
                            Py_ssize_t h, Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw,
-                           Py_ssize_t th, Py_ssize_t tw) noexcept nogil:
-    """v (16, C, N * th * tw) from x (N, C, h, w): B^T d B of the 4x4 tile
-    at rows 2i - ph, columns 2j - pw of each plane."""
-    cdef Py_ssize_t plane = n_count * th * tw, k_stride = c_count * plane
+                           Py_ssize_t th, Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+    """v (16, C, N * th * tw), rows ``ld`` apart, from x (N, C, h, w): B^T d
+    B of the 4x4 tile at rows 2i - ph, columns 2j - pw of each plane."""
+    cdef Py_ssize_t k_stride = c_count * ld
     cdef Py_ssize_t n, c, i, j, r, fill, done
     cdef real d[16]
     cdef real t[16]
@@ -472,17 +498,18 @@ cdef void _input_tiles_3x3(const real* x, real* v, Py_ssize_t n_count, Py_ssize_
                         buf[(4 * r + 1) * BLOCK_3X3 + fill] = t[4 * r + 1] + t[4 * r + 2]
                         buf[(4 * r + 2) * BLOCK_3X3 + fill] = t[4 * r + 2] - t[4 * r + 1]
                         buf[(4 * r + 3) * BLOCK_3X3 + fill] = t[4 * r + 1] - t[4 * r + 3]
-                    fill = _tile_written_16(v + c * plane, k_stride, buf, fill, &done)
+                    fill = _tile_written_16(v + c * ld, k_stride, buf, fill, &done)
         if fill:
-            _flush_16(v + c * plane + done, k_stride, buf, fill)
+            _flush_16(v + c * ld + done, k_stride, buf, fill)
 
 
 cdef void _output_tiles_3x3(const real* m, real* y, const real* bias, Py_ssize_t n_count,
                             Py_ssize_t o_count, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                            Py_ssize_t tw) noexcept nogil:
-    """y (N, O, ho, wo) from m (16, O, N * th * tw): A^T m A of each tile
-    (its outputs beyond ho, wo dropped), plus bias[o] when bias is not NULL."""
-    cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * plane
+                            Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+    """y (N, O, ho, wo) from m (16, O, N * th * tw), rows ``ld`` apart: A^T
+    m A of each tile (its outputs beyond ho, wo dropped), plus bias[o] when
+    bias is not NULL."""
+    cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * ld
     cdef Py_ssize_t n, o, i, j, r, k, p, p0, count
     cdef real e[16]
     cdef real t[8]
@@ -496,7 +523,7 @@ cdef void _output_tiles_3x3(const real* m, real* y, const real* bias, Py_ssize_t
         j = 0
         for p0 in range(0, plane, BLOCK_3X3):
             count = min(BLOCK_3X3, plane - p0)
-            _read_rows(buf, BLOCK_3X3, m + o * plane + p0, k_stride, 16, count)
+            _read_rows(buf, BLOCK_3X3, m + o * ld + p0, k_stride, 16, count)
             for p in range(count):
                 for k in range(16):
                     e[k] = buf[k * BLOCK_3X3 + p]
@@ -517,10 +544,11 @@ cdef void _output_tiles_3x3(const real* m, real* y, const real* bias, Py_ssize_t
 
 cdef void _gradient_tiles_3x3(const real* gy, real* g, Py_ssize_t n_count, Py_ssize_t o_count,
                               Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                              Py_ssize_t tw) noexcept nogil:
-    """g (16, O, N * th * tw) from gy (N, O, ho, wo): A q A^T of each 2x2
-    block q of gy (zeros beyond ho, wo), the adjoint of ``_output_tiles``."""
-    cdef Py_ssize_t plane = n_count * th * tw, k_stride = o_count * plane
+                              Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+    """g (16, O, N * th * tw), rows ``ld`` apart, from gy (N, O, ho, wo): A q
+    A^T of each 2x2 block q of gy (zeros beyond ho, wo), the adjoint of
+    ``_output_tiles``."""
+    cdef Py_ssize_t k_stride = o_count * ld
     cdef Py_ssize_t n, o, i, j, r, fill, done
     cdef real q0, q1, q2, q3
     cdef real t[8]
@@ -551,9 +579,9 @@ cdef void _gradient_tiles_3x3(const real* gy, real* g, Py_ssize_t n_count, Py_ss
                         buf[(4 * r + 1) * BLOCK_3X3 + fill] = t[2 * r] + t[2 * r + 1]
                         buf[(4 * r + 2) * BLOCK_3X3 + fill] = t[2 * r] - t[2 * r + 1]
                         buf[(4 * r + 3) * BLOCK_3X3 + fill] = -t[2 * r + 1]
-                    fill = _tile_written_16(g + o * plane, k_stride, buf, fill, &done)
+                    fill = _tile_written_16(g + o * ld, k_stride, buf, fill, &done)
         if fill:
-            _flush_16(g + o * plane + done, k_stride, buf, fill)
+            _flush_16(g + o * ld + done, k_stride, buf, fill)
 
 
 def input_tiles_3x3(cnp.ndarray x, cnp.ndarray v, Py_ssize_t ph, Py_ssize_t pw):
@@ -562,20 +590,21 @@ def input_tiles_3x3(cnp.ndarray x, cnp.ndarray v, Py_ssize_t ph, Py_ssize_t pw):
     from ``v``'s size. Returns False (writing nothing) when the operands do
     not qualify (float32/64, one dtype, C-contiguous, aligned, shapes)."""
     cdef int t = _float_type(x)
-    if t < 0 or not (_plain(x, 4, t) and _plain(v, 3, t)):
+    if t < 0 or not _plain(x, 4, t):
         return False
     cdef Py_ssize_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3]
     th, tw = tile_counts(h + 2 * ph - 2, w + 2 * pw - 2, 2)
-    if v.shape[0] != 16 or v.shape[1] != c or v.shape[2] != n * th * tw:
+    cdef Py_ssize_t ld = _tile_rows(v, t, 16, c, n * th * tw)
+    if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     with nogil:
         if t == cnp.NPY_FLOAT:
             _input_tiles_3x3[float](<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
-                                    n, c, h, w, ph, pw, cth, ctw)
+                                    n, c, h, w, ph, pw, cth, ctw, ld)
         else:
             _input_tiles_3x3[double](<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
-                                     n, c, h, w, ph, pw, cth, ctw)
+                                     n, c, h, w, ph, pw, cth, ctw, ld)
     return True
 
 
@@ -584,7 +613,7 @@ def output_tiles_3x3(cnp.ndarray m, cnp.ndarray y, object bias=None):
     N * th * tw), plus ``bias`` (O,) of the same dtype when given. Returns
     False (writing nothing) when the operands do not qualify."""
     cdef int t = _float_type(m)
-    if t < 0 or not (_plain(m, 3, t) and _plain(y, 4, t)):
+    if t < 0 or not _plain(y, 4, t):
         return False
     cdef cnp.ndarray b = None
     if bias is not None:
@@ -593,17 +622,18 @@ def output_tiles_3x3(cnp.ndarray m, cnp.ndarray y, object bias=None):
             return False
     cdef Py_ssize_t n = y.shape[0], o = y.shape[1], ho = y.shape[2], wo = y.shape[3]
     th, tw = tile_counts(ho, wo)
-    if m.shape[0] != 16 or m.shape[1] != o or m.shape[2] != n * th * tw:
+    cdef Py_ssize_t ld = _tile_rows(m, t, 16, o, n * th * tw)
+    if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     cdef void* pb = NULL if b is None else cnp.PyArray_DATA(b)
     with nogil:
         if t == cnp.NPY_FLOAT:
             _output_tiles_3x3[float](<float*>cnp.PyArray_DATA(m), <float*>cnp.PyArray_DATA(y),
-                                     <float*>pb, n, o, ho, wo, cth, ctw)
+                                     <float*>pb, n, o, ho, wo, cth, ctw, ld)
         else:
             _output_tiles_3x3[double](<double*>cnp.PyArray_DATA(m), <double*>cnp.PyArray_DATA(y),
-                                      <double*>pb, n, o, ho, wo, cth, ctw)
+                                      <double*>pb, n, o, ho, wo, cth, ctw, ld)
     return True
 
 
@@ -612,18 +642,19 @@ def gradient_tiles_3x3(cnp.ndarray gy, cnp.ndarray g):
     ``gy`` (N, O, ho, wo). Returns False (writing nothing) when the
     operands do not qualify."""
     cdef int t = _float_type(gy)
-    if t < 0 or not (_plain(gy, 4, t) and _plain(g, 3, t)):
+    if t < 0 or not _plain(gy, 4, t):
         return False
     cdef Py_ssize_t n = gy.shape[0], o = gy.shape[1], ho = gy.shape[2], wo = gy.shape[3]
     th, tw = tile_counts(ho, wo)
-    if g.shape[0] != 16 or g.shape[1] != o or g.shape[2] != n * th * tw:
+    cdef Py_ssize_t ld = _tile_rows(g, t, 16, o, n * th * tw)
+    if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     with nogil:
         if t == cnp.NPY_FLOAT:
             _gradient_tiles_3x3[float](<float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(g),
-                                       n, o, ho, wo, cth, ctw)
+                                       n, o, ho, wo, cth, ctw, ld)
         else:
             _gradient_tiles_3x3[double](<double*>cnp.PyArray_DATA(gy),
-                                        <double*>cnp.PyArray_DATA(g), n, o, ho, wo, cth, ctw)
+                                        <double*>cnp.PyArray_DATA(g), n, o, ho, wo, cth, ctw, ld)
     return True

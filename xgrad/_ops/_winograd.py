@@ -37,6 +37,7 @@ its 25-term sums. Host float32/float64 only (the GPU keeps its own path).
 import numpy
 
 from xgrad._backend import winograd_kernels
+from xgrad._ops import _gemm_layout
 
 # Samples per chunk: the transformed tiles of a chunk stay under this many
 # elements (2 MiB of float32), so that the a^2 GEMMs read them and write
@@ -276,14 +277,21 @@ def conv(t, x, w, b, geom, outsize, work, keep=None):
     y = numpy.empty((n, o) + tuple(outsize), work)
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
     kept = [] if keep is not None and values * c * n * th * tw <= _KEEP_ELEMENTS else None
-    flat = None  # one buffer for every chunk's tiles unless they are kept
+    # one buffer for every chunk's tiles (unless they are kept) and one for
+    # the products, their rows padded (_gemm_layout)
+    widest = chunks[0][1] * th * tw if chunks else 0
+    flat = products = None
     for lo, hi in chunks:
-        size = values * c * (hi - lo) * th * tw
+        tiles = (hi - lo) * th * tw
         if kept is not None or flat is None:
-            flat = numpy.empty(size, work)
-        v = flat[:size].reshape(values, c, (hi - lo) * th * tw)
+            flat = numpy.empty(_gemm_layout.padded_size(values * c, widest, work), work)
+            products = products if products is not None else numpy.empty(
+                _gemm_layout.padded_size(values * o, widest, work), work)
+        v = _gemm_layout.padded(flat, (values, c, tiles))
         t.input_tiles(x[lo:hi], v, geom.pad)
-        t.output_tiles(numpy.matmul(u, v), y[lo:hi], bias)
+        e = _gemm_layout.padded(products, (values, o, tiles))
+        numpy.matmul(u, v, out=e)
+        t.output_tiles(e, y[lo:hi], bias)
         if kept is not None:
             kept.append(v)
     if kept is not None:
@@ -303,13 +311,20 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None):
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
     if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)):
         tiles = None
+    widest = chunks[0][1] * th * tw if chunks else 0
+    flat_v = flat_g = None  # (rows padded: _gemm_layout)
     for i, (lo, hi) in enumerate(chunks):
+        count = (hi - lo) * th * tw
         if tiles is not None:
             v = tiles.chunks[i]
         else:
-            v = numpy.empty((values, c, (hi - lo) * th * tw), work)
+            if flat_v is None:
+                flat_v = numpy.empty(_gemm_layout.padded_size(values * c, widest, work), work)
+            v = _gemm_layout.padded(flat_v, (values, c, count))
             t.input_tiles(x[lo:hi], v, geom.pad)
-        g = numpy.empty((values, o, (hi - lo) * th * tw), work)
+        if flat_g is None:
+            flat_g = numpy.empty(_gemm_layout.padded_size(values * o, widest, work), work)
+        g = _gemm_layout.padded(flat_g, (values, o, count))
         t.gradient_tiles(gy[lo:hi], g)
         du += numpy.matmul(g, v.transpose(0, 2, 1))
     # G^T dU G of each (o, c): the transpose of _filters' product

@@ -39,7 +39,7 @@ from numpy.lib.stride_tricks import as_strided
 from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
-from xgrad._ops import _args, _polyphase, _winograd
+from xgrad._ops import _args, _gemm_layout, _polyphase, _winograd
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import BOOL, INT_DTYPES, Sample, OpInfo, register
@@ -245,39 +245,18 @@ def _native_im2col(x, geom):
             and x.flags.aligned and x.dtype in (numpy.float32, numpy.float64))
 
 
-# Column matrices whose rows are a multiple of 1 KiB long get a cache
-# line of padding after each row. Rows 4 KiB apart fall into the same
-# cache sets, so the BLAS's packing of a (C k k, N) operand, which reads
-# down its columns, keeps evicting what it just read; and with batches and
-# images of powers of two, N nearly always is such a multiple. One thread,
-# (O, C k k) by (C k k, N): (32, 400) by N = 1024, 62 -> 90 GFLOP/s; (16,
-# 144) by 4096, 42 -> 77; conv_transpose's (C k k, O) by (O, N) into
-# padded rows, (32, 400) by 4096, 58 -> 95.
-
-def _row_length(n, itemsize):
-    """The padded length of a column matrix's rows of n elements."""
-    return n + 64 // itemsize if n and (n * itemsize) % 1024 == 0 else n
-
-
-def _column_matrix(flat, rows, n):
-    """A (rows, n) matrix in the buffer ``flat``, rows padded as
-    _row_length says (``flat`` holds at least rows * _row_length(n))."""
-    ld = _row_length(n, flat.itemsize)
-    return flat[:rows * ld].reshape(rows, ld)[:, :n]
-
-
 def _native_column_chunks(x, geom, outsize):
     """_column_chunks by the native im2col: no padded copy, no strided view;
-    each chunk's columns a matrix with padded rows (_row_length)."""
+    each chunk's columns a matrix with padded rows (_gemm_layout)."""
     n, c = x.shape[:2]
     g, kk, ll = geom.groups, _prod(geom.ksize), _prod(outsize)
     ranges = _chunks(n, c * kk * ll)
     if not ranges:
         return
-    flat = numpy.empty(c * kk * _row_length(ranges[0][1] * ll, x.itemsize), x.dtype)
+    flat = numpy.empty(_gemm_layout.padded_size(c * kk, ranges[0][1] * ll, x.dtype), x.dtype)
     for lo, hi in ranges:
         m = hi - lo
-        part = _column_matrix(flat, c * kk, m * ll)
+        part = _gemm_layout.padded(flat, (c * kk, m * ll))
         if not im2col_2d(x[lo:hi], part, tuple(geom.ksize), tuple(geom.stride),
                          tuple(geom.pad), tuple(geom.dilate), tuple(outsize)):
             raise RuntimeError('im2col_2d refused {} {}'.format(x.shape, geom))
@@ -300,12 +279,12 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
     o, kk = shape[1], _prod(geom.ksize)
     out = numpy.zeros(shape, work)
     ranges = _spread_chunks(n, o * kk * ll, ll)
-    flat = numpy.empty(o * kk * _row_length((ranges[0][1] if ranges else 0) * ll,
-                                            numpy.dtype(work).itemsize), work)
+    flat = numpy.empty(_gemm_layout.padded_size(o * kk, (ranges[0][1] if ranges else 0) * ll,
+                                                work), work)
     for lo, hi in ranges:
         m = hi - lo
         rhs = xm[lo:hi].transpose(1, 2, 0, 3).reshape(g, cg, m * ll)  # a copy unless m == 1
-        cols = _column_matrix(flat, o * kk, m * ll)  # (rows padded: see _row_length)
+        cols = _gemm_layout.padded(flat, (o * kk, m * ll))
         numpy.matmul(wt, rhs, out=cols.reshape(g, o // g * kk, m * ll))
         if not col2im_2d(cols, out[lo:hi], tuple(geom.ksize), tuple(geom.stride),
                          tuple(geom.pad), tuple(geom.dilate), tuple(spatial)):
