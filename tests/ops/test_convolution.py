@@ -256,7 +256,10 @@ def test_non_contiguous_input():
 @pytest.mark.parametrize('stride, pad, dilate, groups', [
     (1, 1, 1, 1), (2, 1, 1, 2), ((1, 2), (0, 2), (2, 1), 1)])
 def test_chunked_kernels_match_the_references(monkeypatch, stride, pad, dilate, groups):
+    monkeypatch.setattr(convolution, '_WHOLE_BATCH_ELEMENTS', 0)
     monkeypatch.setattr(convolution, '_CHUNK_ELEMENTS', 1)
+    monkeypatch.setattr(convolution, '_SPREAD_ELEMENTS', 1)
+    monkeypatch.setattr(convolution, '_MIN_SPREAD_COLUMNS', 1)
     kw = dict(stride=stride, pad=pad, dilate=dilate, groups=groups)
     x = _arr((3, 4, 7, 6), 1).require_grad()
     w = _arr((6, 4 // groups, 3, 2), 2).require_grad()
@@ -272,6 +275,50 @@ def test_chunked_kernels_match_the_references(monkeypatch, stride, pad, dilate, 
     numpy.testing.assert_allclose(
         numpy.vdot(gw.to_numpy(), v),
         numpy.vdot(_reference_conv(x.to_numpy(), v, **kw), gy.to_numpy()), rtol=1e-12)
+
+
+@pytest.mark.parametrize('n, per_sample, positions, ranges', [
+    (10, 100, 16, [(0, 10)]),  # 10 samples fill the 1,000 elements
+    (10, 300, 16, [(0, 4), (4, 8), (8, 10)]),  # 3 would, but 4 make 64 columns
+    (10, 300, 64, [(0, 3), (3, 6), (6, 9), (9, 10)]),
+    (7, 5000, 16, [(0, 4), (4, 7)]),  # not one sample fits: the columns decide
+    (0, 1, 1, [])])
+def test_spread_chunks_cover_the_batch_with_wide_enough_gemms(monkeypatch, n, per_sample,
+                                                              positions, ranges):
+    monkeypatch.setattr(convolution, '_SPREAD_ELEMENTS', 1000)
+    monkeypatch.setattr(convolution, '_MIN_SPREAD_COLUMNS', 64)
+    assert convolution._spread_chunks(n, per_sample, positions) == ranges
+
+
+@pytest.mark.parametrize('whole_batch', [True, False])
+@pytest.mark.parametrize('transpose', [False, True])
+def test_float32_columns_in_padded_rows_match_the_references(monkeypatch, whole_batch,
+                                                             transpose):
+    """Batches of 4 samples of 8x8 outputs make float32 column rows of 1 KiB
+    (256 elements), which _gemm_layout pads; one sample a chunk makes rows of
+    64 elements, which it does not."""
+    if not whole_batch:
+        monkeypatch.setattr(convolution, '_WHOLE_BATCH_ELEMENTS', 0)
+        monkeypatch.setattr(convolution, '_CHUNK_ELEMENTS', 1)
+        monkeypatch.setattr(convolution, '_SPREAD_ELEMENTS', 1)
+        monkeypatch.setattr(convolution, '_MIN_SPREAD_COLUMNS', 1)
+    kw = dict(stride=2, pad=1)
+    x = _arr((4, 3, 8, 8) if transpose else (4, 3, 16, 16), 1, numpy.float32).require_grad()
+    w = _arr((3, 5, 3, 3) if transpose else (5, 3, 3, 3), 2, numpy.float32).require_grad()
+    f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
+              else (xgrad.conv, _reference_conv))
+    y = f(x, w, **kw)
+    x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
+    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kw), rtol=1e-5, atol=1e-5)
+    gy = _arr(y.shape, 3, numpy.float32)
+    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
+    # <gx, u> = <f(u, w), gy> and <gw, v> = <f(x, v), gy>: f is linear in each
+    u, v = _data(x.shape, 4), _data(w.shape, 5)
+    gy64 = gy.to_numpy().astype(float)
+    numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
+                                  numpy.vdot(ref(u, w64, **kw), gy64), rtol=1e-4)
+    numpy.testing.assert_allclose(numpy.vdot(gw.to_numpy(), v),
+                                  numpy.vdot(ref(x64, v, **kw), gy64), rtol=1e-4)
 
 
 # ---------------------------------------------------------------------------
