@@ -189,6 +189,109 @@ def test_batch_norm_kernels_split_channels_like_one_thread(dtype, one_thread_the
     numpy.testing.assert_allclose(kgx, gx, rtol=rtol, atol=rtol)
 
 
+# im2col_2d and col2im_2d split channels: (shape, ksize, stride, pad) for
+# each of their loops (rows of 8+, stride 1 of the input's size, rows
+# shorter than 8), with more than two grains of column elements.
+WINDOW_CASES = [((8, 9, 40, 40), (3, 3), (2, 2), (1, 1)),
+                ((8, 9, 16, 16), (3, 3), (1, 1), (1, 1)),
+                ((40, 9, 6, 6), (5, 5), (1, 1), (2, 2))]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape, ksize, stride, pad', WINDOW_CASES)
+def test_im2col_and_col2im_split_channels_like_one_thread(dtype, shape, ksize, stride, pad,
+                                                          one_thread_then_all):
+    from xgrad._backend.window_kernels import col2im_2d, im2col_2d
+    from xgrad._ops import convolution as C
+    outsize = tuple(C.out_size(n, k, s, p) for n, k, s, p in zip(shape[2:], ksize, stride, pad))
+    x = numpy.random.default_rng(7).standard_normal(shape).astype(dtype)
+    cols_shape = (shape[1],) + ksize + (shape[0],) + outsize
+    assert numpy.prod(cols_shape) > 2 * 65536
+    cols_in = numpy.random.default_rng(8).standard_normal(cols_shape).astype(dtype)
+
+    def run():
+        cols = numpy.empty(cols_shape, dtype)
+        assert im2col_2d(x, cols, ksize, stride, pad, (1, 1), outsize)
+        gx = numpy.zeros(shape, dtype)
+        assert col2im_2d(cols_in, gx, ksize, stride, pad, (1, 1))
+        return cols, gx
+
+    serial, split = one_thread_then_all(run)
+    assert serial[0].tobytes() == split[0].tobytes() and serial[1].tobytes() == split[1].tobytes()
+    want = numpy.ascontiguousarray(C.windows(C.pad_input(x, C.Geometry(
+        ksize, stride, pad, (1, 1), 1), outsize), C.Geometry(ksize, stride, pad, (1, 1), 1),
+        outsize).transpose(1, 2, 3, 0, 4, 5))
+    numpy.testing.assert_array_equal(serial[0], want)  # (a copy: exact)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('name', ['F2X2_3X3', 'F4X4_3X3', 'F4X4_5X5'])
+def test_winograd_tile_kernels_split_channels_like_one_thread(dtype, name, one_thread_then_all):
+    """Input, output (with bias) and gradient tiles: the unrolled F(2x2,
+    3x3) kernels and the matrix-driven ones."""
+    from xgrad._ops import _winograd
+    t = getattr(_winograd, name)
+    rng = numpy.random.default_rng(9)
+    n, c, o, h = 8, 12, 10, 32
+    x = rng.standard_normal((n, c, h, h)).astype(dtype)
+    ho = h + 2 - t.r + 1
+    th, tw = t.tile_counts((ho, ho))
+    e = rng.standard_normal((t.a * t.a, o, n * th * tw)).astype(dtype)
+    gy = rng.standard_normal((n, o, ho, ho)).astype(dtype)
+    bias = rng.standard_normal(o).astype(dtype)
+    assert t.a * t.a * min(c, o) * n * th * tw > 2 * 32768
+
+    def run():
+        v = numpy.empty((t.a * t.a, c, n * th * tw), dtype)
+        t.input_tiles(x, v, (1, 1))
+        y = numpy.empty((n, o, ho, ho), dtype)
+        t.output_tiles(e, y, bias)
+        g = numpy.empty((t.a * t.a, o, n * th * tw), dtype)
+        t.gradient_tiles(gy, g)
+        return v, y, g
+
+    serial, split = one_thread_then_all(run)
+    for a, b in zip(serial, split):
+        assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape, ksize, stride, pad', [
+    ((8, 37, 32, 32), (3, 3), (2, 2), (1, 1)),  # rows of 16: the loop per row
+    ((64, 37, 8, 8), (3, 3), (2, 2), (1, 1)),  # rows of 4: blocks of planes
+    ((8, 37, 32, 32), (2, 2), (2, 2), (0, 0))])  # the unrolled 2x2
+def test_pooling_kernels_split_planes_like_one_thread(dtype, shape, ksize, stride, pad,
+                                                      one_thread_then_all):
+    """max_pool (values, taps, the gradient's scatter and its gather) and
+    average_pool (forward and gradient) over 8 * 37 or 64 * 37 planes."""
+    from xgrad._backend import window_kernels as W
+    from xgrad._ops import convolution as C
+    rng = numpy.random.default_rng(10)
+    x = rng.integers(-4, 4, shape).astype(dtype)  # ties
+    outsize = tuple(C.out_size(n, k, s, p) for n, k, s, p in zip(shape[2:], ksize, stride, pad))
+    gy = rng.standard_normal(shape[:2] + outsize).astype(dtype)
+    assert x.size > 2 * 65536
+
+    def run():
+        y = numpy.empty(gy.shape, dtype)
+        taps = numpy.empty(gy.shape, numpy.uint8)
+        assert W.max_pool_2d(x, y, taps, ksize, stride, pad)
+        gx = numpy.zeros(shape, dtype)
+        assert W.max_pool_2d_scatter(gy, taps, gx, ksize, stride, pad, False)
+        back = numpy.empty(gy.shape, dtype)
+        assert W.max_pool_2d_scatter(back, taps, x, ksize, stride, pad, True)
+        mean = numpy.empty(gy.shape, dtype)
+        assert W.average_pool_2d(x, mean, None, 9.0, ksize, stride, pad, False)
+        gmean = numpy.zeros(shape, dtype)
+        assert W.average_pool_2d(gmean, gy, None, 9.0, ksize, stride, pad, True)
+        return y, taps, gx, back, mean, gmean
+
+    serial, split = one_thread_then_all(run)
+    for a, b in zip(serial, split):
+        assert a.tobytes() == b.tobytes()
+    numpy.testing.assert_array_equal(serial[0], serial[3])  # the gather reads the maxima
+
+
 def test_batch_norm_kernels_refuse_other_dtypes():
     from xgrad._backend import norm_kernels
     x = numpy.ones((2, 3, 4), numpy.float16)
@@ -273,13 +376,20 @@ def test_splitting_runs_in_a_fresh_process_with_four_threads():
     result = _python('''
         import numpy
         from xgrad._backend import native_kernels as K
+        from xgrad._backend.window_kernels import col2im_2d, im2col_2d
         assert K.max_threads() == 4, K.max_threads()
         x = numpy.random.default_rng(0).uniform(-3, 3, 4 * 65536 + 37)
         runs = []
         for limit in (1, 0):
             K.set_thread_limit(limit)
+            cols = numpy.empty((9, 3, 3, 4, 16, 16))
+            im2col_2d(x[:9 * 4 * 256].reshape(4, 9, 16, 16), cols, (3, 3), (1, 1), (1, 1),
+                      (1, 1), (16, 16))
+            gx = numpy.zeros((4, 9, 16, 16))
+            col2im_2d(cols, gx, (3, 3), (1, 1), (1, 1), (1, 1))
             runs.append([K.tanh_forward(x), K.exp_forward(x.astype(numpy.float32)),
-                         K.add(x, x[::-1].copy()), K.sum_all(x), K.sum_all(x.astype(numpy.float32))])
+                         K.add(x, x[::-1].copy()), K.sum_all(x), K.sum_all(x.astype(numpy.float32)),
+                         cols, gx])
         print(all(a.tobytes() == b.tobytes() for a, b in zip(*runs)))
     ''', OMP_NUM_THREADS='4')
     assert result.returncode == 0, result.stderr

@@ -15,6 +15,8 @@ cimport numpy as cnp
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
+from xgrad._backend.native_kernels cimport pool_threads, run_chunks
+
 cdef extern from "select_loops.h" nogil:
     void xgrad_max_tap_f32_u8(const float* x, Py_ssize_t stride, float* y,
                               cnp.uint8_t* tap, cnp.uint8_t t, Py_ssize_t n)
@@ -30,6 +32,12 @@ cnp.import_array()
 ctypedef fused real:
     float
     double
+
+
+# The geometry of an im2col or col2im: x (m, C, h, w), the columns the
+# matrix (C kh kw, m oh ow) with rows ``ld`` elements apart.
+cdef struct Windows:
+    Py_ssize_t c_count, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, m, ld
 
 
 cdef inline Py_ssize_t _inside_from(Py_ssize_t offset, Py_ssize_t stride,
@@ -54,15 +62,16 @@ cdef inline Py_ssize_t _inside_to(Py_ssize_t lo, Py_ssize_t offset, Py_ssize_t s
     return o
 
 
-cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_ssize_t w,
-                Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
-                Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw,
-                Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
-    """out (C, kh, kw, m, oh, ow) from x (m, C, h, w)."""
+cdef void _fill(const real* x, real* out, const Windows* g, Py_ssize_t c_lo,
+                Py_ssize_t c_hi) noexcept nogil:
+    """out (C, kh, kw, m, oh, ow) from x (m, C, h, w), channels c_lo..c_hi."""
+    cdef Py_ssize_t c_count = g.c_count, h = g.h, w = g.w, kh = g.kh, kw = g.kw
+    cdef Py_ssize_t sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw, dh = g.dh, dw = g.dw
+    cdef Py_ssize_t oh = g.oh, ow = g.ow, m = g.m, ld = g.ld
     cdef Py_ssize_t c, i, j, s, oy, ox, iy, ix, lo, hi
     cdef const real* plane
     cdef real* row
-    for c in range(c_count):
+    for c in range(c_lo, c_hi):
         for i in range(kh):
             for j in range(kw):
                 # the output columns whose input column lies inside x
@@ -89,19 +98,19 @@ cdef void _fill(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h, Py_s
                             row[oy * ow + ox] = 0
 
 
-cdef void _fill_same(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
-                     Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph,
-                     Py_ssize_t pw, Py_ssize_t m,
-                     Py_ssize_t ld) noexcept nogil:
+cdef void _fill_same(const real* x, real* out, const Windows* g, Py_ssize_t c_lo,
+                     Py_ssize_t c_hi) noexcept nogil:
     """``_fill`` for stride 1, dilation 1 and an output of the input's size
     ("same" padding, 3x3 pad 1 say). A tap's block is then the plane shifted
     by dy rows and dx columns: one flat copy of the overlap, zeros for the
     rows outside and |dx| columns per row. On 4x4 and 8x8 images that beats
     a copy per row of 4-8 elements by about 2x."""
+    cdef Py_ssize_t c_count = g.c_count, h = g.h, w = g.w, kh = g.kh, kw = g.kw
+    cdef Py_ssize_t ph = g.ph, pw = g.pw, m = g.m, ld = g.ld
     cdef Py_ssize_t c, i, j, s, dy, dx, oy0, oy1, oy, a, n = h * w, start, length
     cdef const real* plane
     cdef real* block
-    for c in range(c_count):
+    for c in range(c_lo, c_hi):
         for i in range(kh):
             dy = i - ph
             oy0 = -dy if dy < 0 else 0
@@ -159,15 +168,16 @@ cdef void _tap_table(int* tab, Py_ssize_t i, Py_ssize_t j, Py_ssize_t h, Py_ssiz
             tab[oy * ow + ox] = <int>(iy * w + ix) if (0 <= iy < h and 0 <= ix < w) else -1
 
 
-cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h,
-                      Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
-                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
-                      Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
+cdef void _fill_small(const real* x, real* out, const Windows* g, Py_ssize_t c_lo,
+                      Py_ssize_t c_hi) noexcept nogil:
     """``_fill`` for small output planes (2x2-7x7): there a block is a
     handful of rows of 2-16 elements, and the per-row and per-block calls
     (memset, memcpy, bounds) cost more than the copy. Here each tap's
     source offsets (-1: padding) are tabulated once and every sample's
     block is one gather loop over them (about 3x faster at 4x4)."""
+    cdef Py_ssize_t c_count = g.c_count, h = g.h, w = g.w, kh = g.kh, kw = g.kw
+    cdef Py_ssize_t sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw, dh = g.dh, dw = g.dw
+    cdef Py_ssize_t oh = g.oh, ow = g.ow, m = g.m, ld = g.ld
     cdef Py_ssize_t c, i, j, s, l, n = oh * ow, hw = h * w
     cdef int tab[SMALL_PLANE]
     cdef const real* plane
@@ -175,7 +185,7 @@ cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h
     for i in range(kh):
         for j in range(kw):
             _tap_table(tab, i, j, h, w, sh, sw, ph, pw, dh, dw, oh, ow)
-            for c in range(c_count):
+            for c in range(c_lo, c_hi):
                 block = out + ((c * kh + i) * kw + j) * ld
                 plane = x + c * hw
                 for s in range(m):
@@ -183,6 +193,74 @@ cdef void _fill_small(const real* x, real* out, Py_ssize_t c_count, Py_ssize_t h
                         block[l] = plane[tab[l]] if tab[l] >= 0 else 0
                     block += n
                     plane += c_count * hw
+
+
+# -- im2col and col2im over the worker pool --------------------------------------
+#
+# Each channel's rows of columns (im2col) and each channel's planes of x
+# (col2im) are written by one chunk, so the channels split over xgrad's
+# threads (native_kernels' pool, as the elementwise kernels) with the same
+# serial loop per channel: the results do not depend on the thread count.
+# A split pays from about this many column elements a thread (waking the
+# workers costs microseconds; a column element 0.1-0.6 ns).
+
+DEF COLUMN_GRAIN = 65536
+
+cdef enum ColumnKernel:
+    FILL, FILL_SAME, FILL_SMALL, ADD_BACK, ADD_SMALL
+
+
+cdef struct ColumnJob:
+    Windows g
+    int kernel
+    bint f32
+    const void* src  # x for the fills, the columns for the adds
+    void* dst
+    Py_ssize_t per_chunk  # channels a chunk
+
+
+cdef void _column_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
+    cdef ColumnJob* job = <ColumnJob*>ctx
+    cdef Py_ssize_t lo = chunk * job.per_chunk
+    cdef Py_ssize_t hi = min(lo + job.per_chunk, job.g.c_count)
+    cdef int k = job.kernel
+    if job.f32:
+        if k == FILL:
+            _fill[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
+        elif k == FILL_SAME:
+            _fill_same[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
+        elif k == FILL_SMALL:
+            _fill_small[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
+        elif k == ADD_BACK:
+            _add_back[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
+        else:
+            _add_small[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
+    else:
+        if k == FILL:
+            _fill[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
+        elif k == FILL_SAME:
+            _fill_same[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
+        elif k == FILL_SMALL:
+            _fill_small[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
+        elif k == ADD_BACK:
+            _add_back[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
+        else:
+            _add_small[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
+
+
+cdef void _run_columns(ColumnJob* job) noexcept nogil:
+    """Run ``job`` over all channels, split over the pool's threads when
+    each gets at least COLUMN_GRAIN column elements."""
+    cdef Windows* g = &job.g
+    cdef Py_ssize_t elements = g.c_count * g.kh * g.kw * g.m * g.oh * g.ow
+    cdef Py_ssize_t nt = pool_threads()
+    nt = min(nt, g.c_count, elements // COLUMN_GRAIN)
+    if nt <= 1:
+        job.per_chunk = g.c_count
+        _column_chunk(job, 0)
+        return
+    job.per_chunk = (g.c_count + nt - 1) // nt
+    run_chunks(_column_chunk, job, (g.c_count + job.per_chunk - 1) // job.per_chunk)
 
 
 cdef Py_ssize_t _row_stride(cnp.ndarray cols, Py_ssize_t c, Py_ssize_t kh, Py_ssize_t kw,
@@ -238,44 +316,34 @@ def im2col_2d(cnp.ndarray x, cnp.ndarray out, tuple ksize, tuple stride, tuple p
     cdef Py_ssize_t ld = _row_stride(out, c, kh, kw, m, oh, ow)
     if ld < 0:
         return False
-    cdef void* px = cnp.PyArray_DATA(x)
-    cdef void* po = cnp.PyArray_DATA(out)
+    cdef ColumnJob job
+    job.g = Windows(c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, m, ld)
+    job.f32 = t == cnp.NPY_FLOAT
+    job.src = cnp.PyArray_DATA(x)
+    job.dst = cnp.PyArray_DATA(out)
     if _tabulated(oh, ow, h, w):
-        with nogil:
-            if t == cnp.NPY_FLOAT:
-                _fill_small[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw,
-                                   dh, dw, oh, ow, m, ld)
-            else:
-                _fill_small[double](<double*>px, <double*>po, c, h, w, kh, kw, sh, sw, ph, pw,
-                                    dh, dw, oh, ow, m, ld)
-        return True
-    if sh == 1 and sw == 1 and dh == 1 and dw == 1 and oh == h and ow == w:
-        with nogil:
-            if t == cnp.NPY_FLOAT:
-                _fill_same[float](<float*>px, <float*>po, c, h, w, kh, kw, ph, pw, m, ld)
-            else:
-                _fill_same[double](<double*>px, <double*>po, c, h, w, kh, kw, ph, pw, m, ld)
-        return True
+        job.kernel = FILL_SMALL
+    elif sh == 1 and sw == 1 and dh == 1 and dw == 1 and oh == h and ow == w:
+        job.kernel = FILL_SAME
+    else:
+        job.kernel = FILL
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            _fill[float](<float*>px, <float*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
-                         oh, ow, m, ld)
-        else:
-            _fill[double](<double*>px, <double*>po, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
-                          oh, ow, m, ld)
+        _run_columns(&job)
     return True
 
 
-cdef void _add_back(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
-                    Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
-                    Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw,
-                    Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
+cdef void _add_back(const real* cols, real* x, const Windows* g, Py_ssize_t c_lo,
+                    Py_ssize_t c_hi) noexcept nogil:
     """The adjoint of ``_fill``: x (m, C, h, w) += each element of cols
-    (C, kh, kw, m, oh, ow) where its window tap reads (padding dropped)."""
+    (C, kh, kw, m, oh, ow) where its window tap reads (padding dropped),
+    channels c_lo..c_hi."""
+    cdef Py_ssize_t c_count = g.c_count, h = g.h, w = g.w, kh = g.kh, kw = g.kw
+    cdef Py_ssize_t sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw, dh = g.dh, dw = g.dw
+    cdef Py_ssize_t oh = g.oh, ow = g.ow, m = g.m, ld = g.ld
     cdef Py_ssize_t c, i, j, s, oy, ox, iy, ix, lo, hi
     cdef real* plane
     cdef const real* row
-    for c in range(c_count):
+    for c in range(c_lo, c_hi):
         for i in range(kh):
             for j in range(kw):
                 lo = _inside_from(j * dw - pw, sw, ow)
@@ -296,14 +364,15 @@ cdef void _add_back(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
                                 plane[iy * w + ix + (ox - lo) * sw] += row[oy * ow + ox]
 
 
-cdef void _add_small(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h,
-                     Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
-                     Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh,
-                     Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t m, Py_ssize_t ld) noexcept nogil:
+cdef void _add_small(const real* cols, real* x, const Windows* g, Py_ssize_t c_lo,
+                     Py_ssize_t c_hi) noexcept nogil:
     """``_add_back`` by ``_fill_small``'s tables (4x4, 64 channels, batch
     8: 3x3 59 -> 36 us, 5x5 153 -> 100 us). Within one tap no two output
     positions read the same input element, so a block is one scatter-add
     loop without conflicts."""
+    cdef Py_ssize_t c_count = g.c_count, h = g.h, w = g.w, kh = g.kh, kw = g.kw
+    cdef Py_ssize_t sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw, dh = g.dh, dw = g.dw
+    cdef Py_ssize_t oh = g.oh, ow = g.ow, m = g.m, ld = g.ld
     cdef Py_ssize_t c, i, j, s, l, n = oh * ow, hw = h * w
     cdef int tab[SMALL_PLANE]
     cdef real* plane
@@ -311,7 +380,7 @@ cdef void _add_small(const real* cols, real* x, Py_ssize_t c_count, Py_ssize_t h
     for i in range(kh):
         for j in range(kw):
             _tap_table(tab, i, j, h, w, sh, sw, ph, pw, dh, dw, oh, ow)
-            for c in range(c_count):
+            for c in range(c_lo, c_hi):
                 block = cols + ((c * kh + i) * kw + j) * ld
                 plane = x + c * hw
                 for s in range(m):
@@ -350,24 +419,14 @@ def col2im_2d(cnp.ndarray cols, cnp.ndarray x, tuple ksize, tuple stride, tuple 
     cdef Py_ssize_t ld = _row_stride(cols, c, kh, kw, m, oh, ow)
     if ld < 0:
         return False
-    cdef void* pc = cnp.PyArray_DATA(cols)
-    cdef void* px = cnp.PyArray_DATA(x)
-    if _tabulated(oh, ow, h, w):
-        with nogil:
-            if t == cnp.NPY_FLOAT:
-                _add_small[float](<float*>pc, <float*>px, c, h, w, kh, kw, sh, sw, ph, pw,
-                                  dh, dw, oh, ow, m, ld)
-            else:
-                _add_small[double](<double*>pc, <double*>px, c, h, w, kh, kw, sh, sw, ph, pw,
-                                   dh, dw, oh, ow, m, ld)
-        return True
+    cdef ColumnJob job
+    job.g = Windows(c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, m, ld)
+    job.f32 = t == cnp.NPY_FLOAT
+    job.src = cnp.PyArray_DATA(cols)
+    job.dst = cnp.PyArray_DATA(x)
+    job.kernel = ADD_SMALL if _tabulated(oh, ow, h, w) else ADD_BACK
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            _add_back[float](<float*>pc, <float*>px, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
-                             oh, ow, m, ld)
-        else:
-            _add_back[double](<double*>pc, <double*>px, c, h, w, kh, kw, sh, sw, ph, pw, dh,
-                              dw, oh, ow, m, ld)
+        _run_columns(&job)
     return True
 
 
@@ -575,6 +634,96 @@ cdef void _max_pool_scatter(const real* gy, const tap_t* taps, real* gx, Py_ssiz
                     (<real*>gy)[o] = 0
 
 
+# -- Pooling over the worker pool ------------------------------------------------
+#
+# Every pooling kernel works plane by plane (a sample's channel), so the
+# planes split over xgrad's threads with the same serial loop per plane (the
+# results do not depend on the thread count), from about this many input
+# elements a thread.
+
+DEF POOL_GRAIN = 65536
+
+cdef enum PoolKernel:
+    MAX_POOL, MAX_POOL_SCATTER, AVERAGE_POOL, AVERAGE_POOL_GRAD
+
+
+cdef struct PoolJob:
+    int kernel
+    bint f32, u8, gather
+    void* x  # the input side (N, C, h, w): x, or gx for the gradients
+    void* y  # the output side (N, C, oh, ow): y, or gy
+    void* taps
+    const double* counts
+    double count
+    Py_ssize_t planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow, per_chunk
+
+
+cdef PoolJob _pool_job(int kernel, cnp.ndarray x, cnp.ndarray y, Py_ssize_t planes,
+                       Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,
+                       Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                       Py_ssize_t oh, Py_ssize_t ow):
+    cdef PoolJob job
+    memset(&job, 0, sizeof(job))
+    job.kernel = kernel
+    job.f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    job.x, job.y = cnp.PyArray_DATA(x), cnp.PyArray_DATA(y)
+    job.planes, job.h, job.w, job.kh, job.kw = planes, h, w, kh, kw
+    job.sh, job.sw, job.ph, job.pw, job.oh, job.ow = sh, sw, ph, pw, oh, ow
+    return job
+
+
+cdef void _pool_planes(PoolJob* j, real* x, real* y, Py_ssize_t p0,
+                       Py_ssize_t count) noexcept nogil:
+    """The job's kernel on planes p0 .. p0 + count (x and y its arrays' starts)."""
+    cdef Py_ssize_t hw = j.h * j.w, out = j.oh * j.ow
+    x += p0 * hw
+    y += p0 * out
+    if j.kernel == MAX_POOL:
+        if j.u8:
+            _max_pool(<const real*>x, y, <cnp.uint8_t*>j.taps + p0 * out, count, j.h, j.w,
+                      j.kh, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
+        else:
+            _max_pool(<const real*>x, y, <cnp.uint16_t*>j.taps + p0 * out, count, j.h, j.w,
+                      j.kh, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
+    elif j.kernel == MAX_POOL_SCATTER:
+        if j.u8:
+            _max_pool_scatter(<const real*>y, <const cnp.uint8_t*>j.taps + p0 * out, x, count,
+                              j.h, j.w, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow, j.gather)
+        else:
+            _max_pool_scatter(<const real*>y, <const cnp.uint16_t*>j.taps + p0 * out, x,
+                              count, j.h, j.w, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow,
+                              j.gather)
+    elif j.kernel == AVERAGE_POOL:
+        _average_pool(<const real*>x, y, j.counts, j.count, count, j.h, j.w, j.kh, j.kw,
+                      j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
+    else:
+        _average_pool_grad(<const real*>y, x, j.counts, j.count, count, j.h, j.w, j.kh,
+                           j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
+
+
+cdef void _pool_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
+    cdef PoolJob* j = <PoolJob*>ctx
+    cdef Py_ssize_t p0 = chunk * j.per_chunk
+    cdef Py_ssize_t count = min(j.per_chunk, j.planes - p0)
+    if j.f32:
+        _pool_planes(j, <float*>j.x, <float*>j.y, p0, count)
+    else:
+        _pool_planes(j, <double*>j.x, <double*>j.y, p0, count)
+
+
+cdef void _run_pool(PoolJob* job) noexcept nogil:
+    """Run ``job`` over its planes, split over the pool's threads when each
+    gets at least POOL_GRAIN input elements."""
+    cdef Py_ssize_t nt = pool_threads()
+    nt = min(nt, job.planes, job.planes * job.h * job.w // POOL_GRAIN)
+    if nt <= 1:
+        job.per_chunk = job.planes
+        _pool_chunk(job, 0)
+        return
+    job.per_chunk = (job.planes + nt - 1) // nt
+    run_chunks(_pool_chunk, job, (job.planes + job.per_chunk - 1) // job.per_chunk)
+
+
 cdef bint _pool_operands(cnp.ndarray a, cnp.ndarray b, cnp.ndarray taps):
     cdef int t = cnp.PyArray_TYPE(a)
     return ((t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE) and cnp.PyArray_TYPE(b) == t
@@ -603,24 +752,13 @@ def max_pool_2d(cnp.ndarray x, cnp.ndarray y, cnp.ndarray taps, tuple ksize, tup
     cdef Py_ssize_t ph = pad[0], pw = pad[1]
     if kh * kw > (256 if cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8 else 65536):
         return False
-    cdef void* px = cnp.PyArray_DATA(x)
-    cdef void* py = cnp.PyArray_DATA(y)
     cdef void* pt = cnp.PyArray_DATA(taps)
-    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
     cdef bint u8 = cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8
+    cdef PoolJob job = _pool_job(MAX_POOL, x, y, planes, h, w, kh, kw, sh, sw, ph, pw, oh,
+                                 ow)
+    job.taps, job.u8 = pt, u8
     with nogil:
-        if f32 and u8:
-            _max_pool[float, cnp.uint8_t](<float*>px, <float*>py, <cnp.uint8_t*>pt, planes,
-                                          h, w, kh, kw, sh, sw, ph, pw, oh, ow)
-        elif f32:
-            _max_pool[float, cnp.uint16_t](<float*>px, <float*>py, <cnp.uint16_t*>pt, planes,
-                                           h, w, kh, kw, sh, sw, ph, pw, oh, ow)
-        elif u8:
-            _max_pool[double, cnp.uint8_t](<double*>px, <double*>py, <cnp.uint8_t*>pt,
-                                           planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow)
-        else:
-            _max_pool[double, cnp.uint16_t](<double*>px, <double*>py, <cnp.uint16_t*>pt,
-                                            planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow)
+        _run_pool(&job)
     return True
 
 
@@ -636,24 +774,13 @@ def max_pool_2d_scatter(cnp.ndarray gy, cnp.ndarray taps, cnp.ndarray gx, tuple 
     cdef Py_ssize_t oh = cnp.PyArray_DIM(gy, 2), ow = cnp.PyArray_DIM(gy, 3)
     cdef Py_ssize_t kw = ksize[1], sh = stride[0], sw = stride[1]
     cdef Py_ssize_t ph = pad[0], pw = pad[1]
-    cdef void* pg = cnp.PyArray_DATA(gy)
-    cdef void* px = cnp.PyArray_DATA(gx)
     cdef void* pt = cnp.PyArray_DATA(taps)
-    cdef bint f32 = cnp.PyArray_TYPE(gx) == cnp.NPY_FLOAT
     cdef bint u8 = cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8
+    cdef PoolJob job = _pool_job(MAX_POOL_SCATTER, gx, gy, planes, h, w, 0, kw, sh, sw, ph, pw,
+                                 oh, ow)
+    job.taps, job.u8, job.gather = pt, u8, gather
     with nogil:
-        if f32 and u8:
-            _max_pool_scatter[float, cnp.uint8_t](<float*>pg, <cnp.uint8_t*>pt, <float*>px,
-                planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
-        elif f32:
-            _max_pool_scatter[float, cnp.uint16_t](<float*>pg, <cnp.uint16_t*>pt, <float*>px,
-                planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
-        elif u8:
-            _max_pool_scatter[double, cnp.uint8_t](<double*>pg, <cnp.uint8_t*>pt, <double*>px,
-                planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
-        else:
-            _max_pool_scatter[double, cnp.uint16_t](<double*>pg, <cnp.uint16_t*>pt,
-                <double*>px, planes, h, w, kw, sh, sw, ph, pw, oh, ow, gather)
+        _run_pool(&job)
     return True
 
 
@@ -748,20 +875,9 @@ def average_pool_2d(cnp.ndarray x, cnp.ndarray y, object counts, double count, t
     cdef Py_ssize_t ph = pad[0], pw = pad[1]
     cdef const double* pc = NULL if counts is None else <const double*>cnp.PyArray_DATA(
         <cnp.ndarray>counts)
-    cdef void* px = cnp.PyArray_DATA(x)
-    cdef void* py = cnp.PyArray_DATA(y)
-    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    cdef PoolJob job = _pool_job(AVERAGE_POOL_GRAD if grad else AVERAGE_POOL, x, y, planes, h,
+                                 w, kh, kw, sh, sw, ph, pw, oh, ow)
+    job.counts, job.count = pc, count
     with nogil:
-        if grad and f32:
-            _average_pool_grad[float](<float*>py, <float*>px, pc, count, planes, h, w,
-                                      kh, kw, sh, sw, ph, pw, oh, ow)
-        elif grad:
-            _average_pool_grad[double](<double*>py, <double*>px, pc, count, planes, h, w,
-                                       kh, kw, sh, sw, ph, pw, oh, ow)
-        elif f32:
-            _average_pool[float](<float*>px, <float*>py, pc, count, planes, h, w,
-                                 kh, kw, sh, sw, ph, pw, oh, ow)
-        else:
-            _average_pool[double](<double*>px, <double*>py, pc, count, planes, h, w,
-                                  kh, kw, sh, sw, ph, pw, oh, ow)
+        _run_pool(&job)
     return True

@@ -29,7 +29,7 @@ that plane k is the right-hand side of GEMM k.
 cimport numpy as cnp
 from libc.string cimport memcpy, memset
 
-from xgrad._backend.native_kernels cimport vector_path
+from xgrad._backend.native_kernels cimport pool_threads, run_chunks, vector_path
 
 import numpy
 
@@ -186,7 +186,7 @@ cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_
 cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssize_t side,
                  Py_ssize_t m, Py_ssize_t n_count, Py_ssize_t c_count, Py_ssize_t h,
                  Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw,
-                 real* padded, Py_ssize_t ld) noexcept nogil:
+                 real* padded, Py_ssize_t ld, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     """v (a^2, C, N * th * tw), rows ``ld`` apart, from x (N, C, h, w): L d L^T of the side x
     side tile d at rows m i - ph, columns m j - pw of each plane, zeros
     outside x; ``left`` is L (a x side). The input transform is this with
@@ -210,7 +210,7 @@ cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssiz
     # (a partial block computes its lanes past the tiles too: zeros, not
     # stack garbage, which could be denormals, slow to compute)
     memset(buffers.d, 0, sizeof(buffers.d))
-    for c in range(c_count):
+    for c in range(lo, hi):
         fill = 0
         done = 0
         for n in range(n_count):
@@ -230,15 +230,17 @@ cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssiz
 
 
 cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,
-                               object dtype):
-    """The zeros _tiles copies each plane into."""
-    return numpy.zeros((m * (th - 1) + side) * (m * (tw - 1) + side), dtype)
+                               object dtype, Py_ssize_t count):
+    """The zeros _tiles copies each plane into, ``count`` of them (one a
+    thread)."""
+    return numpy.zeros(count * (m * (th - 1) + side) * (m * (tw - 1) + side), dtype)
 
 
 cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py_ssize_t m,
                         const real* bias, Py_ssize_t n_count, Py_ssize_t o_count,
                         Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                        Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+                        Py_ssize_t tw, Py_ssize_t ld, Py_ssize_t lo,
+                        Py_ssize_t hi) noexcept nogil:
     """y (N, O, ho, wo) from e (a^2, O, N * th * tw), rows ``ld`` apart: A^T
     e A of each tile (its outputs beyond ho, wo dropped), plus bias[o] when
     bias is not NULL."""
@@ -251,7 +253,7 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
     # (a partial block computes its lanes past the tiles too: zeros, not
     # stack garbage, which could be denormals, slow to compute)
     memset(buffers.d, 0, sizeof(buffers.d))
-    for o in range(o_count):
+    for o in range(lo, hi):
         b0 = bias[o] if bias != NULL else 0
         n = 0
         i = 0
@@ -264,6 +266,108 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
                 _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
                             y + ((n * o_count + o) * ho + m * i) * wo + m * j, wo)
                 _next_tile(&n, &i, &j, th, tw)
+
+
+# -- The tile kernels over the worker pool -------------------------------------
+#
+# Every kernel above loops over channels (input channels for the input
+# tiles, output channels for the output and gradient tiles), each channel's
+# planes written by that channel alone, so the channels split over xgrad's
+# threads (native_kernels' pool) with the same serial loop per channel: the
+# results do not depend on the thread count. A split pays from about this
+# many tile values a thread.
+
+DEF TILE_GRAIN = 32768
+
+cdef enum TileKernel:
+    TILES, OUTPUT, INPUT_3X3, OUTPUT_3X3, GRADIENT_3X3
+
+
+cdef struct TileJob:
+    int kernel
+    bint f32
+    const void* src
+    void* dst
+    const void* mat  # TILES: the left matrix; OUTPUT: A^T
+    const void* bias
+    void* scratch  # TILES: one zeroed plane a chunk, scratch_size elements apart
+    Py_ssize_t scratch_size
+    Py_ssize_t a, side, m, n, c, h, w, ph, pw, th, tw, ld  # c: the channels split
+    Py_ssize_t per_chunk
+
+
+cdef void _tile_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
+    cdef TileJob* j = <TileJob*>ctx
+    cdef Py_ssize_t lo = chunk * j.per_chunk
+    cdef Py_ssize_t hi = min(lo + j.per_chunk, j.c)
+    cdef int k = j.kernel
+    if j.f32:
+        if k == TILES:
+            _tiles[float](<const float*>j.src, <float*>j.dst, <const float*>j.mat, j.a, j.side,
+                          j.m, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw,
+                          <float*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
+        elif k == OUTPUT:
+            _output_tiles[float](<const float*>j.src, <float*>j.dst, <const float*>j.mat, j.a,
+                                 j.m, <const float*>j.bias, j.n, j.c, j.h, j.w, j.th, j.tw,
+                                 j.ld, lo, hi)
+        elif k == INPUT_3X3:
+            _input_tiles_3x3[float](<const float*>j.src, <float*>j.dst, j.n, j.c, j.h, j.w,
+                                    j.ph, j.pw, j.th, j.tw, j.ld, lo, hi)
+        elif k == OUTPUT_3X3:
+            _output_tiles_3x3[float](<const float*>j.src, <float*>j.dst,
+                                     <const float*>j.bias, j.n, j.c, j.h, j.w, j.th, j.tw,
+                                     j.ld, lo, hi)
+        else:
+            _gradient_tiles_3x3[float](<const float*>j.src, <float*>j.dst, j.n, j.c, j.h, j.w,
+                                       j.th, j.tw, j.ld, lo, hi)
+    else:
+        if k == TILES:
+            _tiles[double](<const double*>j.src, <double*>j.dst, <const double*>j.mat, j.a,
+                           j.side, j.m, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw,
+                           <double*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
+        elif k == OUTPUT:
+            _output_tiles[double](<const double*>j.src, <double*>j.dst, <const double*>j.mat,
+                                  j.a, j.m, <const double*>j.bias, j.n, j.c, j.h, j.w, j.th,
+                                  j.tw, j.ld, lo, hi)
+        elif k == INPUT_3X3:
+            _input_tiles_3x3[double](<const double*>j.src, <double*>j.dst, j.n, j.c, j.h, j.w,
+                                     j.ph, j.pw, j.th, j.tw, j.ld, lo, hi)
+        elif k == OUTPUT_3X3:
+            _output_tiles_3x3[double](<const double*>j.src, <double*>j.dst,
+                                      <const double*>j.bias, j.n, j.c, j.h, j.w, j.th, j.tw,
+                                      j.ld, lo, hi)
+        else:
+            _gradient_tiles_3x3[double](<const double*>j.src, <double*>j.dst, j.n, j.c, j.h,
+                                        j.w, j.th, j.tw, j.ld, lo, hi)
+
+
+cdef Py_ssize_t _tile_threads(Py_ssize_t channels, Py_ssize_t values) noexcept nogil:
+    """How many threads a tile kernel over ``channels`` channels writing or
+    reading ``values`` tile values uses (at least TILE_GRAIN each)."""
+    cdef Py_ssize_t nt = pool_threads()
+    nt = min(nt, channels, values // TILE_GRAIN)
+    return nt if nt > 1 else 1
+
+
+cdef void _run_tiles(TileJob* job, Py_ssize_t nt) noexcept nogil:
+    """Run ``job`` over its channels in ``nt`` chunks (one per thread)."""
+    _follow_path()
+    if nt <= 1:
+        job.per_chunk = job.c
+        _tile_chunk(job, 0)
+        return
+    job.per_chunk = (job.c + nt - 1) // nt
+    run_chunks(_tile_chunk, job, (job.c + job.per_chunk - 1) // job.per_chunk)
+
+
+cdef TileJob _tile_job(int kernel, int t, cnp.ndarray src, cnp.ndarray dst):
+    cdef TileJob job
+    memset(&job, 0, sizeof(job))
+    job.kernel = kernel
+    job.f32 = t == cnp.NPY_FLOAT
+    job.src = cnp.PyArray_DATA(src)
+    job.dst = cnp.PyArray_DATA(dst)
+    return job
 
 
 cdef bint _plain(cnp.ndarray a, int ndim, int t):
@@ -336,17 +440,15 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
     if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
-    cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype)
+    cdef TileJob job = _tile_job(TILES, t, x, v)
+    job.mat = cnp.PyArray_DATA(bt)
+    job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, a, m, n, c, h, w
+    job.ph, job.pw, job.th, job.tw, job.ld = ph, pw, cth, ctw, ld
+    cdef Py_ssize_t nt = _tile_threads(c, a * a * c * n * cth * ctw)
+    cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype, nt)
+    job.scratch, job.scratch_size = cnp.PyArray_DATA(padded), padded.shape[0] // nt
     with nogil:
-        _follow_path()
-        if t == cnp.NPY_FLOAT:
-            _tiles[float](<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
-                          <float*>cnp.PyArray_DATA(bt), a, a, m, n, c, h, w, ph, pw, cth, ctw,
-                          <float*>cnp.PyArray_DATA(padded), ld)
-        else:
-            _tiles[double](<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
-                           <double*>cnp.PyArray_DATA(bt), a, a, m, n, c, h, w, ph, pw, cth, ctw,
-                           <double*>cnp.PyArray_DATA(padded), ld)
+        _run_tiles(&job, nt)
     return True
 
 
@@ -374,16 +476,12 @@ def output_tiles(cnp.ndarray e, cnp.ndarray y, object a_t, object bias=None):
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     cdef void* pb = NULL if b is None else cnp.PyArray_DATA(b)
+    cdef TileJob job = _tile_job(OUTPUT, t, e, y)
+    job.mat, job.bias = cnp.PyArray_DATA(at), pb
+    job.a, job.m, job.n, job.c, job.h, job.w = a, m, n, o, ho, wo
+    job.th, job.tw, job.ld = cth, ctw, ld
     with nogil:
-        _follow_path()
-        if t == cnp.NPY_FLOAT:
-            _output_tiles[float](<float*>cnp.PyArray_DATA(e), <float*>cnp.PyArray_DATA(y),
-                                 <float*>cnp.PyArray_DATA(at), a, m, <float*>pb, n, o, ho, wo,
-                                 cth, ctw, ld)
-        else:
-            _output_tiles[double](<double*>cnp.PyArray_DATA(e), <double*>cnp.PyArray_DATA(y),
-                                  <double*>cnp.PyArray_DATA(at), a, m, <double*>pb, n, o, ho,
-                                  wo, cth, ctw, ld)
+        _run_tiles(&job, _tile_threads(o, a * a * o * n * cth * ctw))
     return True
 
 
@@ -405,18 +503,16 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
-    # the m x m blocks are tiles of side m with no padding before them
-    cdef cnp.ndarray padded = _padded_plane(m, m, cth, ctw, gy.dtype)
+    # (the m x m blocks are tiles of side m with no padding before them)
+    cdef TileJob job = _tile_job(TILES, t, gy, g)
+    job.mat = cnp.PyArray_DATA(a_mat)
+    job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, m, m, n, o, ho, wo
+    job.th, job.tw, job.ld = cth, ctw, ld
+    cdef Py_ssize_t nt = _tile_threads(o, a * a * o * n * cth * ctw)
+    cdef cnp.ndarray padded = _padded_plane(m, m, cth, ctw, gy.dtype, nt)
+    job.scratch, job.scratch_size = cnp.PyArray_DATA(padded), padded.shape[0] // nt
     with nogil:
-        _follow_path()
-        if t == cnp.NPY_FLOAT:
-            _tiles[float](<float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(g),
-                          <float*>cnp.PyArray_DATA(a_mat), a, m, m, n, o, ho, wo, 0, 0, cth,
-                          ctw, <float*>cnp.PyArray_DATA(padded), ld)
-        else:
-            _tiles[double](<double*>cnp.PyArray_DATA(gy), <double*>cnp.PyArray_DATA(g),
-                           <double*>cnp.PyArray_DATA(a_mat), a, m, m, n, o, ho, wo, 0, 0, cth,
-                           ctw, <double*>cnp.PyArray_DATA(padded), ld)
+        _run_tiles(&job, nt)
     return True
 
 # ---------------------------------------------------------------------------
@@ -470,7 +566,8 @@ cdef inline Py_ssize_t _tile_written_16(real* plane, Py_ssize_t k_stride, const 
 
 cdef void _input_tiles_3x3(const real* x, real* v, Py_ssize_t n_count, Py_ssize_t c_count,
                            Py_ssize_t h, Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw,
-                           Py_ssize_t th, Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+                           Py_ssize_t th, Py_ssize_t tw, Py_ssize_t ld, Py_ssize_t lo,
+                           Py_ssize_t hi) noexcept nogil:
     """v (16, C, N * th * tw), rows ``ld`` apart, from x (N, C, h, w): B^T d
     B of the 4x4 tile at rows 2i - ph, columns 2j - pw of each plane."""
     cdef Py_ssize_t k_stride = c_count * ld
@@ -479,7 +576,7 @@ cdef void _input_tiles_3x3(const real* x, real* v, Py_ssize_t n_count, Py_ssize_
     cdef real t[16]
     cdef real buf[16 * BLOCK_3X3]
     cdef const real* src
-    for c in range(c_count):
+    for c in range(lo, hi):
         fill = 0
         done = 0
         for n in range(n_count):
@@ -505,7 +602,8 @@ cdef void _input_tiles_3x3(const real* x, real* v, Py_ssize_t n_count, Py_ssize_
 
 cdef void _output_tiles_3x3(const real* m, real* y, const real* bias, Py_ssize_t n_count,
                             Py_ssize_t o_count, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                            Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+                            Py_ssize_t tw, Py_ssize_t ld, Py_ssize_t lo,
+                            Py_ssize_t hi) noexcept nogil:
     """y (N, O, ho, wo) from m (16, O, N * th * tw), rows ``ld`` apart: A^T
     m A of each tile (its outputs beyond ho, wo dropped), plus bias[o] when
     bias is not NULL."""
@@ -516,7 +614,7 @@ cdef void _output_tiles_3x3(const real* m, real* y, const real* bias, Py_ssize_t
     cdef real buf[16 * BLOCK_3X3]
     cdef real b0
     cdef real* dst
-    for o in range(o_count):
+    for o in range(lo, hi):
         b0 = bias[o] if bias != NULL else 0
         n = 0
         i = 0
@@ -544,7 +642,8 @@ cdef void _output_tiles_3x3(const real* m, real* y, const real* bias, Py_ssize_t
 
 cdef void _gradient_tiles_3x3(const real* gy, real* g, Py_ssize_t n_count, Py_ssize_t o_count,
                               Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
-                              Py_ssize_t tw, Py_ssize_t ld) noexcept nogil:
+                              Py_ssize_t tw, Py_ssize_t ld, Py_ssize_t lo,
+                              Py_ssize_t hi) noexcept nogil:
     """g (16, O, N * th * tw), rows ``ld`` apart, from gy (N, O, ho, wo): A q
     A^T of each 2x2 block q of gy (zeros beyond ho, wo), the adjoint of
     ``_output_tiles``."""
@@ -554,7 +653,7 @@ cdef void _gradient_tiles_3x3(const real* gy, real* g, Py_ssize_t n_count, Py_ss
     cdef real t[8]
     cdef real buf[16 * BLOCK_3X3]
     cdef const real* src
-    for o in range(o_count):
+    for o in range(lo, hi):
         fill = 0
         done = 0
         for n in range(n_count):
@@ -598,13 +697,11 @@ def input_tiles_3x3(cnp.ndarray x, cnp.ndarray v, Py_ssize_t ph, Py_ssize_t pw):
     if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
+    cdef TileJob job = _tile_job(INPUT_3X3, t, x, v)
+    job.n, job.c, job.h, job.w, job.ph, job.pw = n, c, h, w, ph, pw
+    job.th, job.tw, job.ld = cth, ctw, ld
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            _input_tiles_3x3[float](<float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(v),
-                                    n, c, h, w, ph, pw, cth, ctw, ld)
-        else:
-            _input_tiles_3x3[double](<double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(v),
-                                     n, c, h, w, ph, pw, cth, ctw, ld)
+        _run_tiles(&job, _tile_threads(c, 16 * c * n * cth * ctw))
     return True
 
 
@@ -627,13 +724,11 @@ def output_tiles_3x3(cnp.ndarray m, cnp.ndarray y, object bias=None):
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     cdef void* pb = NULL if b is None else cnp.PyArray_DATA(b)
+    cdef TileJob job = _tile_job(OUTPUT_3X3, t, m, y)
+    job.bias = pb
+    job.n, job.c, job.h, job.w, job.th, job.tw, job.ld = n, o, ho, wo, cth, ctw, ld
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            _output_tiles_3x3[float](<float*>cnp.PyArray_DATA(m), <float*>cnp.PyArray_DATA(y),
-                                     <float*>pb, n, o, ho, wo, cth, ctw, ld)
-        else:
-            _output_tiles_3x3[double](<double*>cnp.PyArray_DATA(m), <double*>cnp.PyArray_DATA(y),
-                                      <double*>pb, n, o, ho, wo, cth, ctw, ld)
+        _run_tiles(&job, _tile_threads(o, 16 * o * n * cth * ctw))
     return True
 
 
@@ -650,11 +745,8 @@ def gradient_tiles_3x3(cnp.ndarray gy, cnp.ndarray g):
     if ld < 0:
         return False
     cdef Py_ssize_t cth = th, ctw = tw
+    cdef TileJob job = _tile_job(GRADIENT_3X3, t, gy, g)
+    job.n, job.c, job.h, job.w, job.th, job.tw, job.ld = n, o, ho, wo, cth, ctw, ld
     with nogil:
-        if t == cnp.NPY_FLOAT:
-            _gradient_tiles_3x3[float](<float*>cnp.PyArray_DATA(gy), <float*>cnp.PyArray_DATA(g),
-                                       n, o, ho, wo, cth, ctw, ld)
-        else:
-            _gradient_tiles_3x3[double](<double*>cnp.PyArray_DATA(gy),
-                                        <double*>cnp.PyArray_DATA(g), n, o, ho, wo, cth, ctw, ld)
+        _run_tiles(&job, _tile_threads(o, 16 * o * n * cth * ctw))
     return True
