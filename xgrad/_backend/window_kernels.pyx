@@ -17,6 +17,8 @@ from libc.string cimport memcpy, memset
 
 from xgrad._backend.native_kernels cimport pool_threads, run_chunks
 
+import numpy
+
 cdef extern from "select_loops.h" nogil:
     void xgrad_max_tap_f32_u8(const float* x, Py_ssize_t stride, float* y,
                               cnp.uint8_t* tap, cnp.uint8_t t, Py_ssize_t n)
@@ -205,6 +207,13 @@ cdef void _fill_small(const real* x, real* out, const Windows* g, Py_ssize_t c_l
 # workers costs microseconds; a column element 0.1-0.6 ns).
 
 DEF COLUMN_GRAIN = 65536
+# Each thread's share is cut into this many chunks, which the threads take
+# as they come (thread_pool.h): a worker that starts late (its core busy
+# with the BLAS's threads, which poll for a while after each GEMM) takes
+# fewer and the caller the rest, instead of the caller waiting for it.
+# (An 8x8 max_pool over 512 planes of 32x32, two threads: the caller waited
+# out a whole scheduler slice at times; 1.6x one thread's time.)
+DEF CHUNKS_A_THREAD = 4
 
 cdef enum ColumnKernel:
     FILL, FILL_SAME, FILL_SMALL, ADD_BACK, ADD_SMALL
@@ -259,7 +268,7 @@ cdef void _run_columns(ColumnJob* job) noexcept nogil:
         job.per_chunk = g.c_count
         _column_chunk(job, 0)
         return
-    job.per_chunk = (g.c_count + nt - 1) // nt
+    job.per_chunk = (g.c_count + nt * CHUNKS_A_THREAD - 1) // (nt * CHUNKS_A_THREAD)
     run_chunks(_column_chunk, job, (g.c_count + job.per_chunk - 1) // job.per_chunk)
 
 
@@ -612,26 +621,31 @@ cdef void _max_pool_2x2(const real* x, real* y, tap_t* taps, Py_ssize_t planes,
 
 
 cdef void _max_pool_scatter(const real* gy, const tap_t* taps, real* gx, Py_ssize_t planes,
-                            Py_ssize_t h, Py_ssize_t w, Py_ssize_t kw,
-                            Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                            Py_ssize_t h, Py_ssize_t w, const Py_ssize_t* rows,
+                            const Py_ssize_t* cols, Py_ssize_t sh, Py_ssize_t sw,
                             Py_ssize_t oh, Py_ssize_t ow, bint gather) noexcept nogil:
     """gather False: gx (zeroed) += gy at each maximum; True: gy[o] = gx at
-    o's maximum (0 in the padding)."""
-    cdef Py_ssize_t p, oy, ox, o, iy, ix, t
+    o's maximum (0 in the padding). rows[t], cols[t]: tap t's offsets from
+    a window's corner, less the padding (a table: a division per output
+    took as long as the rest)."""
+    cdef Py_ssize_t p, oy, ox, o, iy, ix, t, n = oh * ow, hw = h * w
+    cdef real* plane
+    cdef real* g
+    cdef const tap_t* tp
     for p in range(planes):
+        plane = gx + p * hw
+        g = <real*>gy + p * n
+        tp = taps + p * n
         for oy in range(oh):
             for ox in range(ow):
-                o = (p * oh + oy) * ow + ox
-                t = taps[o]
-                iy = oy * sh + t // kw - ph
-                ix = ox * sw + t % kw - pw
-                if 0 <= iy < h and 0 <= ix < w:
-                    if gather:
-                        (<real*>gy)[o] = gx[(p * h + iy) * w + ix]
-                    else:
-                        gx[(p * h + iy) * w + ix] += gy[o]
-                elif gather:
-                    (<real*>gy)[o] = 0
+                o = oy * ow + ox
+                t = tp[o]
+                iy = oy * sh + rows[t]
+                ix = ox * sw + cols[t]
+                if gather:
+                    g[o] = plane[iy * w + ix] if 0 <= iy < h and 0 <= ix < w else 0
+                elif 0 <= iy < h and 0 <= ix < w:
+                    plane[iy * w + ix] += g[o]
 
 
 # -- Pooling over the worker pool ------------------------------------------------
@@ -653,6 +667,7 @@ cdef struct PoolJob:
     void* x  # the input side (N, C, h, w): x, or gx for the gradients
     void* y  # the output side (N, C, oh, ow): y, or gy
     void* taps
+    const Py_ssize_t* offsets  # max_pool's scatter: the taps' rows, then columns
     const double* counts
     double count
     Py_ssize_t planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow, per_chunk
@@ -688,11 +703,12 @@ cdef void _pool_planes(PoolJob* j, real* x, real* y, Py_ssize_t p0,
     elif j.kernel == MAX_POOL_SCATTER:
         if j.u8:
             _max_pool_scatter(<const real*>y, <const cnp.uint8_t*>j.taps + p0 * out, x, count,
-                              j.h, j.w, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow, j.gather)
+                              j.h, j.w, j.offsets, j.offsets + j.kh * j.kw, j.sh, j.sw, j.oh,
+                              j.ow, j.gather)
         else:
-            _max_pool_scatter(<const real*>y, <const cnp.uint16_t*>j.taps + p0 * out, x,
-                              count, j.h, j.w, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow,
-                              j.gather)
+            _max_pool_scatter(<const real*>y, <const cnp.uint16_t*>j.taps + p0 * out, x, count,
+                              j.h, j.w, j.offsets, j.offsets + j.kh * j.kw, j.sh, j.sw, j.oh,
+                              j.ow, j.gather)
     elif j.kernel == AVERAGE_POOL:
         _average_pool(<const real*>x, y, j.counts, j.count, count, j.h, j.w, j.kh, j.kw,
                       j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
@@ -720,7 +736,7 @@ cdef void _run_pool(PoolJob* job) noexcept nogil:
         job.per_chunk = job.planes
         _pool_chunk(job, 0)
         return
-    job.per_chunk = (job.planes + nt - 1) // nt
+    job.per_chunk = (job.planes + nt * CHUNKS_A_THREAD - 1) // (nt * CHUNKS_A_THREAD)
     run_chunks(_pool_chunk, job, (job.planes + job.per_chunk - 1) // job.per_chunk)
 
 
@@ -772,13 +788,22 @@ def max_pool_2d_scatter(cnp.ndarray gy, cnp.ndarray taps, cnp.ndarray gx, tuple 
     cdef Py_ssize_t planes = cnp.PyArray_DIM(gx, 0) * cnp.PyArray_DIM(gx, 1)
     cdef Py_ssize_t h = cnp.PyArray_DIM(gx, 2), w = cnp.PyArray_DIM(gx, 3)
     cdef Py_ssize_t oh = cnp.PyArray_DIM(gy, 2), ow = cnp.PyArray_DIM(gy, 3)
-    cdef Py_ssize_t kw = ksize[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t kh = ksize[0], kw = ksize[1], sh = stride[0], sw = stride[1]
     cdef Py_ssize_t ph = pad[0], pw = pad[1]
+    if kh * kw > (256 if cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8 else 65536):
+        return False
     cdef void* pt = cnp.PyArray_DATA(taps)
     cdef bint u8 = cnp.PyArray_TYPE(taps) == cnp.NPY_UINT8
-    cdef PoolJob job = _pool_job(MAX_POOL_SCATTER, gx, gy, planes, h, w, 0, kw, sh, sw, ph, pw,
-                                 oh, ow)
+    cdef PoolJob job = _pool_job(MAX_POOL_SCATTER, gx, gy, planes, h, w, kh, kw, sh, sw, ph,
+                                 pw, oh, ow)
     job.taps, job.u8, job.gather = pt, u8, gather
+    cdef cnp.ndarray offsets = numpy.empty(2 * kh * kw, numpy.intp)
+    cdef Py_ssize_t* table = <Py_ssize_t*>cnp.PyArray_DATA(offsets)
+    cdef Py_ssize_t t
+    for t in range(kh * kw):
+        table[t] = t // kw - ph
+        table[kh * kw + t] = t % kw - pw
+    job.offsets = table
     with nogil:
         _run_pool(&job)
     return True

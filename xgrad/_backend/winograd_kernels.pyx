@@ -278,6 +278,8 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
 # many tile values a thread.
 
 DEF TILE_GRAIN = 32768
+# Each thread's share in this many chunks (see window_kernels.pyx).
+DEF CHUNKS_A_THREAD = 4
 
 cdef enum TileKernel:
     TILES, OUTPUT, INPUT_3X3, OUTPUT_3X3, GRADIENT_3X3
@@ -290,7 +292,7 @@ cdef struct TileJob:
     void* dst
     const void* mat  # TILES: the left matrix; OUTPUT: A^T
     const void* bias
-    void* scratch  # TILES: one zeroed plane a chunk, scratch_size elements apart
+    void* scratch  # TILES: one zeroed plane a chunk (_scratch_planes), scratch_size apart
     Py_ssize_t scratch_size
     Py_ssize_t a, side, m, n, c, h, w, ph, pw, th, tw, ld  # c: the channels split
     Py_ssize_t per_chunk
@@ -349,6 +351,11 @@ cdef Py_ssize_t _tile_threads(Py_ssize_t channels, Py_ssize_t values) noexcept n
     return nt if nt > 1 else 1
 
 
+cdef Py_ssize_t _scratch_planes(Py_ssize_t nt):
+    """How many zeroed planes _run_tiles' chunks need at most over nt threads."""
+    return nt * CHUNKS_A_THREAD if nt > 1 else 1
+
+
 cdef void _run_tiles(TileJob* job, Py_ssize_t nt) noexcept nogil:
     """Run ``job`` over its channels in ``nt`` chunks (one per thread)."""
     _follow_path()
@@ -356,7 +363,7 @@ cdef void _run_tiles(TileJob* job, Py_ssize_t nt) noexcept nogil:
         job.per_chunk = job.c
         _tile_chunk(job, 0)
         return
-    job.per_chunk = (job.c + nt - 1) // nt
+    job.per_chunk = (job.c + nt * CHUNKS_A_THREAD - 1) // (nt * CHUNKS_A_THREAD)
     run_chunks(_tile_chunk, job, (job.c + job.per_chunk - 1) // job.per_chunk)
 
 
@@ -445,8 +452,9 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
     job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, a, m, n, c, h, w
     job.ph, job.pw, job.th, job.tw, job.ld = ph, pw, cth, ctw, ld
     cdef Py_ssize_t nt = _tile_threads(c, a * a * c * n * cth * ctw)
-    cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype, nt)
-    job.scratch, job.scratch_size = cnp.PyArray_DATA(padded), padded.shape[0] // nt
+    cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype, _scratch_planes(nt))
+    job.scratch = cnp.PyArray_DATA(padded)
+    job.scratch_size = padded.shape[0] // _scratch_planes(nt)
     with nogil:
         _run_tiles(&job, nt)
     return True
@@ -509,8 +517,9 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, m, m, n, o, ho, wo
     job.th, job.tw, job.ld = cth, ctw, ld
     cdef Py_ssize_t nt = _tile_threads(o, a * a * o * n * cth * ctw)
-    cdef cnp.ndarray padded = _padded_plane(m, m, cth, ctw, gy.dtype, nt)
-    job.scratch, job.scratch_size = cnp.PyArray_DATA(padded), padded.shape[0] // nt
+    cdef cnp.ndarray padded = _padded_plane(m, m, cth, ctw, gy.dtype, _scratch_planes(nt))
+    job.scratch = cnp.PyArray_DATA(padded)
+    job.scratch_size = padded.shape[0] // _scratch_planes(nt)
     with nogil:
         _run_tiles(&job, nt)
     return True
