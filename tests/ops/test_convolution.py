@@ -321,6 +321,30 @@ def test_float32_columns_in_padded_rows_match_the_references(monkeypatch, whole_
                                   numpy.vdot(ref(x64, v, **kw), gy64), rtol=1e-4)
 
 
+def test_conv_transpose_weight_gradient_reuses_the_input_gradients_columns(monkeypatch):
+    """conv_transpose's input gradient conv(gy, w) builds gy's columns, which
+    are its weight gradient's too: one im2col for both, and both gradients
+    still those of the references."""
+    calls = []
+    im2col = convolution.im2col_2d
+    monkeypatch.setattr(convolution, 'im2col_2d', lambda *a: calls.append(a[0].shape) or im2col(*a))
+    kw = dict(stride=2, pad=1)
+    x = _arr((3, 4, 5, 5), 1).require_grad()
+    w = _arr((4, 3, 3, 3), 2).require_grad()
+    y = xgrad.conv_transpose(x, w, **kw)
+    gy = _arr(y.shape, 3)
+    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
+    assert calls == [gy.shape]  # (the forward's col2im builds none)
+    numpy.testing.assert_allclose(gx.to_numpy(), _reference_conv(gy.to_numpy(), w.to_numpy(),
+                                                                 **kw), rtol=1e-12)
+    # <gw, v> = <conv_transpose(x, v), gy>
+    v = _data(w.shape, 4)
+    numpy.testing.assert_allclose(
+        numpy.vdot(gw.to_numpy(), v),
+        numpy.vdot(_reference_conv_transpose(x.to_numpy(), v, outsize=y.shape[2:], **kw),
+                   gy.to_numpy()), rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # PyTorch
 

@@ -9,6 +9,11 @@ than the matmul. Here each column row is written straight from the input,
 zeros where a window reaches into the padding, with contiguous runs copied
 as runs. Max and average pooling in NumPy make one (masked) pass per window
 tap; here it is one pass over the outputs.
+
+Every kernel works channel by channel (im2col's rows, col2im's planes) or
+plane by plane (pooling), so each splits its channels or planes over
+xgrad's worker pool (native_kernels), the same serial loop per channel:
+results are those of one thread, bit for bit.
 """
 
 cimport numpy as cnp

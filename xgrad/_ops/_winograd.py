@@ -309,7 +309,8 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None):
     th, tw = t.tile_counts(gy.shape[2:])
     du = numpy.zeros((values, o, c), work)
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
-    if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)):
+    if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)
+                              or tiles.chunks[0].dtype != work):
         tiles = None
     widest = chunks[0][1] * th * tw if chunks else 0
     flat_v = flat_g = None  # (rows padded: _gemm_layout)

@@ -272,9 +272,10 @@ def _native_col2im(x, geom):
 def _col2im_whole(xm, wt, geom, spatial, shape, work):
     """conv_transpose by GEMMs over batch ranges + the native col2im: xm
     (n, g, c/g, L) the input (L positions of ``spatial``), wt (g, o/g *
-    prod(k), c/g) the weights; the output (n, o, oh, ow) of ``shape``. Each range is one GEMM: its samples
-    side by side, (g, c/g, m * L) @, so the columns come out in im2col_2d's
-    layout (o, kh, kw, m, h, w)."""
+    prod(k), c/g) the weights; the output (n, o, oh, ow) of ``shape``. Each
+    range (_spread_chunks) is one GEMM: its samples side by side, (g, c/g, m
+    * L), so the columns come out as im2col_2d's matrix (o kh kw, m h w),
+    written into rows padded as _gemm_layout pads them."""
     n, g, cg, ll = xm.shape
     o, kk = shape[1], _prod(geom.ksize)
     out = numpy.zeros(shape, work)
@@ -544,6 +545,8 @@ class _ConvLike(PyOp):
     in x), in w a ``_ConvGradWeight``, in b the sum of gy."""
 
     columns = None  # of x, kept by a forward conv for its weight gradient
+    # (conv's adjoint, conv_transpose, keeps none: the columns of conv's
+    # input gradient conv(gy, w) serve conv_transpose's weight gradient)
 
     def __init__(self, geom, outsize):
         self.geom = geom
@@ -557,12 +560,17 @@ class _ConvLike(PyOp):
         gy = gys[0]
         x, w = xs[:2]
         out = []
+        columns = self.columns
         for t in targets:
             if t == 0:
-                g = run(self.adjoint(x.shape[2:]), gy, w)
+                adjoint = self.adjoint(x.shape[2:])
+                g = run(adjoint, gy, w)
                 out.append(xp.cast(g, x.dtype))
+                # conv_transpose's input gradient is conv(gy, w), whose
+                # columns of gy are those its weight gradient needs
+                columns = adjoint.columns if adjoint.columns is not None else columns
             elif t == 1:
-                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype, self.columns)
+                grad_weight = _ConvGradWeight(self.geom, w.shape, w.dtype, columns)
                 out.append(run(grad_weight, *self.weight_grad_operands(x, gy)))
             else:
                 out.append(_bias_grad(xp, gy, xs[2]))
