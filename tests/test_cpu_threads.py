@@ -257,8 +257,8 @@ def test_winograd_tile_kernels_split_channels_like_one_thread(dtype, name, one_t
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('shape, ksize, stride, pad', [
-    ((8, 37, 32, 32), (3, 3), (2, 2), (1, 1)),  # rows of 16: the loop per row
-    ((64, 37, 8, 8), (3, 3), (2, 2), (1, 1)),  # rows of 4: blocks of planes
+    ((8, 37, 40, 40), (3, 3), (2, 2), (1, 1)),  # planes of 1,600: the loop per row
+    ((64, 37, 8, 8), (3, 3), (2, 2), (1, 1)),  # planes of 64: blocks of planes
     ((8, 37, 32, 32), (2, 2), (2, 2), (0, 0))])  # the unrolled 2x2
 def test_pooling_kernels_split_planes_like_one_thread(dtype, shape, ksize, stride, pad,
                                                       one_thread_then_all):

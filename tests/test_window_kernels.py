@@ -154,9 +154,9 @@ POOLS = [  # ksize, stride, pad, cover_all
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('ksize, stride, pad, cover_all', POOLS)
 # (the second: 145 planes, more than one block of the kernel's planes-first
-# loop for rows shorter than 8, and a partial last block; 16x16 rows of 8
-# and more take the loop per row)
-@pytest.mark.parametrize('shape', [(2, 3, 7, 6), (5, 29, 5, 4), (2, 3, 16, 17)])
+# loop, and a partial last block; planes of more than 1,024 elements, the
+# third, take the loop per output row)
+@pytest.mark.parametrize('shape', [(2, 3, 7, 6), (5, 29, 5, 4), (2, 3, 33, 34)])
 def test_native_max_pool_matches_the_numpy_path(monkeypatch, dtype, ksize, stride, pad,
                                                 cover_all, shape):
     """Values, tie-breaking (first tap), NaN, -inf padding, the gradient and
