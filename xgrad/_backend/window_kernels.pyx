@@ -233,33 +233,31 @@ cdef struct ColumnJob:
     Py_ssize_t per_chunk  # channels a chunk
 
 
+cdef void _column_range(ColumnJob* job, real* dst, Py_ssize_t lo,
+                        Py_ssize_t hi) noexcept nogil:
+    """The job's kernel on channels lo..hi (``dst`` its output, typed)."""
+    cdef const real* src = <const real*>job.src
+    cdef int k = job.kernel
+    if k == FILL:
+        _fill(src, dst, &job.g, lo, hi)
+    elif k == FILL_SAME:
+        _fill_same(src, dst, &job.g, lo, hi)
+    elif k == FILL_SMALL:
+        _fill_small(src, dst, &job.g, lo, hi)
+    elif k == ADD_BACK:
+        _add_back(src, dst, &job.g, lo, hi)
+    else:
+        _add_small(src, dst, &job.g, lo, hi)
+
+
 cdef void _column_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
     cdef ColumnJob* job = <ColumnJob*>ctx
     cdef Py_ssize_t lo = chunk * job.per_chunk
     cdef Py_ssize_t hi = min(lo + job.per_chunk, job.g.c_count)
-    cdef int k = job.kernel
     if job.f32:
-        if k == FILL:
-            _fill[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
-        elif k == FILL_SAME:
-            _fill_same[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
-        elif k == FILL_SMALL:
-            _fill_small[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
-        elif k == ADD_BACK:
-            _add_back[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
-        else:
-            _add_small[float](<const float*>job.src, <float*>job.dst, &job.g, lo, hi)
+        _column_range(job, <float*>job.dst, lo, hi)
     else:
-        if k == FILL:
-            _fill[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
-        elif k == FILL_SAME:
-            _fill_same[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
-        elif k == FILL_SMALL:
-            _fill_small[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
-        elif k == ADD_BACK:
-            _add_back[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
-        else:
-            _add_small[double](<const double*>job.src, <double*>job.dst, &job.g, lo, hi)
+        _column_range(job, <double*>job.dst, lo, hi)
 
 
 cdef void _run_columns(ColumnJob* job) noexcept nogil:

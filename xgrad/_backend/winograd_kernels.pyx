@@ -298,49 +298,35 @@ cdef struct TileJob:
     Py_ssize_t per_chunk
 
 
+cdef void _tile_range(TileJob* j, real* dst, Py_ssize_t chunk, Py_ssize_t lo,
+                     Py_ssize_t hi) noexcept nogil:
+    """The job's kernel on channels lo..hi (``dst`` its output, typed)."""
+    cdef const real* src = <const real*>j.src
+    cdef const real* mat = <const real*>j.mat
+    cdef const real* bias = <const real*>j.bias
+    cdef int k = j.kernel
+    if k == TILES:
+        _tiles(src, dst, mat, j.a, j.side, j.m, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw,
+               <real*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
+    elif k == OUTPUT:
+        _output_tiles(src, dst, mat, j.a, j.m, bias, j.n, j.c, j.h, j.w, j.th, j.tw, j.ld, lo,
+                      hi)
+    elif k == INPUT_3X3:
+        _input_tiles_3x3(src, dst, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw, j.ld, lo, hi)
+    elif k == OUTPUT_3X3:
+        _output_tiles_3x3(src, dst, bias, j.n, j.c, j.h, j.w, j.th, j.tw, j.ld, lo, hi)
+    else:
+        _gradient_tiles_3x3(src, dst, j.n, j.c, j.h, j.w, j.th, j.tw, j.ld, lo, hi)
+
+
 cdef void _tile_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
     cdef TileJob* j = <TileJob*>ctx
     cdef Py_ssize_t lo = chunk * j.per_chunk
     cdef Py_ssize_t hi = min(lo + j.per_chunk, j.c)
-    cdef int k = j.kernel
     if j.f32:
-        if k == TILES:
-            _tiles[float](<const float*>j.src, <float*>j.dst, <const float*>j.mat, j.a, j.side,
-                          j.m, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw,
-                          <float*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
-        elif k == OUTPUT:
-            _output_tiles[float](<const float*>j.src, <float*>j.dst, <const float*>j.mat, j.a,
-                                 j.m, <const float*>j.bias, j.n, j.c, j.h, j.w, j.th, j.tw,
-                                 j.ld, lo, hi)
-        elif k == INPUT_3X3:
-            _input_tiles_3x3[float](<const float*>j.src, <float*>j.dst, j.n, j.c, j.h, j.w,
-                                    j.ph, j.pw, j.th, j.tw, j.ld, lo, hi)
-        elif k == OUTPUT_3X3:
-            _output_tiles_3x3[float](<const float*>j.src, <float*>j.dst,
-                                     <const float*>j.bias, j.n, j.c, j.h, j.w, j.th, j.tw,
-                                     j.ld, lo, hi)
-        else:
-            _gradient_tiles_3x3[float](<const float*>j.src, <float*>j.dst, j.n, j.c, j.h, j.w,
-                                       j.th, j.tw, j.ld, lo, hi)
+        _tile_range(j, <float*>j.dst, chunk, lo, hi)
     else:
-        if k == TILES:
-            _tiles[double](<const double*>j.src, <double*>j.dst, <const double*>j.mat, j.a,
-                           j.side, j.m, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw,
-                           <double*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
-        elif k == OUTPUT:
-            _output_tiles[double](<const double*>j.src, <double*>j.dst, <const double*>j.mat,
-                                  j.a, j.m, <const double*>j.bias, j.n, j.c, j.h, j.w, j.th,
-                                  j.tw, j.ld, lo, hi)
-        elif k == INPUT_3X3:
-            _input_tiles_3x3[double](<const double*>j.src, <double*>j.dst, j.n, j.c, j.h, j.w,
-                                     j.ph, j.pw, j.th, j.tw, j.ld, lo, hi)
-        elif k == OUTPUT_3X3:
-            _output_tiles_3x3[double](<const double*>j.src, <double*>j.dst,
-                                      <const double*>j.bias, j.n, j.c, j.h, j.w, j.th, j.tw,
-                                      j.ld, lo, hi)
-        else:
-            _gradient_tiles_3x3[double](<const double*>j.src, <double*>j.dst, j.n, j.c, j.h,
-                                        j.w, j.th, j.tw, j.ld, lo, hi)
+        _tile_range(j, <double*>j.dst, chunk, lo, hi)
 
 
 cdef Py_ssize_t _tile_threads(Py_ssize_t channels, Py_ssize_t values) noexcept nogil:

@@ -310,7 +310,7 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None):
     du = numpy.zeros((values, o, c), work)
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
     if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)
-                              or tiles.chunks[0].dtype != work):
+                              or any(v.dtype != work for v in tiles.chunks)):
         tiles = None
     widest = chunks[0][1] * th * tw if chunks else 0
     flat_v = flat_g = None  # (rows padded: _gemm_layout)
