@@ -276,3 +276,40 @@ def test_native_im2col_same_size_on_small_images(shape, ksize, pad):
     got = numpy.full(want.shape, numpy.nan, numpy.float32)
     assert im2col_2d(x, got, ksize, (1, 1), pad, (1, 1), outsize)
     numpy.testing.assert_array_equal(got, want)
+
+
+# Strided windows over rows of 8 or more outputs take the phases (im2col
+# splits each plane into its stride-by-stride phases and copies each tap's
+# block from one of them): odd and even sizes, padding on one axis, a tap
+# reaching past the phases' end (cover_all), dilation, strides that differ
+# per axis, and 2x2 windows with stride 2 (one tap a phase: the row loop).
+STRIDED = [  # shape, ksize, stride, pad, dilate, cover_all
+    ((2, 3, 16, 16), (5, 5), (2, 2), (2, 2), (1, 1), False),
+    ((2, 3, 21, 19), (5, 5), (2, 2), (2, 2), (1, 1), False),
+    ((2, 2, 20, 33), (3, 3), (2, 2), (1, 0), (1, 1), True),
+    ((1, 2, 27, 25), (3, 3), (3, 3), (1, 1), (1, 1), True),
+    ((2, 2, 24, 30), (3, 5), (2, 3), (2, 1), (2, 2), False),
+    ((2, 2, 9, 40), (3, 3), (1, 2), (1, 1), (1, 1), False),
+    ((2, 2, 18, 18), (4, 4), (2, 2), (1, 1), (1, 1), False),
+    ((2, 2, 18, 18), (2, 2), (2, 2), (0, 0), (1, 1), False),
+]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape, ksize, stride, pad, dilate, cover_all', STRIDED)
+def test_native_im2col_of_strided_windows(dtype, shape, ksize, stride, pad, dilate, cover_all):
+    x = numpy.random.default_rng(6).standard_normal(shape).astype(dtype)
+    geom = C.Geometry(ksize, stride, pad, dilate, 1)
+    outsize = tuple(C.out_size(n, k, s, p, d, cover_all)
+                    for n, k, s, p, d in zip(shape[2:], ksize, stride, pad, dilate))
+    assert outsize[1] >= 8  # (narrower rows take the tables)
+    want = _numpy_columns(x, geom, outsize)
+    got = numpy.full(want.shape, numpy.nan, dtype)
+    assert im2col_2d(x, got, ksize, stride, pad, dilate, outsize)
+    numpy.testing.assert_array_equal(got, want)  # (copies: exact)
+    wide = numpy.full((shape[1] * ksize[0] * ksize[1], shape[0] * outsize[0] * outsize[1] + 5),
+                      7.0, dtype)
+    rows = wide[:, :-5]  # the matrix with padded rows (_gemm_layout's)
+    assert im2col_2d(x, rows, ksize, stride, pad, dilate, outsize)
+    numpy.testing.assert_array_equal(rows, want.reshape(rows.shape))
+    assert (wide[:, -5:] == 7.0).all()
