@@ -799,6 +799,7 @@ cdef enum PoolKernel:
 cdef struct PoolJob:
     int kernel
     bint f32, u8, gather
+    bint failed  # a chunk could not allocate its scratch (average_pool's gradient)
     void* x  # the input side (N, C, h, w): x, or gx for the gradients
     void* y  # the output side (N, C, oh, ow): y, or gy
     void* taps
@@ -848,8 +849,9 @@ cdef void _pool_planes(PoolJob* j, real* x, real* y, Py_ssize_t p0,
         _average_pool(<const real*>x, y, j.counts, j.count, count, j.h, j.w, j.kh, j.kw,
                       j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
     else:
-        _average_pool_grad(<const real*>y, x, j.counts, j.count, count, j.h, j.w, j.kh,
-                           j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow)
+        if not _average_pool_grad(<const real*>y, x, j.counts, j.count, count, j.h, j.w,
+                                  j.kh, j.kw, j.sh, j.sw, j.ph, j.pw, j.oh, j.ow):
+            j.failed = True
 
 
 cdef void _pool_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
@@ -1014,6 +1016,42 @@ cdef bint _average_pool_planes(const real* x, real* y, const double* counts, dou
     return True
 
 
+cdef inline void _quotients(const real* gy, real* q, Py_ssize_t stride, const double* counts,
+                            double count, Py_ssize_t n) noexcept nogil:
+    """q[l * stride] = gy[l] / count of output l, in gy's dtype (the count
+    cast first), as pooling.py's xp.divide(gy, count, dtype=...)."""
+    cdef Py_ssize_t l
+    for l in range(n):
+        q[l * stride] = gy[l] / <real>(counts[l] if counts != NULL else count)
+
+
+cdef void _spread(const real* q, real* gx, Py_ssize_t stride, Py_ssize_t nb,
+                         Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,
+                         Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                         Py_ssize_t oh, Py_ssize_t ow) noexcept nogil:
+    """gx += q over each window, tap by tap (col2im's order): q's value at
+    output position l and column b is q[l * stride + b], gx's at input
+    position k gx[k * stride + b], for b < nb (one plane: stride 1, nb 1;
+    a block of planes position-major: stride the block's width). Not
+    inline: inlined into both callers, the block's loop ran 10-25% slower."""
+    cdef Py_ssize_t i, j, oy, ox, iy, ix, b
+    cdef const real* src
+    cdef real* dst
+    for i in range(kh):
+        for j in range(kw):
+            for oy in range(oh):
+                iy = oy * sh + i - ph
+                if not 0 <= iy < h:
+                    continue
+                for ox in range(ow):
+                    ix = ox * sw + j - pw
+                    if 0 <= ix < w:
+                        dst = gx + (iy * w + ix) * stride
+                        src = q + (oy * ow + ox) * stride
+                        for b in range(nb):
+                            dst[b] += src[b]
+
+
 cdef bint _average_pool_grad_planes(const real* gy, real* gx, const double* counts,
                                     double count, Py_ssize_t planes, Py_ssize_t h,
                                     Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,
@@ -1021,21 +1059,18 @@ cdef bint _average_pool_grad_planes(const real* gy, real* gx, const double* coun
                                     Py_ssize_t pw, Py_ssize_t oh,
                                     Py_ssize_t ow) noexcept nogil:
     """``_average_pool_grad`` across a block of planes at a time, for
-    overlapping windows: gx's and gy / count's planes turned position-major,
-    each tap's adds one loop across the planes, in the same order (tap by
-    tap, from gx's value), then gx turned back: the same result, bit for
-    bit. One thread: 3x3 stride 1 on 32x32, (8, 64): 3.73 -> 1.48 ms.
-    Windows that do not overlap (2x2 stride 2) add each element once, and
-    there the three transposing copies cost more than they save (16x16:
-    0.86 -> 1.49 ms), so they keep the loop per plane. False (nothing
-    written) when the scratch cannot be allocated."""
+    overlapping windows: gx's and gy / count's planes turned position-major, each
+    tap's adds one loop across the planes, in the same order (tap by tap,
+    from gx's value), then gx turned back: the same result, bit for bit.
+    One thread: 3x3 stride 1 on 32x32, (8, 64): 3.73 -> 1.48 ms. Windows
+    that do not overlap (2x2 stride 2) add each element once, and there the
+    three transposing copies cost more than they save (16x16: 0.86 -> 1.49
+    ms), so they keep the loop per plane. False (nothing written) when the
+    scratch cannot be allocated."""
     cdef Py_ssize_t hw = h * w, n = oh * ow, bs = _block_planes(hw + n, sizeof(real))
-    cdef Py_ssize_t p0, nb, b, k, l, oy, ox, i, j, iy, ix
+    cdef Py_ssize_t p0, nb, b, k, l
     cdef real* gxt = <real*>malloc((hw + n) * bs * sizeof(real))
     cdef real* qt = gxt + hw * bs
-    cdef const real* src
-    cdef real* dst
-    cdef real d
     if gxt == NULL:
         return False
     p0 = 0
@@ -1044,22 +1079,8 @@ cdef bint _average_pool_grad_planes(const real* gy, real* gx, const double* coun
         for b in range(nb):
             for k in range(hw):
                 gxt[k * bs + b] = gx[(p0 + b) * hw + k]
-            for l in range(n):  # gy / count in gy's dtype, as the loop per plane
-                d = <real>(counts[l] if counts != NULL else count)
-                qt[l * bs + b] = gy[(p0 + b) * n + l] / d
-        for i in range(kh):
-            for j in range(kw):
-                for oy in range(oh):
-                    iy = oy * sh + i - ph
-                    if not 0 <= iy < h:
-                        continue
-                    for ox in range(ow):
-                        ix = ox * sw + j - pw
-                        if 0 <= ix < w:
-                            dst = gxt + (iy * w + ix) * bs
-                            src = qt + (oy * ow + ox) * bs
-                            for b in range(nb):
-                                dst[b] += src[b]
+            _quotients(gy + (p0 + b) * n, qt + b, bs, counts, count, n)
+        _spread(qt, gxt, bs, nb, h, w, kh, kw, sh, sw, ph, pw, oh, ow)
         for b in range(nb):
             for k in range(hw):
                 gx[(p0 + b) * hw + k] = gxt[k * bs + b]
@@ -1096,44 +1117,29 @@ cdef void _average_pool(const real* x, real* y, const double* counts, double cou
                     <double>s / (counts[oy * ow + ox] if counts != NULL else count))
 
 
-cdef void _average_pool_grad(const real* gy, real* gx, const double* counts, double count,
+cdef bint _average_pool_grad(const real* gy, real* gx, const double* counts, double count,
                              Py_ssize_t planes, Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh,
                              Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
                              Py_ssize_t pw, Py_ssize_t oh, Py_ssize_t ow) noexcept nogil:
-    """gx (zeroed) += gy / count over each window, tap by tap (col2im's order).
-    Each plane's quotients gy / count are computed once, not at every tap
-    that spreads them (with per-output counts the division per tap took
-    1.7x the time of 2x2 stride 2 on 16x16)."""
-    cdef Py_ssize_t p, oy, ox, i, j, iy, ix, l, n = oh * ow
-    cdef real* plane
-    cdef const real* g
+    """gx (zeroed) += gy / count over each window, tap by tap (col2im's
+    order). Each plane's quotients are computed once, not at every tap that
+    spreads them (with per-output counts the division per tap took 1.7x the
+    time of 2x2 stride 2 on 16x16). False when their buffer cannot be
+    allocated (nothing written)."""
+    cdef Py_ssize_t p, n = oh * ow
     cdef real* q
     if (h * w <= PLANES_MAX_AREA and planes > 1 and (kh > sh or kw > sw)
             and _average_pool_grad_planes(gy, gx, counts, count, planes, h, w, kh, kw, sh, sw,
                                           ph, pw, oh, ow)):
-        return
+        return True
     q = <real*>malloc(n * sizeof(real))
+    if q == NULL:
+        return False
     for p in range(planes):
-        plane = gx + p * h * w
-        g = gy + p * n
-        if q != NULL:
-            for l in range(n):
-                # gy / count in gy's dtype (the count cast first), as
-                # pooling.py's xp.divide(gy, count, dtype=...)
-                q[l] = g[l] / <real>(counts[l] if counts != NULL else count)
-        for i in range(kh):
-            for j in range(kw):
-                for oy in range(oh):
-                    iy = oy * sh + i - ph
-                    if not 0 <= iy < h:
-                        continue
-                    for ox in range(ow):
-                        ix = ox * sw + j - pw
-                        if 0 <= ix < w:
-                            l = oy * ow + ox
-                            plane[iy * w + ix] += q[l] if q != NULL else g[l] / <real>(
-                                counts[l] if counts != NULL else count)
+        _quotients(gy + p * n, q, 1, counts, count, n)
+        _spread(q, gx + p * h * w, 1, 1, h, w, kh, kw, sh, sw, ph, pw, oh, ow)
     free(q)
+    return True
 
 
 cdef bint _average_operands(cnp.ndarray a, cnp.ndarray b, object counts):
@@ -1174,4 +1180,7 @@ def average_pool_2d(cnp.ndarray x, cnp.ndarray y, object counts, double count, t
     job.counts, job.count = pc, count
     with nogil:
         _run_pool(&job)
+    if job.failed:
+        raise MemoryError('average_pool_2d: no memory for the quotients of the gradient '
+                          '({} outputs a plane)'.format(oh * ow))
     return True
