@@ -20,6 +20,7 @@ MODULES = [
     'xgrad._dtypes',
     'xgrad._backend.window_kernels',
     'xgrad._backend.winograd_kernels',
+    'xgrad._backend.gemm_kernels',
     'xgrad._context',
     'xgrad._graph',
     'xgrad._array',

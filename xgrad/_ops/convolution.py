@@ -38,6 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
 from xgrad._backend import cuda
+from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args, _gemm_layout, _polyphase, _winograd
 from xgrad._ops._linear import run
@@ -174,6 +175,18 @@ _WHOLE_BATCH_ELEMENTS = 1 << 22
 # on 4x4 with 16 samples a chunk: 80 columns, 1.04x the whole batch's time).
 _SPREAD_ELEMENTS = 1 << 19
 _MIN_SPREAD_COLUMNS = 256
+# float32 products of one channel group go to xgrad's own GEMM
+# (gemm_kernels.sgemm) where the BLAS runs them below its rate: the forward
+# W cols (M = the output channels, 16-256), the input gradient's columns W^T
+# gy (K = the output channels) and the weight gradient cols gy^T (N = the
+# output channels). One thread, GFLOP/s OpenBLAS -> ours, (O, C k k, N L):
+# (32, 400, 4096) forward 86 -> 104, input gradient 61 -> 93, weight
+# gradient 89 -> 105; (64, 1600, 256) 100 -> 113, 99 -> 100, 99 -> 112;
+# (256, 6400, 64) 94 -> 110, 94 -> 91, 99 -> 103. Not the weight gradient
+# of fewer than _OWN_GEMM_MIN_COLUMNS output channels: its result has fewer
+# columns than the AVX-512 kernel's 32 ((16, 144, 4096): 73 -> 50). Other
+# dtypes, channel groups and machines without AVX2 keep the BLAS.
+_OWN_GEMM_MIN_COLUMNS = 32
 
 
 def _chunks(n, per_sample):
@@ -286,7 +299,8 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
         m = hi - lo
         rhs = xm[lo:hi].transpose(1, 2, 0, 3).reshape(g, cg, m * ll)  # a copy unless m == 1
         cols = _gemm_layout.padded(flat, (o * kk, m * ll))
-        numpy.matmul(wt, rhs, out=cols.reshape(g, o // g * kk, m * ll))
+        if g > 1 or not sgemm(wt[0], rhs[0], cols):
+            numpy.matmul(wt, rhs, out=cols.reshape(g, o // g * kk, m * ll))
         if not col2im_2d(cols, out[lo:hi], tuple(geom.ksize), tuple(geom.stride),
                          tuple(geom.pad), tuple(geom.dilate), tuple(spatial)):
             raise RuntimeError('col2im_2d refused {} {}'.format(shape, geom))
@@ -399,11 +413,15 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         chunks += 1
         if hi - lo == 1:
-            xp.matmul(wm, cols, out=y[lo])
+            if g > 1 or not sgemm(wm[0], cols[0], y[lo, 0]):
+                xp.matmul(wm, cols, out=y[lo])
             if bias is not None:
                 y[lo] += bias
         else:  # columns are (.., sample, position): put the samples first
-            part = xp.matmul(wm, cols).reshape(g, o // g, hi - lo, _prod(outsize))
+            part = xp.empty((g, o // g, cols.shape[2]), work)
+            if g > 1 or not sgemm(wm[0], cols[0], part[0]):
+                xp.matmul(wm, cols, out=part)
+            part = part.reshape(g, o // g, hi - lo, _prod(outsize))
             if bias is None:
                 y[lo:hi] = part.transpose(2, 0, 1, 3)
             else:  # the transposing copy and the bias add in one pass
@@ -521,7 +539,9 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     for lo, hi, cols in chunks:
         rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
         if windows_first:
-            gw += xp.matmul(cols, rows.swapaxes(1, 2))
+            if not (g == 1 and og >= _OWN_GEMM_MIN_COLUMNS
+                    and sgemm(cols[0], rows[0].T, gw[0], accumulate=True)):
+                gw += xp.matmul(cols, rows.swapaxes(1, 2))
         else:
             gw += xp.matmul(rows, cols.swapaxes(1, 2))
     if windows_first:

@@ -1,0 +1,160 @@
+"""xgrad's own float32 GEMM (xgrad/_backend/sgemm.h, gemm_kernels.sgemm).
+
+Every dispatch path this CPU runs is selected in turn: AVX-512 and AVX2
+have micro-kernels (8 x 32 and 6 x 16), the SSE2 baseline has none and
+``sgemm`` must then decline (return False, write nothing) so that callers
+use the BLAS. Products are compared with float64 ones at shapes around
+every edge the blocking has: partial row and column tiles, depths past one
+KC block (256), widths past one NC block (1024), A read in place (rows
+contiguous, at most 256 columns) or packed, B read in place (rows
+contiguous, at most 64 rows) or packed, transposed and padded operands,
+stacks of products, and accumulation.
+"""
+
+import numpy
+import pytest
+
+from xgrad._backend import gemm_kernels, native_kernels as K
+
+SHAPES = [  # (m, k, n)
+    (1, 1, 1), (7, 3, 9), (8, 5, 32), (6, 16, 16), (9, 17, 33), (33, 17, 100),
+    (64, 255, 31), (65, 257, 257), (20, 300, 200), (17, 600, 250), (3, 40, 1100),
+    (128, 520, 96), (130, 70, 1030), (256, 6, 64),
+]
+
+
+@pytest.fixture(params=K.cpu_paths())
+def path(request):
+    before = K.cpu_path()
+    K._select_cpu_path(request.param)
+    yield request.param
+    K._select_cpu_path(before)
+
+
+def _operand(rng, shape, layout):
+    """A float32 matrix of ``shape`` laid out as ``layout`` says: 'c'
+    contiguous, 't' the transpose of a contiguous array, 'p' rows padded."""
+    if layout == 't':
+        return numpy.ascontiguousarray(rng.standard_normal(shape[::-1], dtype=numpy.float32)).T
+    if layout == 'p':
+        flat = numpy.full((shape[0], shape[1] + 16), numpy.nan, numpy.float32)
+        view = flat[:, :shape[1]]
+        view[...] = rng.standard_normal(shape, dtype=numpy.float32)
+        return view
+    return rng.standard_normal(shape, dtype=numpy.float32)
+
+
+def _check(a, b, out, expected):
+    # each result is a sum of k float32 products: compare with a bound on
+    # the rounding of such a sum (k ulps of the sum of magnitudes)
+    k = a.shape[-1]
+    scale = numpy.abs(a.astype(numpy.float64)) @ numpy.abs(b.astype(numpy.float64))
+    bound = (k + 2) * numpy.finfo(numpy.float32).eps * scale + 1e-30
+    assert numpy.all(numpy.abs(out - expected) <= bound)
+
+
+@pytest.mark.parametrize('m,k,n', SHAPES)
+@pytest.mark.parametrize('layouts', ['cc', 'tc', 'ct', 'tt', 'pp'])
+def test_products_match_float64(path, m, k, n, layouts):
+    rng = numpy.random.default_rng(m * 1000 + k * 10 + n)
+    a = _operand(rng, (m, k), layouts[0])
+    b = _operand(rng, (k, n), layouts[1])
+    out = numpy.full((m, n), numpy.nan, numpy.float32)
+    done = gemm_kernels.sgemm(a, b, out)
+    if not gemm_kernels.available():
+        assert path == 'sse2' and done is False
+        assert numpy.isnan(out).all()  # nothing written
+        return
+    assert done is True
+    _check(a, b, out, a.astype(numpy.float64) @ b.astype(numpy.float64))
+
+
+@pytest.mark.parametrize('m,k,n', [(9, 17, 33), (65, 300, 40), (20, 600, 1100)])
+def test_accumulate_adds_to_out(path, m, k, n):
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    rng = numpy.random.default_rng(1)
+    a, b = _operand(rng, (m, k), 'c'), _operand(rng, (k, n), 't')
+    start = rng.standard_normal((m, n), dtype=numpy.float32)
+    out = start.copy()
+    assert gemm_kernels.sgemm(a, b, out, accumulate=True)
+    _check(a, b, out, start + a.astype(numpy.float64) @ b.astype(numpy.float64))
+
+
+def test_into_padded_rows_leaves_the_padding(path):
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    rng = numpy.random.default_rng(2)
+    a, b = _operand(rng, (13, 70), 'c'), _operand(rng, (70, 45), 'c')
+    flat = numpy.full((13, 64), -7.0, numpy.float32)
+    assert gemm_kernels.sgemm(a, b, flat[:, :45])
+    assert (flat[:, 45:] == -7.0).all()
+    _check(a, b, flat[:, :45], a.astype(numpy.float64) @ b.astype(numpy.float64))
+
+
+def test_stacks_of_products(path):
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    rng = numpy.random.default_rng(3)
+    a = rng.standard_normal((5, 33, 17), dtype=numpy.float32)
+    b = rng.standard_normal((5, 100, 17), dtype=numpy.float32).transpose(0, 2, 1)
+    out = numpy.empty((5, 33, 100), numpy.float32)
+    assert gemm_kernels.sgemm(a, b, out)
+    _check(a, b, out, a.astype(numpy.float64) @ b.astype(numpy.float64))
+
+
+def test_empty_depth_gives_zeros_or_keeps_out(path):
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    a, b = numpy.empty((4, 0), numpy.float32), numpy.empty((0, 6), numpy.float32)
+    out = numpy.ones((4, 6), numpy.float32)
+    assert gemm_kernels.sgemm(a, b, out, accumulate=True)
+    assert (out == 1).all()
+    assert gemm_kernels.sgemm(a, b, out)
+    assert (out == 0).all()
+
+
+def test_declines_what_it_does_not_run(path):
+    rng = numpy.random.default_rng(4)
+    a, b = _operand(rng, (8, 8), 'c'), _operand(rng, (8, 8), 'c')
+    out = numpy.zeros((8, 8), numpy.float32)
+    assert gemm_kernels.sgemm(a.astype(numpy.float64), b, out) is False  # another dtype
+    assert gemm_kernels.sgemm(a, b, numpy.zeros((8, 16), numpy.float32)[:, ::2]) is False
+    assert gemm_kernels.sgemm(a[::-1], b, out) is False  # a negative stride
+    assert gemm_kernels.sgemm(a, b, [[0.0] * 8] * 8) is False  # not an array
+    readonly = numpy.zeros((8, 8), numpy.float32)
+    readonly.flags.writeable = False
+    assert gemm_kernels.sgemm(a, b, readonly) is False
+    assert (out == 0).all()
+
+
+def test_mismatched_shapes_are_an_error(path):
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    a = numpy.zeros((3, 4), numpy.float32)
+    with pytest.raises(ValueError, match='do not match'):
+        gemm_kernels.sgemm(a, numpy.zeros((5, 2), numpy.float32),
+                           numpy.zeros((3, 2), numpy.float32))
+    with pytest.raises(ValueError, match='do not match'):
+        gemm_kernels.sgemm(a, numpy.zeros((4, 2), numpy.float32),
+                           numpy.zeros((3, 3), numpy.float32))
+
+
+def test_split_over_threads_matches_one_thread(path):
+    """A product large enough to be split (by columns, or by rows when it is
+    narrow) gives the same values as on one thread: each result is summed by
+    one thread, in the same order."""
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    rng = numpy.random.default_rng(5)
+    for m, k, n in [(64, 512, 2048), (512, 512, 40)]:
+        a, b = _operand(rng, (m, k), 'c'), _operand(rng, (k, n), 'c')
+        split = numpy.empty((m, n), numpy.float32)
+        alone = numpy.empty((m, n), numpy.float32)
+        assert gemm_kernels.sgemm(a, b, split)
+        K.set_thread_limit(1)
+        try:
+            assert gemm_kernels.sgemm(a, b, alone)
+        finally:
+            K.set_thread_limit(0)
+        assert numpy.array_equal(split, alone)

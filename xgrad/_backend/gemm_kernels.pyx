@@ -1,0 +1,163 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""xgrad's float32 GEMM (sgemm.h), split over the worker pool.
+
+``sgemm(a, b, out)`` computes out = a @ b (or out += a @ b) for 2-D float32
+NumPy arrays of any strides, and returns False, touching nothing, where it
+does not run: another dtype, the SSE2 path (no micro-kernel: the BLAS is
+faster there), or an ``out`` whose rows are not contiguous. Callers then
+use the BLAS. The convolution products that OpenBLAS runs slowly take it
+(xgrad/_ops/convolution.py says which).
+"""
+
+cimport numpy as cnp
+
+from xgrad._backend.native_kernels cimport pool_threads, run_chunks, vector_path
+
+cnp.import_array()
+
+cdef extern from "sgemm.h":
+    ctypedef struct xgrad_matrix:
+        const float* data
+        Py_ssize_t rs
+        Py_ssize_t cs
+    ctypedef struct xgrad_sgemm_shape:
+        void* kernel
+        int mr
+        int nr
+        int mc
+    xgrad_sgemm_shape xgrad_sgemm_shape_for(int path) noexcept nogil
+    int xgrad_sgemm_run(xgrad_sgemm_shape s, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                        xgrad_matrix a, xgrad_matrix b, float* c, Py_ssize_t ldc,
+                        int acc) noexcept nogil
+
+# A product is split over the pool's threads when each thread gets at least
+# this many multiply-adds (about 10 us of one core's work), into one part
+# per thread: by columns of the result in whole panels where there are
+# enough of them, else by rows.
+DEF SPLIT_GRAIN = 1 << 20
+
+
+cdef struct GemmJob:
+    xgrad_sgemm_shape shape
+    Py_ssize_t m, n, k, ldc
+    xgrad_matrix a, b
+    float* c
+    Py_ssize_t a_step, b_step, c_step  # between the products of a batch, in elements
+    int acc
+    bint by_columns
+    Py_ssize_t per_part  # columns or rows a part
+    Py_ssize_t item_parts  # parts of each product
+    int failed
+
+
+cdef void _gemm_part(void* ctx, Py_ssize_t part) noexcept nogil:
+    cdef GemmJob* job = <GemmJob*>ctx
+    cdef Py_ssize_t item = part // job.item_parts
+    cdef Py_ssize_t lo = part % job.item_parts * job.per_part
+    cdef Py_ssize_t hi
+    cdef xgrad_matrix a = job.a, b = job.b
+    cdef float* c = job.c + item * job.c_step
+    cdef int ok
+    a.data = a.data + item * job.a_step
+    b.data = b.data + item * job.b_step
+    if job.by_columns:
+        hi = min(lo + job.per_part, job.n)
+        b.data = b.data + lo * b.cs
+        ok = xgrad_sgemm_run(job.shape, job.m, hi - lo, job.k, a, b, c + lo, job.ldc, job.acc)
+    else:
+        hi = min(lo + job.per_part, job.m)
+        a.data = a.data + lo * a.rs
+        ok = xgrad_sgemm_run(job.shape, hi - lo, job.n, job.k, a, b, c + lo * job.ldc,
+                             job.ldc, job.acc)
+    if not ok:
+        job.failed = 1
+
+
+cdef inline Py_ssize_t _round_up(Py_ssize_t v, Py_ssize_t step) noexcept nogil:
+    return (v + step - 1) // step * step
+
+
+cdef bint _float32_operand(object x, int ndim):
+    return (type(x) is cnp.ndarray and (<cnp.ndarray>x).ndim == ndim
+            and (<cnp.ndarray>x).dtype.num == cnp.NPY_FLOAT32
+            and cnp.PyArray_ISALIGNED(<cnp.ndarray>x))
+
+
+cdef bint _plain_strides(cnp.ndarray x):
+    """Non-negative strides in whole elements (what sgemm.h's operands take)."""
+    cdef int i
+    for i in range(x.ndim):
+        if x.strides[i] < 0 or x.strides[i] % 4:
+            return False
+    return True
+
+
+def available():
+    """Whether sgemm runs on the dispatch path selected now (AVX2 or AVX-512)."""
+    return xgrad_sgemm_shape_for(vector_path()).kernel != NULL
+
+
+def sgemm(a, b, out, bint accumulate=False):
+    """out = a @ b, or out += a @ b with ``accumulate``, for matrices or for
+    stacks of them (3-D, the same number in each, no broadcasting); True
+    when done, False (nothing written) where this GEMM does not run (see
+    the module's docstring). ``out`` must not overlap ``a`` or ``b``."""
+    cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
+    if shape.kernel == NULL or type(out) is not cnp.ndarray:
+        return False
+    cdef int nd = (<cnp.ndarray>out).ndim
+    if nd not in (2, 3) or not (_float32_operand(a, nd) and _float32_operand(b, nd)
+                                and _float32_operand(out, nd)):
+        return False
+    cdef cnp.ndarray av = a, bv = b, cv = out
+    cdef int r = nd - 2  # the row axis
+    cdef Py_ssize_t batch = cv.shape[0] if nd == 3 else 1
+    cdef Py_ssize_t m = av.shape[r], k = av.shape[r + 1], n = bv.shape[r + 1]
+    if (bv.shape[r] != k or cv.shape[r] != m or cv.shape[r + 1] != n
+            or (nd == 3 and (av.shape[0] != batch or bv.shape[0] != batch))):
+        raise ValueError('sgemm: shapes {} @ {} -> {} do not match'.format(
+            a.shape, b.shape, out.shape))
+    if not cnp.PyArray_ISWRITEABLE(cv) or (n > 1 and cv.strides[r + 1] != 4):
+        return False
+    if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
+        return False
+    if m == 0 or n == 0 or batch == 0:
+        return True
+    cdef GemmJob job
+    job.shape = shape
+    job.m, job.n, job.k = m, n, k
+    job.a.data = <const float*>cnp.PyArray_DATA(av)
+    job.a.rs, job.a.cs = av.strides[r] // 4, av.strides[r + 1] // 4
+    job.b.data = <const float*>cnp.PyArray_DATA(bv)
+    job.b.rs, job.b.cs = bv.strides[r] // 4, bv.strides[r + 1] // 4
+    job.c = <float*>cnp.PyArray_DATA(cv)
+    job.ldc = cv.strides[r] // 4
+    job.a_step = av.strides[0] // 4 if nd == 3 else 0
+    job.b_step = bv.strides[0] // 4 if nd == 3 else 0
+    job.c_step = cv.strides[0] // 4 if nd == 3 else 0
+    job.acc = accumulate
+    job.failed = 0
+    cdef Py_ssize_t threads = min(<Py_ssize_t>pool_threads(),
+                                  max(1, batch * m * n * k // SPLIT_GRAIN))
+    # parts of each product: enough for every thread when the batch is short
+    cdef Py_ssize_t parts = max(1, threads // batch)
+    with nogil:
+        job.by_columns = n >= parts * shape.nr or m < parts * shape.mr
+        if parts == 1:
+            job.by_columns, job.per_part = True, n
+        elif job.by_columns:
+            job.per_part = _round_up((n + parts - 1) // parts, shape.nr)
+            parts = (n + job.per_part - 1) // job.per_part
+        else:
+            job.per_part = _round_up((m + parts - 1) // parts, shape.mr)
+            parts = (m + job.per_part - 1) // job.per_part
+        job.item_parts = parts
+        if parts * batch == 1 or threads == 1:
+            for item in range(parts * batch):
+                _gemm_part(&job, item)
+        else:
+            run_chunks(_gemm_part, &job, parts * batch)
+    if job.failed:
+        raise MemoryError('sgemm: cannot allocate packing scratch for a ({}, {}) @ ({}, {}) '
+                          'product'.format(m, k, k, n))
+    return True
