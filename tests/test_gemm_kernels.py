@@ -16,10 +16,10 @@ import pytest
 
 from xgrad._backend import gemm_kernels, native_kernels as K
 
-SHAPES = [  # (m, k, n)
-    (1, 1, 1), (7, 3, 9), (8, 5, 32), (6, 16, 16), (9, 17, 33), (33, 17, 100),
-    (64, 255, 31), (65, 257, 257), (20, 300, 200), (17, 600, 250), (3, 40, 1100),
-    (128, 520, 96), (130, 70, 1030), (256, 6, 64),
+SHAPES = [  # (m, k, n); at least one tile (8 x 32 on AVX-512, 6 x 16 on AVX2)
+    (8, 5, 32), (8, 1, 32), (9, 17, 33), (33, 17, 100),
+    (64, 255, 40), (65, 257, 257), (20, 300, 200), (17, 600, 250), (8, 40, 1100),
+    (128, 520, 96), (130, 70, 1030), (256, 6, 64), (300, 20, 32),
 ]
 
 
@@ -69,6 +69,17 @@ def test_products_match_float64(path, m, k, n, layouts):
     _check(a, b, out, a.astype(numpy.float64) @ b.astype(numpy.float64))
 
 
+@pytest.mark.parametrize('m,k,n', [(1, 1, 1), (7, 3, 9), (8, 40, 12), (3, 40, 1100)])
+def test_declines_products_narrower_than_a_tile(path, m, k, n):
+    """Fewer rows than MR or columns than NR: the BLAS's (the tile would be
+    mostly padding)."""
+    rng = numpy.random.default_rng(6)
+    a, b = _operand(rng, (m, k), 'c'), _operand(rng, (k, n), 'c')
+    out = numpy.full((m, n), numpy.nan, numpy.float32)
+    assert gemm_kernels.sgemm(a, b, out) is False
+    assert numpy.isnan(out).all()
+
+
 @pytest.mark.parametrize('m,k,n', [(9, 17, 33), (65, 300, 40), (20, 600, 1100)])
 def test_accumulate_adds_to_out(path, m, k, n):
     if not gemm_kernels.available():
@@ -106,8 +117,8 @@ def test_stacks_of_products(path):
 def test_empty_depth_gives_zeros_or_keeps_out(path):
     if not gemm_kernels.available():
         pytest.skip('no micro-kernel on ' + path)
-    a, b = numpy.empty((4, 0), numpy.float32), numpy.empty((0, 6), numpy.float32)
-    out = numpy.ones((4, 6), numpy.float32)
+    a, b = numpy.empty((8, 0), numpy.float32), numpy.empty((0, 40), numpy.float32)
+    out = numpy.ones((8, 40), numpy.float32)
     assert gemm_kernels.sgemm(a, b, out, accumulate=True)
     assert (out == 1).all()
     assert gemm_kernels.sgemm(a, b, out)
@@ -116,13 +127,13 @@ def test_empty_depth_gives_zeros_or_keeps_out(path):
 
 def test_declines_what_it_does_not_run(path):
     rng = numpy.random.default_rng(4)
-    a, b = _operand(rng, (8, 8), 'c'), _operand(rng, (8, 8), 'c')
-    out = numpy.zeros((8, 8), numpy.float32)
+    a, b = _operand(rng, (8, 8), 'c'), _operand(rng, (8, 40), 'c')
+    out = numpy.zeros((8, 40), numpy.float32)
     assert gemm_kernels.sgemm(a.astype(numpy.float64), b, out) is False  # another dtype
-    assert gemm_kernels.sgemm(a, b, numpy.zeros((8, 16), numpy.float32)[:, ::2]) is False
+    assert gemm_kernels.sgemm(a, b, numpy.zeros((8, 80), numpy.float32)[:, ::2]) is False
     assert gemm_kernels.sgemm(a[::-1], b, out) is False  # a negative stride
-    assert gemm_kernels.sgemm(a, b, [[0.0] * 8] * 8) is False  # not an array
-    readonly = numpy.zeros((8, 8), numpy.float32)
+    assert gemm_kernels.sgemm(a, b, [[0.0] * 40] * 8) is False  # not an array
+    readonly = numpy.zeros((8, 40), numpy.float32)
     readonly.flags.writeable = False
     assert gemm_kernels.sgemm(a, b, readonly) is False
     assert (out == 0).all()
@@ -131,13 +142,13 @@ def test_declines_what_it_does_not_run(path):
 def test_mismatched_shapes_are_an_error(path):
     if not gemm_kernels.available():
         pytest.skip('no micro-kernel on ' + path)
-    a = numpy.zeros((3, 4), numpy.float32)
+    a = numpy.zeros((8, 4), numpy.float32)
     with pytest.raises(ValueError, match='do not match'):
-        gemm_kernels.sgemm(a, numpy.zeros((5, 2), numpy.float32),
-                           numpy.zeros((3, 2), numpy.float32))
+        gemm_kernels.sgemm(a, numpy.zeros((5, 40), numpy.float32),
+                           numpy.zeros((8, 40), numpy.float32))
     with pytest.raises(ValueError, match='do not match'):
-        gemm_kernels.sgemm(a, numpy.zeros((4, 2), numpy.float32),
-                           numpy.zeros((3, 3), numpy.float32))
+        gemm_kernels.sgemm(a, numpy.zeros((4, 40), numpy.float32),
+                           numpy.zeros((8, 41), numpy.float32))
 
 
 def test_split_over_threads_matches_one_thread(path):

@@ -4,7 +4,10 @@
 ``sgemm(a, b, out)`` computes out = a @ b (or out += a @ b) for 2-D float32
 NumPy arrays of any strides, and returns False, touching nothing, where it
 does not run: another dtype, the SSE2 path (no micro-kernel: the BLAS is
-faster there), or an ``out`` whose rows are not contiguous. Callers then
+faster there), an ``out`` whose rows are not contiguous, or a product
+narrower than one micro-kernel tile (fewer columns than NR or rows than MR:
+the kernel would compute mostly padding; 128->128 5x5 stride 2 on 4x4 at
+batch 1, whose products have 4 columns, took 1.7x the BLAS's time). Callers then
 use the BLAS. The convolution products that OpenBLAS runs slowly take it
 (xgrad/_ops/convolution.py says which).
 """
@@ -118,6 +121,8 @@ def sgemm(a, b, out, bint accumulate=False):
         raise ValueError('sgemm: shapes {} @ {} -> {} do not match'.format(
             a.shape, b.shape, out.shape))
     if not cnp.PyArray_ISWRITEABLE(cv) or (n > 1 and cv.strides[r + 1] != 4):
+        return False
+    if 0 < n < shape.nr or 0 < m < shape.mr:  # the tile would be mostly padding
         return False
     if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
         return False
