@@ -36,6 +36,7 @@ def small(monkeypatch):
         monkeypatch.setattr(t, 'min_channels', 1)
         monkeypatch.setattr(t, 'min_tiles', 1)
     monkeypatch.setattr(_polyphase, '_MIN_SAMPLE_TILES', 1)
+    monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
     seen = []
     for name in ('split_input', 'merge_input', 'merge_weight'):
@@ -76,8 +77,10 @@ def test_the_reshapes_are_each_others_adjoints(small, n, c, o, h, w, k, s, pad):
 
 
 @pytest.mark.parametrize('xshape, wshape, k, s, pad, takes', [
-    ((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, True),   # 64 phase channels, 8 x 16 tiles
-    ((7, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, False),  # 112 tiles
+    ((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, True),   # 64 phase channels, 8 x 25 tiles
+    ((5, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, False),  # 125 tiles
+    ((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, False),  # 16 tiles a plane, 16 channels
+    ((8, 64, 32, 32), (64, 64, 5, 5), 5, 2, 2, True),   # 16 tiles a plane, 64 channels
     ((64, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 4 tiles a plane
     ((1, 16, 64, 64), (32, 16, 5, 5), 5, 2, 2, False),  # 64 tiles in the batch
     ((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 8x8 out: 4 tiles, 16 of 2x2
@@ -85,7 +88,8 @@ def test_the_reshapes_are_each_others_adjoints(small, n, c, o, h, w, k, s, pad):
     ((8, 16, 32, 32), (8, 16, 5, 5), 5, 2, 2, False),   # 8 outputs
     ((8, 16, 32, 32), (32, 16, 3, 3), 3, 2, 1, False),  # 2x2 phases: no transform
     ((8, 16, 32, 32), (32, 16, 5, 5), 5, 1, 2, False),  # stride 1: Winograd itself
-    ((16, 16, 48, 48), (32, 16, 7, 7), 7, 3, 3, True),  # 3x3 phases, 16 x 16 tiles
+    ((16, 16, 64, 64), (32, 16, 7, 7), 7, 3, 3, True),  # 3x3 phases, 16 x 36 tiles
+    ((16, 16, 48, 48), (32, 16, 7, 7), 7, 3, 3, False),  # 16 tiles a plane
     ((16, 16, 32, 32), (32, 16, 7, 7), 7, 3, 3, False),  # 9 tiles a plane
 ])
 def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
@@ -99,8 +103,10 @@ def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
 
 def test_the_transposed_plan_asks_about_the_flipped_convolution():
     # conv_transpose's input is the output's gradient: 16->32 channels on
-    # 32x32 at batch 8 seen from gy (8, 32, 16, 16)
-    assert _plan((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, transposed=True) is not None
+    # 40x40 at batch 8 seen from gy (8, 32, 20, 20); the tiles are counted
+    # over gy's planes (conv's output), as for conv: 32x32 takes im2col both ways
+    assert _plan((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, transposed=True) is not None
+    assert _plan((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
     assert _plan((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
 
 

@@ -40,8 +40,18 @@ from xgrad._ops import _winograd
 # third of their outputs cut off): 1.14x im2col's time; 64->64 on 16x16,
 # batch 64 (4 tiles a plane): 1.12x; on 8x8 (one tile a plane): 1.62x;
 # with F(2x2, 3x3) (32x32, batch 1: 16 of its 4x4 tiles): 1.6-2.1x.
+# Since im2col reads strided windows through the phases and its products
+# run on xgrad's own GEMM (gemm_kernels), planes of fewer than
+# _MANY_SAMPLE_TILES tiles (32x32 images: 16) pay only with
+# _FEW_TILES_MIN_CHANNELS input channels: 16->32 on 32x32, batch 8, 2.93 ms
+# with the phases, 2.42 with im2col (batch 64: 23.3 against 20.7 ms); but
+# 64->64, batch 8, 17.3 against 18.5 ms, and 128->128 and 256->256 within 2%
+# either way. 49 tiles a plane (56x56) still pay at 16 channels: 16->32,
+# batch 8, 7.35 against 9.30 ms.
 _MIN_BLOCK = 4
 _MIN_SAMPLE_TILES = 16
+_MANY_SAMPLE_TILES = 25
+_FEW_TILES_MIN_CHANNELS = 64
 _MIN_TILES = 128
 
 _Plan = collections.namedtuple('_Plan', 's q r pad phase_size geom')
@@ -135,7 +145,11 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
         out = outsize
     if t is None or t.m < _MIN_BLOCK:
         return None
-    th, tw = t.tile_counts(out)
+    # (counted over the forward convolution's output in both directions, so
+    # that conv and conv_transpose of one layer decide alike)
+    th, tw = t.tile_counts(outsize)
     if th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES:
+        return None
+    if th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS:
         return None
     return phases
