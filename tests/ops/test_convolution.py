@@ -321,6 +321,94 @@ def test_float32_columns_in_padded_rows_match_the_references(monkeypatch, whole_
                                   numpy.vdot(ref(x64, v, **kw), gy64), rtol=1e-4)
 
 
+# (n, c, o, h, w, k, stride, pad, extra): conv_transpose of x (n, c, h, w)
+# with w (c, o, k, k) into an output ``extra`` larger than the smallest
+# (cover_all's); 5x5 stride 2 (phases of 3 and 2 taps), odd and
+# non-square sizes, stride 3, even kernels, a kernel smaller than the
+# stride (phases that no tap reaches) and a pad of k - 1
+OUTPUT_PHASE_CASES = [
+    (2, 3, 4, 8, 8, 5, 2, 2, 0), (1, 2, 3, 7, 9, 5, 2, 2, 1), (2, 3, 2, 5, 6, 3, 2, 0, 0),
+    (1, 2, 3, 6, 5, 4, 2, 1, 1), (1, 3, 2, 9, 7, 5, 3, 2, 2), (2, 2, 3, 4, 4, 1, 2, 0, 1),
+    (1, 2, 2, 6, 6, 3, 2, 2, 0), (1, 2, 2, 5, 5, 7, 3, 3, 0),
+]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad, extra', OUTPUT_PHASE_CASES)
+def test_conv_transpose_by_the_outputs_phases_matches_the_reference(dtype, n, c, o, h, w, k,
+                                                                    s, pad, extra):
+    """Each output phase as a stride-1 convolution of x with its taps of w,
+    reversed (the left pad T - 1 - d); None where a pad would be negative."""
+    assert convolution._phase_taps(8, 16, 5, 2, 2) == [(0, 0, 3, 1, 8), (1, 1, 2, 0, 8)]
+    x, wt = _data((n, c, h, w), 1).astype(dtype), _data((c, o, k, k), 2).astype(dtype)
+    outsize = tuple(s * (size - 1) + k - 2 * pad + extra for size in (h, w))
+    geom = convolution.Geometry((k, k), (s, s), (pad, pad), (1, 1), 1)
+    y = convolution._conv_transpose_phases(x, wt, geom, outsize, dtype)
+    if y is None:  # a phase would need a negative pad: never with 2s + 1 taps or
+        assert not (k >= 2 * s + 1 and 2 * pad <= k - 1)  # more and at most half padded
+        return
+    assert y.shape == (n, o) + outsize and y.dtype == dtype
+    ref = _reference_conv_transpose(x.astype(float), wt.astype(float), stride=s, pad=pad,
+                                    outsize=outsize)
+    tol = 1e-5 if dtype == numpy.float32 else 1e-12
+    numpy.testing.assert_allclose(y, ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize('transpose', [False, True])
+def test_the_output_phases_serve_conv_and_conv_transpose(monkeypatch, transpose):
+    """With as many channels in as out on a 32x32 image (5x5, stride 2),
+    conv's input gradient and conv_transpose's forward go through the
+    output's phases; values and gradients match the references."""
+    taken = []
+    original = convolution._conv_transpose_phases
+
+    def spy(*args):
+        taken.append(args[0].shape)
+        return original(*args)
+    monkeypatch.setattr(convolution, '_conv_transpose_phases', spy)
+    monkeypatch.setattr(convolution, '_PHASE_MIN_POSITIONS', 1)
+    kw = dict(stride=2, pad=2)
+    xshape = (2, 6, 16, 16) if transpose else (2, 6, 32, 32)
+    x = _arr(xshape, 1, numpy.float32).require_grad()
+    w = _arr((6, 6, 5, 5), 2, numpy.float32).require_grad()
+    f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
+              else (xgrad.conv, _reference_conv))
+    kwf = dict(kw, outsize=(32, 32)) if transpose else kw
+    y = f(x, w, **kwf)
+    x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
+    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kwf), rtol=1e-4, atol=1e-4)
+    assert bool(taken) is transpose  # conv's forward is no conv_transpose
+    gy = _arr(y.shape, 3, numpy.float32)
+    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
+    assert taken  # conv's input gradient (conv_transpose's is a conv)
+    u, v = _data(x.shape, 4), _data(w.shape, 5)
+    gy64 = gy.to_numpy().astype(float)
+    numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
+                                  numpy.vdot(ref(u, w64, **kwf), gy64), rtol=1e-4)
+    numpy.testing.assert_allclose(numpy.vdot(gw.to_numpy(), v),
+                                  numpy.vdot(ref(x64, v, **kwf), gy64), rtol=1e-4)
+
+
+@pytest.mark.parametrize('xshape, wshape, outsize, takes', [
+    ((8, 64, 16, 16), (64, 64, 5, 5), (32, 32), True),     # 64->64 on 32x32
+    ((8, 64, 12, 12), (64, 64, 5, 5), (24, 24), True),
+    ((8, 64, 8, 8), (64, 64, 5, 5), (16, 16), False),      # phases of 8
+    ((8, 64, 28, 28), (64, 64, 5, 5), (56, 56), False),    # phases of 28
+    ((2, 64, 16, 16), (64, 64, 5, 5), (32, 32), False),    # 512 positions
+    ((8, 256, 16, 16), (256, 256, 5, 5), (32, 32), False),  # 256 channels
+    ((8, 32, 16, 16), (32, 16, 5, 5), (32, 32), False),    # x has more channels
+    ((8, 64, 16, 16), (64, 64, 3, 3), (32, 32), False),    # 3x3: phases of 1-2 taps
+    ((8, 64, 32, 32), (64, 64, 5, 5), (32, 32), False),    # stride 1
+])
+def test_where_the_output_phases_are_taken(xshape, wshape, outsize, takes):
+    k = wshape[2]
+    s = 1 if outsize == xshape[2:] else 2
+    geom = convolution.Geometry((k, k), (s, s), (k // 2, k // 2), (1, 1), 1)
+    x = numpy.zeros(xshape, numpy.float32)
+    assert convolution._output_phases_pay(x, numpy.zeros(wshape, numpy.float32), geom,
+                                          outsize, numpy.float32) is takes
+
+
 def test_conv_transpose_weight_gradient_reuses_the_input_gradients_columns(monkeypatch):
     """conv_transpose's input gradient conv(gy, w) builds gy's columns, which
     are its weight gradient's too: one im2col for both, and both gradients

@@ -307,6 +307,88 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
     return out
 
 
+def _phase_taps(size, out, k, s, p):
+    """conv_transpose's output positions along one axis, phase by phase:
+    (first position, its tap k0, taps T, left pad, positions U) for each
+    position mod s. Output Y = s u + P gets x[l] w[k] for k = k0 + s t
+    (k0 = (P + p) mod s) and l = u + d - t (d = (P + p) // s): a stride-1
+    correlation of x with those T taps reversed, padded by T - 1 - d on the
+    left. None when a left pad would be negative: pads past half the window
+    or strides near the window's size (never with k >= 2 s + 1 and 2 p <=
+    k - 1)."""
+    phases = []
+    for first in range(min(s, out)):
+        k0, d = (first + p) % s, (first + p) // s
+        taps = len(range(k0, k, s))
+        if taps and taps - 1 - d < 0:
+            return None
+        phases.append((first, k0, taps, taps - 1 - d, len(range(first, out, s))))
+    return phases
+
+
+# conv_transpose by the output's phases (_conv_transpose_phases) against a
+# GEMM into the whole output's columns and col2im's adds, or the input's
+# phases (_polyphase): measured with stride 2 and 5x5 kernels, where the
+# phase of 3x3 taps is a Winograd convolution. It moves x's channels'
+# windows where col2im moves the output's, so it pays only when x has at
+# most as many channels (a convolution's input gradient with as many
+# channels in as out, the ResNet case), and on images of 24x24 to 40x40
+# (phases of 12 to 20 positions a side). One thread, forward + both
+# gradients, with against without, conv c->o on h x h at batch n: 64->64
+# at batch 8 on 24x24 0.95x, 28x28 0.90x, 32x32 0.86-0.88x, 40x40 0.96x;
+# 128->128 on 32x32 at batch 8 0.87x, batch 64 0.92x; conv_transpose
+# alike (0.84-0.96x). Not on smaller images (16x16, batch 64: 64->64
+# 0.94-1.03x, 128->128 1.01-1.08x; 8x8 1.09x the input gradient's time),
+# larger ones (48x48 1.02x, 56x56 1.02-1.07x: the input's phases,
+# Winograd over 49 tiles a plane, do better there), few positions in the
+# batch (16x16 at batch 8: 1.22x) or 256 channels (1.2-1.7x: thin products
+# per phase against one wide GEMM); 16->32's input gradient (twice the
+# channels in x) 0.95-1.29x, 1->16's 1.6-4.7x.
+_PHASE_MIN_SIDE = 12           # positions of a phase along each axis
+_PHASE_MAX_SIDE = 20
+_PHASE_MIN_POSITIONS = 1024    # a phase's positions in the batch
+_PHASE_MAX_CHANNELS = 128      # of x
+
+
+def _output_phases_pay(x, w, geom, outsize, work):
+    """Whether conv_transpose_kernel takes _conv_transpose_phases (above)."""
+    if (type(x) is not numpy.ndarray or x.ndim != 4 or geom.groups != 1
+            or tuple(geom.dilate) != (1, 1) or work not in (numpy.float32, numpy.float64)):
+        return False
+    if any(s < 2 or k < 2 * s + 1 for k, s in zip(geom.ksize, geom.stride)):
+        return False
+    sides = [o // s for o, s in zip(outsize, geom.stride)]  # the smallest phase's
+    return (_PHASE_MIN_SIDE <= min(sides) and max(sides) <= _PHASE_MAX_SIDE
+            and x.shape[0] * sides[0] * sides[1] >= _PHASE_MIN_POSITIONS
+            and x.shape[1] <= min(w.shape[1], _PHASE_MAX_CHANNELS))
+
+
+def _conv_transpose_phases(x, w, geom, outsize, work):
+    """conv_transpose of x (n, c, h, w) with w (c, o, kh, kw), one group, no
+    dilation, as s_h * s_w stride-1 convolutions of x, one per phase of the
+    output (each with its taps of w, reversed): im2col of x and a GEMM per
+    phase, each output written once, instead of a GEMM into the columns of
+    the whole output and col2im's adds. None where it does not apply."""
+    along_h = _phase_taps(x.shape[2], outsize[0], geom.ksize[0], geom.stride[0], geom.pad[0])
+    along_w = _phase_taps(x.shape[3], outsize[1], geom.ksize[1], geom.stride[1], geom.pad[1])
+    if along_h is None or along_w is None:
+        return None
+    n, o = x.shape[0], w.shape[1]
+    out = numpy.empty((n, o) + tuple(outsize), work)
+    sh, sw = geom.stride
+    for y0, ky, ty, py, uy in along_h:
+        for x0, kx, tx, px, ux in along_w:
+            view = out[:, :, y0::sh, x0::sw]
+            if not (ty and tx):  # no tap reaches these positions
+                view[...] = 0
+                continue
+            taps = w[:, :, ky::sh, kx::sw][:, :, ::-1, ::-1].swapaxes(0, 1)
+            sub = Geometry((ty, tx), (1, 1), (py, px), (1, 1), 1)
+            view[...] = conv_kernel(x, numpy.ascontiguousarray(taps, dtype=work), None, sub,
+                                    (uy, ux))
+    return out
+
+
 def _col2im_add(out, cols, geom, outsize):
     """Add ``cols`` (N, C, k_1..k_n, l_1..l_n) into the padded ``out``, each
     element where its window tap reads (the adjoint of im2col)."""
@@ -442,6 +524,10 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     if _pointwise(geom, spatial, outsize):  # y[n] = w^T x[n]
         wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
         return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
+    if _output_phases_pay(x, w, geom, outsize, work):
+        y = _conv_transpose_phases(x, w, geom, outsize, work)
+        if y is not None:
+            return _add_bias(y, b).astype(dtype, copy=False)
     phases = _host_phases(x, w.shape, geom, outsize, work, transposed=True)
     if phases is not None:  # 5x5, stride 2: the adjoint of conv_kernel's phases
         gp = conv_transpose_kernel(x, phases.split_weight(w, work), None, phases.geom,
