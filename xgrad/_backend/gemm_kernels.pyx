@@ -4,10 +4,11 @@
 ``sgemm(a, b, out)`` computes out = a @ b (or out += a @ b) for 2-D float32
 NumPy arrays of any strides, and returns False, touching nothing, where it
 does not run: another dtype, the SSE2 path (no micro-kernel: the BLAS is
-faster there), an ``out`` whose rows are not contiguous, or a product
-narrower than one micro-kernel tile (fewer columns than NR or rows than MR:
-the kernel would compute mostly padding; 128->128 5x5 stride 2 on 4x4 at
-batch 1, whose products have 4 columns, took 1.7x the BLAS's time). Callers then
+faster there), an ``out`` whose rows are not contiguous, a product whose
+tiles would be a quarter padding or more (rows past a multiple of MR,
+columns past one of NR: 128->128 5x5 stride 2 on 4x4 at batch 1, whose
+products have 4 columns, took 1.7x the BLAS's time; 9 rows of 8-row tiles
+2.1x), or a sum of fewer than MIN_DEPTH products. Callers then
 use the BLAS. The convolution products that OpenBLAS runs slowly take it
 (xgrad/_ops/convolution.py says which).
 """
@@ -38,6 +39,10 @@ cdef extern from "sgemm.h":
 # per thread: by columns of the result in whole panels where there are
 # enough of them, else by rows.
 DEF SPLIT_GRAIN = 1 << 20
+# Sums of fewer products than this go to the BLAS: each tile's loads and
+# stores of C then outweigh its multiply-adds (16 x 9 times 9 x 4096: 64
+# GFLOP/s against OpenBLAS's 83).
+DEF MIN_DEPTH = 16
 
 
 cdef struct GemmJob:
@@ -120,14 +125,15 @@ def sgemm(a, b, out, bint accumulate=False):
             or (nd == 3 and (av.shape[0] != batch or bv.shape[0] != batch))):
         raise ValueError('sgemm: shapes {} @ {} -> {} do not match'.format(
             a.shape, b.shape, out.shape))
+    if m == 0 or n == 0 or batch == 0:  # (empty arrays may have strides of 0)
+        return True
     if not cnp.PyArray_ISWRITEABLE(cv) or (n > 1 and cv.strides[r + 1] != 4):
         return False
-    if 0 < n < shape.nr or 0 < m < shape.mr:  # the tile would be mostly padding
-        return False
+    if m and n and (4 * m < 3 * _round_up(m, shape.mr) or 4 * n < 3 * _round_up(n, shape.nr)
+                    or k < MIN_DEPTH):
+        return False  # tiles a quarter padding or more, or too short a sum
     if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
         return False
-    if m == 0 or n == 0 or batch == 0:
-        return True
     cdef GemmJob job
     job.shape = shape
     job.m, job.n, job.k = m, n, k

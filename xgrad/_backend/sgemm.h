@@ -156,6 +156,8 @@ static xgrad_sgemm_shape xgrad_sgemm_shape_for(int path) {
     return s;
 }
 
+#if XGRAD_HAS_PATHS  /* (GCC on x86-64: the only builds with a micro-kernel) */
+
 /* A[0:mc, 0:kc] packed into panels of mr rows (zeros past mc). */
 static void xgrad_sgemm_pack_a(xgrad_matrix a, xgrad_idx mc, xgrad_idx kc, int mr, float* p) {
     for (xgrad_idx i0 = 0; i0 < mc; i0 += mr, p += kc * mr) {
@@ -287,4 +289,13 @@ static int xgrad_sgemm_run(xgrad_sgemm_shape s, xgrad_idx m, xgrad_idx n, xgrad_
     return 1;
 }
 
+#else
+
+static int xgrad_sgemm_run(xgrad_sgemm_shape s, xgrad_idx m, xgrad_idx n, xgrad_idx k,
+                           xgrad_matrix a, xgrad_matrix b, float* c, xgrad_idx ldc, int acc) {
+    (void)s; (void)m; (void)n; (void)k; (void)a; (void)b; (void)c; (void)ldc; (void)acc;
+    return 0;  /* never called: xgrad_sgemm_shape_for gives no kernel here */
+}
+
+#endif
 #endif

@@ -5,12 +5,17 @@ Arrays are channel-first: ``x`` is (N, C, d_1, ..., d_n) for n >= 0 spatial
 axes. ``conv`` takes weights (out_C, in_C / groups, k_1, ..., k_n),
 ``conv_transpose`` weights (in_C, out_C / groups, k_1, ..., k_n), as Chainer.
 
-The computation is im2col + BLAS: the windows of the padded input are a
+The computation is im2col + GEMM: the windows of the padded input are a
 strided view (no copy), gathered into columns a few samples at a time (one
 cache-sized buffer, so the matmul reads them from cache) and contracted with
-the weights by one matmul per chunk. Its adjoint, col2im, adds columns back
-tap by tap (k_1 * ... * k_n strided slice adds); with stride 1 the transposed
-convolution is instead a convolution with the flipped kernel (faster).
+the weights by one matmul per chunk (float32 products of one channel group
+on xgrad's own GEMM, ``gemm_kernels.sgemm``, which runs these skinny shapes
+faster than the BLAS; other products on the BLAS). Its adjoint, col2im,
+adds columns back tap by tap (k_1 * ... * k_n strided slice adds); with
+stride 1 the transposed convolution is instead a convolution with the
+flipped kernel (faster), and with 5x5 windows at stride 2 on mid-sized
+images one such convolution per phase of the output
+(``_conv_transpose_phases``).
 Where they pay, 2-D 3x3 and 5x5 convolutions with stride 1 go through
 Winograd's transforms instead (``_winograd``: fewer products), and strided
 ones whose input phases make such a convolution (5x5 with stride 2: 3x3
