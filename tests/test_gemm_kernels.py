@@ -9,6 +9,13 @@ KC block (256), widths past one NC block (1024), A read in place (rows
 contiguous, at most 256 columns) or packed, B read in place (rows
 contiguous, at most 64 rows) or packed, transposed and padded operands,
 stacks of products, and accumulation.
+
+Products get a tolerance of K float32 rounding steps of the sum of
+magnitudes (FMA and blocking order, not the BLAS's). Exact assertions: what
+a declined call or the padding of ``out`` keeps (data left alone), and the
+product split over threads against one thread (one xgrad kernel against
+itself in one process: each result is summed by one thread in the same
+order at any thread count).
 """
 
 import numpy
