@@ -312,8 +312,14 @@ def test_float32_columns_in_padded_rows_match_the_references(monkeypatch, whole_
     numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kw), rtol=1e-5, atol=1e-5)
     gy = _arr(y.shape, 3, numpy.float32)
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
-    # <gx, u> = <f(u, w), gy> and <gw, v> = <f(x, v), gy>: f is linear in each
-    u, v = _data(x.shape, 4), _data(w.shape, 5)
+    _assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kw)
+
+
+def _assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kw):
+    """<gx, u> = <f(u, w), gy> and <gw, v> = <f(x, v), gy> for random u, v:
+    f (the float64 reference ``ref`` with arguments ``kw``) is linear in
+    each."""
+    u, v = _data(x64.shape, 4), _data(w64.shape, 5)
     gy64 = gy.to_numpy().astype(float)
     numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
                                   numpy.vdot(ref(u, w64, **kw), gy64), rtol=1e-4)
@@ -381,12 +387,7 @@ def test_the_output_phases_serve_conv_and_conv_transpose(monkeypatch, transpose)
     gy = _arr(y.shape, 3, numpy.float32)
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
     assert taken  # conv's input gradient (conv_transpose's is a conv)
-    u, v = _data(x.shape, 4), _data(w.shape, 5)
-    gy64 = gy.to_numpy().astype(float)
-    numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
-                                  numpy.vdot(ref(u, w64, **kwf), gy64), rtol=1e-4)
-    numpy.testing.assert_allclose(numpy.vdot(gw.to_numpy(), v),
-                                  numpy.vdot(ref(x64, v, **kwf), gy64), rtol=1e-4)
+    _assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kwf)
 
 
 @pytest.mark.parametrize('xshape, wshape, outsize, takes', [
