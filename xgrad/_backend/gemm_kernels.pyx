@@ -17,6 +17,8 @@ cimport numpy as cnp
 
 from xgrad._backend.native_kernels cimport pool_threads, run_chunks, vector_path
 
+import numpy
+
 cnp.import_array()
 
 cdef extern from "sgemm.h":
@@ -100,6 +102,32 @@ cdef bint _plain_strides(cnp.ndarray x):
     return True
 
 
+cdef void _run_split(GemmJob* job, Py_ssize_t batch) noexcept nogil:
+    """Run ``job`` (``batch`` products), split over the pool's threads when
+    each gets at least SPLIT_GRAIN multiply-adds: by columns in whole panels
+    where there are enough of them, else by rows."""
+    cdef Py_ssize_t m = job.m, n = job.n
+    cdef Py_ssize_t threads = min(<Py_ssize_t>pool_threads(),
+                                  max(1, batch * m * n * job.k // SPLIT_GRAIN))
+    # parts of each product: enough for every thread when the batch is short
+    cdef Py_ssize_t parts = max(1, threads // batch), item
+    job.by_columns = n >= parts * job.shape.nr or m < parts * job.shape.mr
+    if parts == 1:
+        job.by_columns, job.per_part = True, n
+    elif job.by_columns:
+        job.per_part = _round_up((n + parts - 1) // parts, job.shape.nr)
+        parts = (n + job.per_part - 1) // job.per_part
+    else:
+        job.per_part = _round_up((m + parts - 1) // parts, job.shape.mr)
+        parts = (m + job.per_part - 1) // job.per_part
+    job.item_parts = parts
+    if parts * batch == 1 or threads == 1:
+        for item in range(parts * batch):
+            _gemm_part(job, item)
+    else:
+        run_chunks(_gemm_part, job, parts * batch)
+
+
 def available():
     """Whether sgemm runs on the dispatch path selected now (AVX2 or AVX-512)."""
     return xgrad_sgemm_shape_for(vector_path()).kernel != NULL
@@ -148,27 +176,67 @@ def sgemm(a, b, out, bint accumulate=False):
     job.c_step = cv.strides[0] // 4 if nd == 3 else 0
     job.acc = accumulate
     job.failed = 0
-    cdef Py_ssize_t threads = min(<Py_ssize_t>pool_threads(),
-                                  max(1, batch * m * n * k // SPLIT_GRAIN))
-    # parts of each product: enough for every thread when the batch is short
-    cdef Py_ssize_t parts = max(1, threads // batch)
     with nogil:
-        job.by_columns = n >= parts * shape.nr or m < parts * shape.mr
-        if parts == 1:
-            job.by_columns, job.per_part = True, n
-        elif job.by_columns:
-            job.per_part = _round_up((n + parts - 1) // parts, shape.nr)
-            parts = (n + job.per_part - 1) // job.per_part
-        else:
-            job.per_part = _round_up((m + parts - 1) // parts, shape.mr)
-            parts = (m + job.per_part - 1) // job.per_part
-        job.item_parts = parts
-        if parts * batch == 1 or threads == 1:
-            for item in range(parts * batch):
-                _gemm_part(&job, item)
-        else:
-            run_chunks(_gemm_part, &job, parts * batch)
+        _run_split(&job, batch)
     if job.failed:
         raise MemoryError('sgemm: cannot allocate packing scratch for a ({}, {}) @ ({}, {}) '
                           'product'.format(m, k, k, n))
+    return True
+
+
+def sgemm_blocks(a, b, out, blocks):
+    """Sub-block products of three matrices indexed alike: for each row
+    (r0, c0, k0, m, n, k, acc) of ``blocks`` (int64, 7 columns),
+    out[r0:r0+m, c0:c0+n] = a[r0:r0+m, k0:k0+k] @ b[k0:k0+k, c0:c0+n], or
+    += with acc, in row order. The convolution over tap groups
+    (xgrad/_ops/_tap_groups.py) runs its whole plan in one call this way.
+    True when done; False (nothing written) where sgemm would not run for
+    these operands (another dtype, the SSE2 path, rows of ``out`` not
+    contiguous). A block outside the operands raises ValueError."""
+    cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
+    if shape.kernel == NULL or type(out) is not cnp.ndarray:
+        return False
+    if not (_float32_operand(a, 2) and _float32_operand(b, 2) and _float32_operand(out, 2)):
+        return False
+    cdef cnp.ndarray av = a, bv = b, cv = out
+    if not cnp.PyArray_ISWRITEABLE(cv) or (cv.shape[1] > 1 and cv.strides[1] != 4):
+        return False
+    if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
+        return False
+    cdef cnp.int64_t[:, ::1] spec = numpy.ascontiguousarray(blocks, dtype=numpy.int64)
+    if spec.shape[1] != 7:
+        raise ValueError('sgemm_blocks: blocks must have 7 columns, not {}'.format(
+            spec.shape[1]))
+    cdef Py_ssize_t i, r0, c0, k0, m, n, k
+    for i in range(spec.shape[0]):
+        r0, c0, k0, m, n, k = spec[i, 0], spec[i, 1], spec[i, 2], spec[i, 3], spec[i, 4], spec[i, 5]
+        if (min(r0, c0, k0, m, n, k) < 0 or r0 + m > cv.shape[0] or c0 + n > cv.shape[1]
+                or r0 + m > av.shape[0] or k0 + k > av.shape[1]
+                or k0 + k > bv.shape[0] or c0 + n > bv.shape[1]):
+            raise ValueError('sgemm_blocks: block {} {} is outside a {}, b {}, out {}'.format(
+                i, tuple(spec[i]), a.shape, b.shape, out.shape))
+    cdef GemmJob job
+    job.shape = shape
+    job.a.rs, job.a.cs = av.strides[0] // 4, av.strides[1] // 4
+    job.b.rs, job.b.cs = bv.strides[0] // 4, bv.strides[1] // 4
+    job.ldc = cv.strides[0] // 4
+    job.a_step = job.b_step = job.c_step = 0
+    job.failed = 0
+    cdef const float* a0 = <const float*>cnp.PyArray_DATA(av)
+    cdef const float* b0 = <const float*>cnp.PyArray_DATA(bv)
+    cdef float* c_data = <float*>cnp.PyArray_DATA(cv)
+    with nogil:
+        for i in range(spec.shape[0]):
+            r0, c0, k0 = spec[i, 0], spec[i, 1], spec[i, 2]
+            job.m, job.n, job.k, job.acc = spec[i, 3], spec[i, 4], spec[i, 5], spec[i, 6] != 0
+            if job.m == 0 or job.n == 0:
+                continue
+            job.a.data = a0 + r0 * job.a.rs + k0 * job.a.cs
+            job.b.data = b0 + k0 * job.b.rs + c0 * job.b.cs
+            job.c = c_data + r0 * job.ldc + c0
+            _run_split(&job, 1)
+            if job.failed:
+                break
+    if job.failed:
+        raise MemoryError('sgemm_blocks: cannot allocate packing scratch')
     return True

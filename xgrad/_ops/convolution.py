@@ -45,7 +45,7 @@ from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
-from xgrad._ops import _args, _gemm_layout, _polyphase, _winograd
+from xgrad._ops import _args, _gemm_layout, _polyphase, _tap_groups, _winograd
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import BOOL, INT_DTYPES, Sample, OpInfo, register
@@ -471,6 +471,13 @@ def _host_phases(x, wshape, geom, outsize, work, transposed=False):
     return _polyphase.plan(x.shape, wshape, geom, outsize, work)
 
 
+def _host_tap_plan(x, wshape, geom, outsize, work):
+    """_tap_groups.plan for host data."""
+    if type(x) is not numpy.ndarray:
+        return None
+    return _tap_groups.plan(x.shape, wshape, geom, outsize, work)
+
+
 def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
@@ -492,6 +499,12 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
     if _pointwise(geom, x.shape[2:], outsize):
         return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
+    taps = _host_tap_plan(x, w.shape, geom, outsize, work)
+    if taps is not None:  # small images: GEMMs that skip the padding's taps
+        cols = taps.columns(x)
+        if keep_columns is not None and cols.size <= _WHOLE_BATCH_ELEMENTS:
+            keep_columns.append(_tap_groups.Columns(taps, cols))
+        return taps.conv(x, w, b, cols).astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
@@ -560,10 +573,15 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
         p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
     full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
         geom.ksize, geom.pad, geom.dilate)))
+    winograd = flip and _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
+                                          work)
+    taps = None if winograd or type(x) is not numpy.ndarray else _tap_groups.plan(
+        (n, o) + tuple(outsize), w.shape, geom, spatial, work)
+    if taps is not None:  # small images: GEMMs that skip the padding's taps
+        return _add_bias(taps.conv_transpose(x, w), b).astype(dtype, copy=False)
     spread_moves_fewer = _native_col2im(x, geom) and (
         n * o * _prod(spatial) < n * c * _prod(outsize) + o * (c // g))
-    if flip and (not spread_moves_fewer
-                 or _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize, work)):
+    if flip and (not spread_moves_fewer or winograd):
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
         flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
         return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
@@ -601,6 +619,11 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         gwq = conv_grad_weight_kernel(phases.split_input(x, work), gy,
                                       phases.weight_shape(wshape), dtype, phases.geom, tiles)
         return phases.merge_weight(gwq).astype(dtype, copy=False)
+    taps = _host_tap_plan(x, wshape, geom, gy.shape[2:], work)
+    if taps is not None:
+        kept = columns.cols if isinstance(columns, _tap_groups.Columns) and (
+            columns.plan is taps) else None
+        return taps.grad_weight(x, gy, kept).astype(dtype, copy=False)
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))

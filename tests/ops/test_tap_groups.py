@@ -1,0 +1,203 @@
+"""Convolution over tap groups (xgrad/_ops/_tap_groups.py): the plan covers
+every output position once and every tap that reads the image, and the
+three products match the float64 references, directly and through
+xgrad.conv / conv_transpose with their gradients."""
+
+import itertools
+
+import numpy
+import pytest
+
+import xgrad
+from xgrad._backend import gemm_kernels
+from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
+from xgrad._ops import _tap_groups, convolution
+from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
+
+needs_gemm = pytest.mark.skipif(not gemm_kernels.available(),
+                                reason='xgrad sgemm needs the AVX2 or AVX-512 path')
+
+
+def _data(shape, seed):
+    return numpy.random.RandomState(seed).uniform(-1, 1, shape)
+
+
+def _geometry(k, s, p):
+    return Geometry(tuple(k), tuple(s), tuple(p), (1, 1), 1)
+
+
+def _out(size, k, s, p):
+    return tuple((n + 2 * q - kk) // ss + 1 for n, kk, ss, q in zip(size, k, s, p))
+
+
+# (n, c, o, (h, w), (kh, kw), (sh, sw), (ph, pw)): 5x5 and 3x3 with the
+# usual pads, non-square images and kernels, mixed strides, a pad of k - 1
+# (outputs whose windows reach the padding on both sides) and batches
+# narrower than a GEMM tile (groups then merge positions).
+CASES = [
+    (8, 32, 32, (4, 4), (5, 5), (1, 1), (2, 2)),
+    (8, 32, 48, (8, 8), (5, 5), (2, 2), (2, 2)),
+    (16, 32, 32, (4, 4), (3, 3), (2, 2), (1, 1)),
+    (8, 32, 32, (5, 7), (3, 5), (1, 2), (1, 2)),
+    (12, 40, 32, (6, 5), (4, 4), (2, 1), (3, 3)),
+    (64, 32, 32, (4, 4), (5, 5), (2, 2), (2, 2)),
+    (9, 32, 32, (3, 3), (3, 3), (1, 1), (2, 2)),
+]
+
+
+def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
+    """The plan of the case, with the pay rules off (every case is planned)."""
+    monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', 1.0)
+    monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL', 0)
+    _tap_groups._plan.cache_clear()
+    plan = _tap_groups.plan((n, c) + size, (o, c) + k, _geometry(k, s, p), _out(size, k, s, p),
+                            numpy.float32)
+    _tap_groups._plan.cache_clear()
+    return plan
+
+
+@pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
+def test_the_groups_cover_each_position_once_and_every_tap_it_reads(n, c, o, size, k, s, p):
+    outsize = _out(size, k, s, p)
+    groups = _tap_groups._groups(n, size, k, s, p, outsize)
+    assert groups[0, 0] == 0 and groups[-1, 1] == outsize[0] * outsize[1]
+    assert (groups[1:, 0] == groups[:-1, 1]).all()  # consecutive, no gaps
+    for q0, q1, i0, i1, j0, j1 in groups.tolist():
+        assert (q1 - q0) * n >= _tap_groups._MIN_GROUP_COLUMNS or len(groups) == 1
+        for q in range(q0, q1):
+            oy, ox = divmod(q, outsize[1])
+            for i, j in itertools.product(range(k[0]), range(k[1])):
+                iy, ix = oy * s[0] - p[0] + i, ox * s[1] - p[1] + j
+                if 0 <= iy < size[0] and 0 <= ix < size[1]:
+                    assert i0 <= i < i1 and j0 <= j < j1, (q, i, j)
+
+
+def test_the_groups_skip_the_padding_of_small_images():
+    """5x5 with pad 2 on 4x4 at batch 64: each position its own group with
+    exactly its taps, half of im2col's products (14 of 20 taps a side)."""
+    groups = _tap_groups._groups(64, (4, 4), (5, 5), (1, 1), (2, 2), (4, 4))
+    rows = [(2, 5), (1, 5), (0, 4), (0, 3)]
+    assert [tuple(g[2:]) for g in groups.tolist()] == [r + c for r in rows for c in rows]
+    area = (groups[:, 3] - groups[:, 2]) * (groups[:, 5] - groups[:, 4])
+    assert area.sum() == 14 * 14
+
+
+@needs_gemm
+@pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
+def test_the_three_products_match_the_references(monkeypatch, n, c, o, size, k, s, p):
+    plan = _forced_plan(monkeypatch, n, c, o, size, k, s, p)
+    assert plan is not None
+    x, w, b = _data((n, c) + size, 1), _data((o, c) + k, 2), _data(o, 3)
+    gy = _data((n, o) + _out(size, k, s, p), 4)
+    x32, w32, gy32 = (a.astype(numpy.float32) for a in (x, w, gy))
+    y = plan.conv(x32, w32, b.astype(numpy.float32))
+    assert y.dtype == numpy.float32 and y.flags.c_contiguous
+    numpy.testing.assert_allclose(y, _reference_conv(x, w, b, stride=s, pad=p),
+                                  rtol=1e-4, atol=1e-4)
+    gx = plan.conv_transpose(gy32, w32)
+    numpy.testing.assert_allclose(
+        gx, _reference_conv_transpose(gy, w, stride=s, pad=p, outsize=size),
+        rtol=1e-4, atol=1e-4)
+    # gw against <gw, v> = <conv(x, v), gy>, and with the kept columns
+    v = _data(w.shape, 5)
+    for cols in (None, plan.columns(x32)):
+        gw = plan.grad_weight(x32, gy32, cols)
+        numpy.testing.assert_allclose(numpy.vdot(gw, v),
+                                      numpy.vdot(_reference_conv(x, v, stride=s, pad=p), gy),
+                                      rtol=1e-4)
+
+
+@needs_gemm
+@pytest.mark.parametrize('transpose', [False, True])
+def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatch, transpose):
+    """64->64 5x5 stride 2 on 8x8 at batch 64 (28% of im2col's products in
+    the padding): conv's forward, weight and input gradients, and
+    conv_transpose's forward, go through the groups; values and gradients
+    match the references."""
+    taken = []
+    for name in ('conv', 'conv_transpose', 'grad_weight'):
+        original = getattr(_tap_groups.TapPlan, name)
+
+        def spy(self, *args, _name=name, _original=original):
+            taken.append(_name)
+            return _original(self, *args)
+        monkeypatch.setattr(_tap_groups.TapPlan, name, spy)
+    kw = dict(stride=2, pad=2)
+    xshape = (64, 32, 4, 4) if transpose else (64, 32, 8, 8)
+    x = xgrad.array(_data(xshape, 1).astype(numpy.float32)).require_grad()
+    w = xgrad.array(_data((32, 32, 5, 5), 2).astype(numpy.float32)).require_grad()
+    f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
+              else (xgrad.conv, _reference_conv))
+    kwf = dict(kw, outsize=(8, 8)) if transpose else kw
+    y = f(x, w, **kwf)
+    x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
+    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kwf), rtol=1e-4, atol=1e-4)
+    gy = xgrad.array(_data(y.shape, 3).astype(numpy.float32))
+    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
+    assert sorted(taken) == ['conv', 'conv_transpose', 'grad_weight']
+    u, v = _data(x64.shape, 4), _data(w64.shape, 5)
+    gy64 = gy.to_numpy().astype(float)
+    numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
+                                  numpy.vdot(ref(u, w64, **kwf), gy64), rtol=1e-4)
+    numpy.testing.assert_allclose(numpy.vdot(gw.to_numpy(), v),
+                                  numpy.vdot(ref(x64, v, **kwf), gy64), rtol=1e-4)
+
+
+@pytest.mark.parametrize('xshape, wshape, k, s, p, takes', [
+    ((64, 64, 8, 8), (64, 64), 5, 2, 2, True),     # 28% of the products in the padding
+    ((64, 64, 4, 4), (64, 64), 3, 2, 1, True),
+    ((8, 128, 4, 4), (128, 128), 5, 1, 2, False),  # 1 GEMM column an output channel
+    ((64, 16, 8, 8), (32, 16), 5, 2, 2, False),    # 16 input channels
+    ((4, 64, 8, 8), (64, 64), 5, 2, 2, False),     # batch 4
+    ((64, 64, 32, 32), (64, 64), 3, 1, 1, False),  # 6% in the padding
+    ((64, 64, 16, 16), (64, 64), 5, 2, 2, False),  # columns past 16 MiB
+    ((64, 64, 8, 8), (64, 64), 5, 2, 0, False),    # no padding
+])
+def test_where_the_groups_are_taken(xshape, wshape, k, s, p, takes):
+    geom = _geometry((k, k), (s, s), (p, p))
+    plan = _tap_groups.plan(xshape, wshape + (k, k), geom, _out(xshape[2:], (k, k), (s, s),
+                                                                 (p, p)), numpy.float32)
+    assert (plan is not None) is (takes and gemm_kernels.available())
+    assert _tap_groups.plan(xshape, wshape + (k, k), geom, (4, 4), numpy.float64) is None
+
+
+def test_the_kernels_refuse_operands_outside_their_layout():
+    x = numpy.zeros((2, 4, 4, 8), numpy.float32)   # (C, h, w, batch)
+    cols = numpy.zeros((2 * 9, 16 * 8), numpy.float32)
+    geometry = ((3, 3), (1, 1), (1, 1), (4, 4))
+    good = numpy.array([[0, 16, 0, 3, 0, 3]])
+    fill_tap_columns(x, cols, good, *geometry)
+    for bad in ([[0, 17, 0, 3, 0, 3]], [[0, 16, 0, 4, 0, 3]], [[3, 2, 0, 3, 0, 3]]):
+        with pytest.raises(ValueError, match='outside'):
+            fill_tap_columns(x, cols, numpy.array(bad), *geometry)
+    with pytest.raises(ValueError, match='matrix'):
+        add_tap_columns(cols[:, :-1], x, good, *geometry)
+    with pytest.raises(ValueError, match='float32'):
+        fill_tap_columns(x.astype(numpy.float64), cols, good, *geometry)
+    with pytest.raises(ValueError):
+        transpose_into(cols, numpy.zeros(cols.shape, numpy.float32))
+
+
+@needs_gemm
+def test_sgemm_blocks_run_sub_products_and_refuse_blocks_outside():
+    a, b = _data((20, 30), 1).astype(numpy.float32), _data((30, 40), 2).astype(numpy.float32)
+    out = numpy.full((20, 40), 7, numpy.float32)
+    blocks = [(0, 0, 0, 20, 16, 30, 0), (4, 16, 10, 16, 24, 20, 0), (4, 16, 0, 16, 24, 10, 1)]
+    assert gemm_kernels.sgemm_blocks(a, b, out, numpy.array(blocks))
+    want = numpy.full((20, 40), 7.0)
+    want[:, :16] = a[:, :] @ b[:, :16]
+    want[4:20, 16:40] = a[4:20] @ b[:, 16:40]
+    numpy.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match='outside'):
+        gemm_kernels.sgemm_blocks(a, b, out, numpy.array([(0, 0, 0, 21, 16, 30, 0)]))
+    with pytest.raises(ValueError, match='outside'):
+        gemm_kernels.sgemm_blocks(a, b, out, numpy.array([(0, 30, 0, 4, 16, 30, 0)]))
+    assert not gemm_kernels.sgemm_blocks(a.astype(float), b, out, numpy.array(blocks))
+
+
+def test_transpose_into_matches_numpy_on_ragged_tiles():
+    for shape in [(1, 1), (17, 33), (64, 5), (3, 100)]:
+        a = _data(shape, 1).astype(numpy.float32)
+        out = numpy.empty(shape[::-1], numpy.float32)
+        transpose_into(a, out)
+        assert (out == a.T).all()

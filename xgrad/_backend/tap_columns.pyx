@@ -1,0 +1,215 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Columns of a 2-D convolution by tap groups, and their adjoint.
+
+im2col (window_kernels) writes every window tap, those in the padding as
+zeros, and the GEMM then multiplies the zeros: on small images most of
+the work (5x5 on 4x4 images with pad 2: half the products). Here the
+output positions are cut into groups whose windows read the same
+rectangle of taps (xgrad/_ops/_tap_groups.py plans them), and only the
+taps of each group's rectangle get columns, so the GEMMs over the groups
+skip what lies outside.
+
+Layouts, chosen so that every copy is a contiguous run of the batch:
+x is (C, h, w, m) (the batch last), the columns the matrix (kh kw C, oh
+ow m): row (i, j, c), column (oy, ox, s). A group is a row of ``groups``
+(q0, q1, i0, i1, j0, j1): output positions q0 <= oy * ow + ox < q1, taps
+i0 <= i < i1, j0 <= j < j1, its columns q0 * m .. q1 * m.
+
+Both kernels split the channels over xgrad's worker pool: the same serial
+loop per channel, so results are those of one thread, bit for bit.
+"""
+
+cimport numpy as cnp
+from libc.string cimport memcpy, memset
+
+from xgrad._backend.native_kernels cimport pool_threads, run_chunks
+
+import numpy
+
+cnp.import_array()
+
+# Split over threads when each gets at least this many column elements.
+DEF COLUMN_GRAIN = 65536
+
+
+cdef struct TapJob:
+    const cnp.int64_t* groups
+    Py_ssize_t group_count
+    Py_ssize_t h, w, c_count, m, kw, sh, sw, ph, pw, ow, ld
+    float* x  # (C, h, w, m)
+    float* cols
+    bint add  # col2im: add the columns back into x
+    Py_ssize_t per_chunk  # channels a chunk
+
+
+cdef void _tap_range(TapJob* job, Py_ssize_t c_lo, Py_ssize_t c_hi) noexcept nogil:
+    """Fill (or add back) the columns of channels c_lo..c_hi, group by group."""
+    cdef Py_ssize_t g, q, i, j, c, t, iy, ix, oy, ox, m = job.m, ld = job.ld
+    cdef Py_ssize_t cc = job.c_count, plane = job.h * job.w * m
+    cdef const cnp.int64_t* row
+    cdef float* at_cols
+    cdef float* at_x
+    for g in range(job.group_count):
+        row = job.groups + 6 * g
+        for q in range(row[0], row[1]):
+            oy = q // job.ow
+            ox = q - oy * job.ow
+            for i in range(row[2], row[3]):
+                iy = oy * job.sh - job.ph + i
+                for j in range(row[4], row[5]):
+                    ix = ox * job.sw - job.pw + j
+                    at_cols = job.cols + ((i * job.kw + j) * cc + c_lo) * ld + q * m
+                    if 0 <= iy < job.h and 0 <= ix < job.w:
+                        at_x = job.x + ((c_lo * job.h + iy) * job.w + ix) * m
+                        if job.add:
+                            for c in range(c_hi - c_lo):
+                                for t in range(m):
+                                    at_x[t] += at_cols[t]
+                                at_x += plane
+                                at_cols += ld
+                        else:
+                            for c in range(c_hi - c_lo):
+                                memcpy(at_cols, at_x, m * sizeof(float))
+                                at_x += plane
+                                at_cols += ld
+                    elif not job.add:  # a tap in the padding reads zeros
+                        for c in range(c_hi - c_lo):
+                            memset(at_cols, 0, m * sizeof(float))
+                            at_cols += ld
+
+
+cdef void _tap_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
+    cdef TapJob* job = <TapJob*>ctx
+    cdef Py_ssize_t lo = chunk * job.per_chunk
+    _tap_range(job, lo, min(lo + job.per_chunk, job.c_count))
+
+
+cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple stride,
+                 tuple pad, tuple outsize, bint add):
+    """Check the operands, then run the fill or the add over all channels."""
+    if not (x.dtype.num == cnp.NPY_FLOAT32 and cols.dtype.num == cnp.NPY_FLOAT32
+            and x.ndim == 4 and cols.ndim == 2 and cnp.PyArray_IS_C_CONTIGUOUS(x)
+            and cnp.PyArray_ISALIGNED(x) and cnp.PyArray_ISALIGNED(cols)):
+        raise ValueError('tap columns: x must be a C-contiguous float32 (C, h, w, m) array '
+                         'and cols a float32 matrix, not {} {} and {} {}'.format(
+                             x.dtype, (<object>x).shape, cols.dtype, (<object>cols).shape))
+    if not cnp.PyArray_ISWRITEABLE(x if add else cols):
+        raise ValueError('tap columns: the output is read-only')
+    cdef Py_ssize_t c_count = x.shape[0], h = x.shape[1], w = x.shape[2], m = x.shape[3]
+    cdef Py_ssize_t kh = ksize[0], kw = ksize[1], oh = outsize[0], ow = outsize[1]
+    if min(kh, kw, stride[0], stride[1]) < 1 or min(pad[0], pad[1], oh, ow) < 0:
+        raise ValueError('tap columns: bad geometry {} {} {} {}'.format(
+            ksize, stride, pad, outsize))
+    if (cols.shape[0] != kh * kw * c_count or cols.shape[1] != oh * ow * m
+            or (cols.shape[1] > 1 and cols.strides[1] != 4) or cols.strides[0] % 4
+            or (cols.shape[0] > 1 and cols.strides[0] < 4 * cols.shape[1])):
+        raise ValueError('tap columns: cols {} (strides {}) is not the ({}, {}) matrix with '
+                         'contiguous rows'.format((<object>cols).shape, (<object>cols).strides, kh * kw * c_count,
+                                                  oh * ow * m))
+    cdef cnp.int64_t[:, ::1] spec = numpy.ascontiguousarray(groups, dtype=numpy.int64)
+    if spec.shape[1] != 6:
+        raise ValueError('tap columns: groups must have 6 columns')
+    cdef Py_ssize_t g, elements = 0
+    for g in range(spec.shape[0]):
+        if not (0 <= spec[g, 0] <= spec[g, 1] <= oh * ow and 0 <= spec[g, 2] <= spec[g, 3] <= kh
+                and 0 <= spec[g, 4] <= spec[g, 5] <= kw):
+            raise ValueError('tap columns: group {} {} is outside {} positions, taps {}'.format(
+                g, tuple(spec[g]), oh * ow, ksize))
+        elements += ((spec[g, 1] - spec[g, 0]) * (spec[g, 3] - spec[g, 2])
+                     * (spec[g, 5] - spec[g, 4]) * c_count * m)
+    if spec.shape[0] == 0 or c_count == 0 or m == 0:
+        return
+    cdef TapJob job
+    job.groups = &spec[0, 0]
+    job.group_count = spec.shape[0]
+    job.h, job.w, job.c_count, job.m, job.kw = h, w, c_count, m, kw
+    job.sh, job.sw, job.ph, job.pw, job.ow = stride[0], stride[1], pad[0], pad[1], ow
+    job.ld = cols.strides[0] // 4 if cols.shape[0] > 1 else cols.shape[1]
+    job.x = <float*>cnp.PyArray_DATA(x)
+    job.cols = <float*>cnp.PyArray_DATA(cols)
+    job.add = add
+    cdef Py_ssize_t nt = min(<Py_ssize_t>pool_threads(), c_count, elements // COLUMN_GRAIN)
+    with nogil:
+        if nt <= 1:
+            _tap_range(&job, 0, c_count)
+        else:
+            job.per_chunk = (c_count + 4 * nt - 1) // (4 * nt)
+            run_chunks(_tap_chunk, &job, (c_count + job.per_chunk - 1) // job.per_chunk)
+
+
+def fill_tap_columns(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple stride,
+                     tuple pad, tuple outsize):
+    """Write the columns of each group's taps (zeros where a tap reads the
+    padding); the other elements of ``cols`` are left as they are."""
+    _run(x, cols, groups, ksize, stride, pad, outsize, False)
+
+
+def add_tap_columns(cnp.ndarray cols, cnp.ndarray x, groups, tuple ksize, tuple stride,
+                    tuple pad, tuple outsize):
+    """The adjoint of fill_tap_columns: add each group's columns back into
+    ``x`` where their taps read it (padding dropped)."""
+    _run(x, cols, groups, ksize, stride, pad, outsize, True)
+
+
+# Blocks of the transposing copy: 16 x 16 floats (two 1 KiB tiles) stay in
+# L1 while each is read along one axis and written along the other.
+DEF TILE = 16
+
+
+cdef struct TransposeJob:
+    const float* src
+    float* dst
+    Py_ssize_t rows, cols, src_ld, dst_ld
+    Py_ssize_t per_chunk  # row tiles a chunk
+
+
+cdef void _transpose_rows(TransposeJob* job, Py_ssize_t r_lo, Py_ssize_t r_hi) noexcept nogil:
+    cdef Py_ssize_t r0, c0, r, c, r_end, c_end
+    for r0 in range(r_lo, r_hi, TILE):
+        r_end = min(r0 + TILE, r_hi)
+        for c0 in range(0, job.cols, TILE):
+            c_end = min(c0 + TILE, job.cols)
+            for c in range(c0, c_end):
+                for r in range(r0, r_end):
+                    job.dst[c * job.dst_ld + r] = job.src[r * job.src_ld + c]
+
+
+cdef void _transpose_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
+    cdef TransposeJob* job = <TransposeJob*>ctx
+    cdef Py_ssize_t lo = chunk * job.per_chunk * TILE
+    _transpose_rows(job, lo, min(lo + job.per_chunk * TILE, job.rows))
+
+
+def transpose_into(cnp.ndarray src, cnp.ndarray dst):
+    """dst = src.T for float32 matrices with contiguous rows, tile by tile:
+    the layout moves of the tap-group convolution (the batch to the last
+    axis and back), which NumPy's transposing copy runs at 2-3 ns an
+    element on a (64, 4096) matrix."""
+    if not (src.ndim == 2 and dst.ndim == 2 and src.dtype.num == cnp.NPY_FLOAT32
+            and dst.dtype.num == cnp.NPY_FLOAT32 and cnp.PyArray_ISALIGNED(src)
+            and cnp.PyArray_ISALIGNED(dst) and cnp.PyArray_ISWRITEABLE(dst)):
+        raise ValueError('transpose_into: float32 matrices, the output writeable')
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1]
+    if dst.shape[0] != cols or dst.shape[1] != rows:
+        raise ValueError('transpose_into: {} into {}'.format((<object>src).shape,
+                                                             (<object>dst).shape))
+    if rows == 0 or cols == 0:
+        return
+    if ((cols > 1 and src.strides[1] != 4) or (rows > 1 and dst.strides[1] != 4)
+            or src.strides[0] % 4 or dst.strides[0] % 4
+            or (rows > 1 and src.strides[0] < 4 * cols) or (cols > 1 and dst.strides[0] < 4 * rows)):
+        raise ValueError('transpose_into: rows must be contiguous and apart')
+    cdef TransposeJob job
+    job.src = <const float*>cnp.PyArray_DATA(src)
+    job.dst = <float*>cnp.PyArray_DATA(dst)
+    job.rows, job.cols = rows, cols
+    job.src_ld = src.strides[0] // 4 if rows > 1 else cols
+    job.dst_ld = dst.strides[0] // 4 if cols > 1 else rows
+    cdef Py_ssize_t tiles = (rows + TILE - 1) // TILE
+    cdef Py_ssize_t nt = min(<Py_ssize_t>pool_threads(), tiles, rows * cols // COLUMN_GRAIN)
+    with nogil:
+        if nt <= 1:
+            _transpose_rows(&job, 0, rows)
+        else:
+            job.per_chunk = (tiles + 4 * nt - 1) // (4 * nt)
+            run_chunks(_transpose_chunk, &job, (tiles + job.per_chunk - 1) // job.per_chunk)

@@ -1,0 +1,233 @@
+"""2-D convolutions as GEMMs over groups of output positions that skip the
+window taps lying in the padding.
+
+Why: im2col gives every output position all kh * kw taps, those in the
+padding as zeros, and the GEMM multiplies them. On small images that is
+much of the work: 5x5 with pad 2 on 4x4 images, half the products; on
+8x8, 28%; 3x3 with pad 1 on 4x4, 31%. oneDNN's direct kernels skip them
+(PyTorch's time on 5x5 over 4x4 is what 1.3x this core's peak would give
+without the skipping). Here the output positions (oy, ox), in row-major
+order, are cut into groups whose windows read the same rectangle of taps
+(rows i0..i1, columns j0..j1 of the kernel); a group narrower than
+_MIN_GROUP_COLUMNS GEMM columns (positions times the batch) takes in the
+next positions and the union of their rectangles, so that each GEMM stays
+wide enough for the micro-kernel. The columns (tap_columns) hold only the
+taps of each group's rectangle, the rows ordered (i, j, c) so that one
+kernel row of a rectangle is one run of rows; the GEMMs (sgemm_blocks)
+run per group and kernel row:
+
+- forward: y[:, group] = sum over i of w'[:, (i, j0..j1, :)] cols[(i, j0..j1, :), group]
+- input gradient: cols[(i, j0..j1, :), group] = w'^T[...] gy[:, group], added back by tap_columns
+- weight gradient: gw'^T[(i, j0..j1, :), :] += cols[(i, j0..j1, :), group] gy^T[group, :]
+
+with w' = w as (O, kh, kw, C), the batch last in x (C, h, w, N), in the
+columns (oy, ox, N) and in gy (O, oh, ow, N), so that every copy of the
+columns is a run of the batch (a rectangle of whole kernel rows is one
+block). The batch moves by 2-D transposing copies (tap_columns). Taken for float32 on xgrad's own GEMM
+(gemm_kernels.available()), one channel group, no dilation, 32+ channels
+each side, batch _MIN_BATCH+, _MIN_COLUMNS_PER_OUT_CHANNEL+ GEMM columns an
+output channel, where the groups skip at least 1 - _MAX_WORK_FRACTION of
+the products.
+"""
+
+import collections
+import functools
+
+import numpy
+
+from xgrad._backend import gemm_kernels
+from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
+
+# A group's GEMMs have at least this many columns (the AVX-512 micro-kernel's
+# tile is 32 wide); the plan's last group may be merged into the one before.
+_MIN_GROUP_COLUMNS = 32
+# The batch is the run every column copy moves: below 8 floats a run the
+# copies cost more than the products they save.
+_MIN_BATCH = 8
+# Border groups' GEMMs sum one kernel row of taps, (j1 - j0) * C products:
+# with 16 channels (48-80) they ran at 65-87 GFLOP/s against 100+.
+_MIN_CHANNELS = 32
+# Each op moves the weights between layouts two or three times, and the
+# groups cut the GEMMs to fewer columns: with fewer than this many GEMM
+# columns (batch times output positions) an output channel, the weights
+# outweigh the columns (one thread, 128->128 5x5 on 4x4 at batch 8, one
+# columns a channel: 1.05x im2col's time; 64->64 5x5 stride 2 on 4x4 at
+# batch 64, 4 a channel: 0.51x).
+_MIN_COLUMNS_PER_OUT_CHANNEL = 4
+# Taken when the groups do at most this fraction of im2col's products.
+_MAX_WORK_FRACTION = 0.9
+# The columns are built for the whole batch at once: past this many
+# elements (16 MiB of float32, convolution.py's whole-batch limit) they
+# leave the caches, and im2col's batch chunks win (64->64 5x5 stride 2 on
+# 16x16 at batch 64, 6.5M elements: 1.5x im2col's time).
+_MAX_COLUMN_ELEMENTS = 1 << 22
+
+_Plan = collections.namedtuple(
+    '_Plan', 'batch channels out_channels spatial ksize stride pad outsize groups '
+             'forward input_grad weight_grad work_fraction')
+
+
+class TapPlan(_Plan):
+    """The groups of one convolution, x (batch, channels, *spatial), w
+    (out_channels, channels, *ksize), and the three GEMM block lists
+    (rows of sgemm_blocks) over them."""
+
+    @property
+    def _columns_shape(self):
+        return (self.ksize[0] * self.ksize[1] * self.channels,
+                self.outsize[0] * self.outsize[1] * self.batch)
+
+    def _geometry(self):
+        return tuple(self.ksize), tuple(self.stride), tuple(self.pad), tuple(self.outsize)
+
+    def columns(self, x):
+        """The columns of x (N, C, h, w): only the groups' taps are written."""
+        n, c, (h, w) = self.batch, self.channels, self.spatial
+        x_last = _transposed(x.reshape(n, c * h * w)).reshape(c, h, w, n)
+        cols = numpy.empty(self._columns_shape, numpy.float32)
+        fill_tap_columns(x_last, cols, self.groups, *self._geometry())
+        return cols
+
+    def _weights_taps_last(self, w):
+        """w (O, C, kh, kw) as the matrix (O, kh kw C)."""
+        o, c, kk = self.out_channels, self.channels, self.ksize[0] * self.ksize[1]
+        w = w.astype(numpy.float32, copy=False).reshape(o, c, kk)
+        return numpy.ascontiguousarray(w.transpose(0, 2, 1)).reshape(o, kk * c)
+
+    def conv(self, x, w, b, cols=None):
+        """y = conv(x, w) + b, (N, O, oh, ow) float32."""
+        if cols is None:
+            cols = self.columns(x)
+        o, (oh, ow), n = self.out_channels, self.outsize, self.batch
+        w_taps = self._weights_taps_last(w)
+        y_last = numpy.empty((o, oh * ow * n), numpy.float32)
+        if not gemm_kernels.sgemm_blocks(w_taps, cols, y_last, self.forward):
+            raise RuntimeError('sgemm_blocks declined a tap-group convolution')
+        y = _transposed(y_last.reshape(o * oh * ow, n)).reshape(n, o, oh, ow)
+        if b is not None:
+            y += b.astype(numpy.float32, copy=False).reshape(o, 1, 1)
+        return y
+
+    def conv_transpose(self, gy, w):
+        """The adjoint of conv in x: gx (N, C, h, w) from gy (N, O, oh, ow)."""
+        o, c, n, (h, wd) = self.out_channels, self.channels, self.batch, self.spatial
+        gy_last = _transposed(gy.reshape(n, -1)).reshape(o, -1)
+        cols = numpy.empty(self._columns_shape, numpy.float32)
+        if not gemm_kernels.sgemm_blocks(_transposed(self._weights_taps_last(w)), gy_last, cols,
+                                         self.input_grad):
+            raise RuntimeError('sgemm_blocks declined a tap-group convolution')
+        gx_last = numpy.zeros((c, h, wd, n), numpy.float32)
+        add_tap_columns(cols, gx_last, self.groups, *self._geometry())
+        return _transposed(gx_last.reshape(c * h * wd, n)).reshape(n, c, h, wd)
+
+    def grad_weight(self, x, gy, cols=None):
+        """gw (O, C, kh, kw) of conv(x, w) for the output gradient gy."""
+        if cols is None:
+            cols = self.columns(x)
+        o, c, n, (kh, kw) = self.out_channels, self.channels, self.batch, self.ksize
+        gy_t = _transposed(_transposed(gy.reshape(n, -1)).reshape(o, -1))
+        gw_t = numpy.zeros((kh * kw * c, o), numpy.float32)
+        if not gemm_kernels.sgemm_blocks(cols, gy_t, gw_t, self.weight_grad):
+            raise RuntimeError('sgemm_blocks declined a tap-group convolution')
+        gw = _transposed(gw_t).reshape(o, kh * kw, c)
+        return numpy.ascontiguousarray(gw.transpose(0, 2, 1)).reshape(o, c, kh, kw)
+
+
+def _transposed(a):
+    """a.T of a 2-D array as a new C-contiguous float32 matrix."""
+    a = numpy.ascontiguousarray(a, dtype=numpy.float32)
+    out = numpy.empty(a.shape[::-1], numpy.float32)
+    transpose_into(a, out)
+    return out
+
+
+def _taps(position, k, s, p, size):
+    """The taps t of a window of size k at output ``position`` that read
+    inside 0..size (position * s - p + t): the range (lo, hi)."""
+    return max(0, p - position * s), max(0, min(k, size + p - position * s))
+
+
+def _union(a, b):
+    if a[0] >= a[1] or a[2] >= a[3]:
+        return b
+    if b[0] >= b[1] or b[2] >= b[3]:
+        return a
+    return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
+
+
+def _groups(n, spatial, ksize, stride, pad, outsize):
+    """Rows (q0, q1, i0, i1, j0, j1): runs of output positions q = oy * ow
+    + ox with their taps' rectangle, at least _MIN_GROUP_COLUMNS / n
+    positions each (but the last run when there is one only)."""
+    (oh, ow) = outsize
+    rows = [_taps(oy, ksize[0], stride[0], pad[0], spatial[0]) for oy in range(oh)]
+    cols = [_taps(ox, ksize[1], stride[1], pad[1], spatial[1]) for ox in range(ow)]
+    wide = -(-_MIN_GROUP_COLUMNS // n)  # positions
+    groups = []
+    for q in range(oh * ow):
+        rect = rows[q // ow] + cols[q % ow]
+        if groups and (groups[-1][1] == rect or q - groups[-1][0] < wide):
+            groups[-1] = (groups[-1][0], _union(groups[-1][1], rect))
+        else:
+            groups.append((q, rect))
+    if len(groups) > 1 and oh * ow - groups[-1][0] < wide:
+        q0, rect = groups.pop()
+        groups[-1] = (groups[-1][0], _union(groups[-1][1], rect))
+    bounds = [g[0] for g in groups] + [oh * ow]
+    table = []
+    for (q0, rect), q1 in zip(groups, bounds[1:]):
+        i0, i1, j0, j1 = rect
+        if i0 >= i1 or j0 >= j1:
+            i0 = i1 = j0 = j1 = 0
+        table.append((q0, q1, i0, i1, j0, j1))
+    return numpy.array(table, dtype=numpy.int64).reshape(-1, 6)
+
+
+def _blocks(groups, n, c, o, kw):
+    """The three GEMM block lists (r0, c0, k0, m, n, k, acc) over ``groups``:
+    one block a group and kernel row."""
+    forward, input_grad, weight_grad = [], [], []
+    for q0, q1, i0, i1, j0, j1 in groups.tolist():
+        lo, width = q0 * n, (q1 - q0) * n
+        # a row of taps a block, or the whole rectangle when its rows are whole
+        runs = [(i0, i1)] if (j0, j1) == (0, kw) else [(i, i + 1) for i in range(i0, i1)]
+        for a, b in runs:
+            k0, depth = (a * kw + j0) * c, (b - a) * (j1 - j0) * c
+            forward.append((0, lo, k0, o, width, depth, int(a > i0)))
+            input_grad.append((k0, lo, 0, depth, width, o, 0))
+            weight_grad.append((k0, 0, lo, depth, o, width, 1))
+    return tuple(numpy.array(b, dtype=numpy.int64).reshape(-1, 7)
+                 for b in (forward, input_grad, weight_grad))
+
+
+# The columns a forward conv keeps for its weight gradient, with their plan.
+Columns = collections.namedtuple('Columns', 'plan cols')
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(n, c, o, spatial, ksize, stride, pad, outsize):
+    groups = _groups(n, spatial, ksize, stride, pad, outsize)
+    area = (groups[:, 1] - groups[:, 0]) * (groups[:, 3] - groups[:, 2]) * (
+        groups[:, 5] - groups[:, 4])
+    fraction = float(area.sum()) / max(1, ksize[0] * ksize[1] * outsize[0] * outsize[1])
+    forward, input_grad, weight_grad = _blocks(groups, n, c, o, ksize[1])
+    # (the forward leaves the columns of a group without taps unwritten)
+    if (fraction > _MAX_WORK_FRACTION or not area.all()
+            or fraction * ksize[0] * ksize[1] * c * outsize[0] * outsize[1] * n
+            > _MAX_COLUMN_ELEMENTS):
+        return None
+    return TapPlan(n, c, o, spatial, ksize, stride, pad, outsize, groups, forward,
+                   input_grad, weight_grad, fraction)
+
+
+def plan(xshape, wshape, geom, outsize, work):
+    """The TapPlan of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
+    ``wshape``) with output ``outsize`` where it pays, else None."""
+    if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
+            or tuple(geom.dilate) != (1, 1) or numpy.dtype(work) != numpy.float32
+            or xshape[0] < _MIN_BATCH or min(wshape[:2]) < _MIN_CHANNELS
+            or xshape[0] * outsize[0] * outsize[1] < _MIN_COLUMNS_PER_OUT_CHANNEL * wshape[0]
+            or wshape[1] != xshape[1] or not gemm_kernels.available()):
+        return None
+    return _plan(xshape[0], xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
+                 tuple(geom.stride), tuple(geom.pad), tuple(outsize))
