@@ -1,0 +1,60 @@
+"""Per conv point: the step with the tap-group plan (xgrad/_ops/_tap_groups.py)
+on and off, in one process, alternated; torch's step for scale.
+
+    python bench/tap_groups_ab.py 0,64,64,64,8,5,2 1,64,64,64,4,3,2 ...
+
+A point is op (0 conv, 1 conv_transpose), batch, in and out channels, image
+size, kernel, stride (pad kernel // 2), as in bench/conv_sweep.py, whose
+step (forward + backward to x, W and b) it times. One thread.
+"""
+
+import os
+import sys
+import time
+import timeit
+
+for _v in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
+    os.environ[_v] = '1'
+
+import torch  # noqa: E402
+
+import xgrad  # noqa: E402
+from xgrad._ops import _tap_groups  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conv_sweep import conv_steps  # noqa: E402
+
+
+def _set_fraction(value):
+    _tap_groups._MAX_WORK_FRACTION = value
+    _tap_groups._plan.cache_clear()
+
+
+def _best_us(step):
+    start = time.perf_counter()
+    step()
+    number = max(1, int(0.04 / (time.perf_counter() - start + 1e-9)))
+    return min(timeit.repeat(step, number=number, repeat=3)) / number * 1e6
+
+
+def main(points):
+    torch.set_num_threads(1)
+    taken = _tap_groups._MAX_WORK_FRACTION
+    for text in points:
+        point = tuple(int(v) for v in text.split(','))
+        steps = conv_steps(xgrad, torch, point[1:], point[0] == 1)
+        on, off = [], []
+        for _ in range(3):
+            for value, times in ((taken, on), (-1.0, off)):
+                _set_fraction(value)
+                steps['xgrad']()
+                times.append(_best_us(steps['xgrad']))
+        _set_fraction(taken)
+        torch_us = _best_us(steps['torch'])
+        print('{:<24} on {:8.0f} off {:8.0f} on/off {:.3f} torch {:8.0f}  on/torch {:.2f} '
+              'off/torch {:.2f}'.format(text, min(on), min(off), min(on) / min(off), torch_us,
+                                        min(on) / torch_us, min(off) / torch_us), flush=True)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
