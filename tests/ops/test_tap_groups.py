@@ -146,8 +146,10 @@ def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatc
 @pytest.mark.parametrize('xshape, wshape, k, s, p, takes', [
     ((64, 64, 8, 8), (64, 64), 5, 2, 2, True),     # 28% of the products in the padding
     ((64, 64, 4, 4), (64, 64), 3, 2, 1, True),
-    ((8, 128, 4, 4), (128, 128), 5, 1, 2, False),  # 1 GEMM column an output channel
-    ((64, 16, 8, 8), (32, 16), 5, 2, 2, False),    # 16 input channels
+    ((8, 128, 4, 4), (128, 128), 5, 1, 2, True),   # 1 GEMM column an output channel
+    ((8, 256, 4, 4), (256, 256), 3, 1, 1, False),  # half a column an output channel
+    ((64, 16, 8, 8), (32, 16), 5, 2, 2, True),     # 16 input channels
+    ((64, 8, 8, 8), (32, 8), 5, 2, 2, False),      # 8
     ((4, 64, 8, 8), (64, 64), 5, 2, 2, False),     # batch 4
     ((64, 64, 32, 32), (64, 64), 3, 1, 1, False),  # 6% in the padding
     ((64, 64, 16, 16), (64, 64), 5, 2, 2, False),  # columns past 16 MiB

@@ -24,7 +24,7 @@ with w' = w as (O, kh, kw, C), the batch last in x (C, h, w, N), in the
 columns (oy, ox, N) and in gy (O, oh, ow, N), so that every copy of the
 columns is a run of the batch (a rectangle of whole kernel rows is one
 block). The batch moves by 2-D transposing copies (tap_columns). Taken for float32 on xgrad's own GEMM
-(gemm_kernels.available()), one channel group, no dilation, 32+ channels
+(gemm_kernels.available()), one channel group, no dilation, 16+ channels
 each side, batch _MIN_BATCH+, _MIN_COLUMNS_PER_OUT_CHANNEL+ GEMM columns an
 output channel, where the groups skip at least 1 - _MAX_WORK_FRACTION of
 the products.
@@ -44,16 +44,13 @@ _MIN_GROUP_COLUMNS = 32
 # The batch is the run every column copy moves: below 8 floats a run the
 # copies cost more than the products they save.
 _MIN_BATCH = 8
-# Border groups' GEMMs sum one kernel row of taps, (j1 - j0) * C products:
-# with 16 channels (48-80) they ran at 65-87 GFLOP/s against 100+.
-_MIN_CHANNELS = 32
-# Each op moves the weights between layouts two or three times, and the
-# groups cut the GEMMs to fewer columns: with fewer than this many GEMM
-# columns (batch times output positions) an output channel, the weights
-# outweigh the columns (one thread, 128->128 5x5 on 4x4 at batch 8, one
-# columns a channel: 1.05x im2col's time; 64->64 5x5 stride 2 on 4x4 at
-# batch 64, 4 a channel: 0.51x).
-_MIN_COLUMNS_PER_OUT_CHANNEL = 4
+_MIN_CHANNELS = 16
+# Each op moves the weights between layouts once or twice, and the groups
+# cut the GEMMs to fewer columns: with fewer GEMM columns (batch times
+# output positions) than output channels the weights outweigh the columns
+# (one thread, 256->256 3x3 on 4x4 at batch 8, half a column a channel:
+# 1.03x im2col's time; 128->128, one a channel: 0.93x).
+_MIN_COLUMNS_PER_OUT_CHANNEL = 1
 # Taken when the groups do at most this fraction of im2col's products.
 _MAX_WORK_FRACTION = 0.9
 # The columns are built for the whole batch at once: past this many
@@ -91,8 +88,7 @@ class TapPlan(_Plan):
     def _weights_taps_last(self, w):
         """w (O, C, kh, kw) as the matrix (O, kh kw C)."""
         o, c, kk = self.out_channels, self.channels, self.ksize[0] * self.ksize[1]
-        w = w.astype(numpy.float32, copy=False).reshape(o, c, kk)
-        return numpy.ascontiguousarray(w.transpose(0, 2, 1)).reshape(o, kk * c)
+        return _transposed(w.reshape(o, c, kk)).reshape(o, kk * c)
 
     def conv(self, x, w, b, cols=None):
         """y = conv(x, w) + b, (N, O, oh, ow) float32."""
@@ -129,14 +125,14 @@ class TapPlan(_Plan):
         gw_t = numpy.zeros((kh * kw * c, o), numpy.float32)
         if not gemm_kernels.sgemm_blocks(cols, gy_t, gw_t, self.weight_grad):
             raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-        gw = _transposed(gw_t).reshape(o, kh * kw, c)
-        return numpy.ascontiguousarray(gw.transpose(0, 2, 1)).reshape(o, c, kh, kw)
+        return _transposed(_transposed(gw_t).reshape(o, kh * kw, c)).reshape(o, c, kh, kw)
 
 
 def _transposed(a):
-    """a.T of a 2-D array as a new C-contiguous float32 matrix."""
+    """a.T of a matrix, or of each matrix of a stack, as a new C-contiguous
+    float32 array."""
     a = numpy.ascontiguousarray(a, dtype=numpy.float32)
-    out = numpy.empty(a.shape[::-1], numpy.float32)
+    out = numpy.empty(a.shape[:-2] + a.shape[:-3:-1], numpy.float32)
     transpose_into(a, out)
     return out
 
