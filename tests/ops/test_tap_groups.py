@@ -10,12 +10,23 @@ import pytest
 
 import xgrad
 from xgrad._backend import gemm_kernels
+from xgrad._backend import native_kernels as K
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
 from xgrad._ops import _tap_groups, convolution
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
 
 needs_gemm = pytest.mark.skipif(not gemm_kernels.available(),
                                 reason='xgrad sgemm needs the AVX2 or AVX-512 path')
+
+
+@pytest.fixture(params=K.cpu_paths())
+def path(request):
+    """Each dispatch path this CPU runs (transpose.h's AVX tiles and scalar
+    loops, the GEMM's AVX2 and AVX-512 micro-kernels)."""
+    before = K.cpu_path()
+    K._select_cpu_path(request.param)
+    yield request.param
+    K._select_cpu_path(before)
 
 
 def _data(shape, seed):
@@ -82,11 +93,12 @@ def test_the_groups_skip_the_padding_of_small_images():
     assert area.sum() == 14 * 14
 
 
-@needs_gemm
 @pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
-def test_the_three_products_match_the_references(monkeypatch, n, c, o, size, k, s, p):
+def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, size, k, s, p):
     plan = _forced_plan(monkeypatch, n, c, o, size, k, s, p)
-    assert plan is not None
+    if not gemm_kernels.available():
+        assert plan is None  # (the SSE2 path: no micro-kernel, im2col and the BLAS)
+        return
     x, w, b = _data((n, c) + size, 1), _data((o, c) + k, 2), _data(o, 3)
     gy = _data((n, o) + _out(size, k, s, p), 4)
     x32, w32, gy32 = (a.astype(numpy.float32) for a in (x, w, gy))
@@ -197,9 +209,44 @@ def test_sgemm_blocks_run_sub_products_and_refuse_blocks_outside():
     assert not gemm_kernels.sgemm_blocks(a.astype(float), b, out, numpy.array(blocks))
 
 
-def test_transpose_into_matches_numpy_on_ragged_tiles():
-    for shape in [(1, 1), (17, 33), (64, 5), (3, 100)]:
+def test_transpose_into_matches_numpy_on_ragged_tiles(path):
+    """Whole 8x8 tiles, 16-row bands, ragged edges, tall and wide matrices,
+    rows apart by more than their length, and stacks."""
+    for shape in [(1, 1), (17, 33), (64, 5), (3, 100), (40, 24), (24, 40), (300, 9)]:
         a = _data(shape, 1).astype(numpy.float32)
         out = numpy.empty(shape[::-1], numpy.float32)
         transpose_into(a, out)
         assert (out == a.T).all()
+    wide = _data((20, 50), 2).astype(numpy.float32)[:, 3:40]  # rows 50 apart
+    out = numpy.full((40, 30), -1, numpy.float32)
+    transpose_into(wide, out[:37, 5:25])
+    assert (out[:37, 5:25] == wide.T).all() and (out[:, :5] == -1).all()
+    stack = _data((3, 13, 21), 3).astype(numpy.float32)
+    out = numpy.empty((3, 21, 13), numpy.float32)
+    transpose_into(stack, out)
+    assert (out == stack.transpose(0, 2, 1)).all()
+
+
+def test_the_kernels_split_over_threads_as_one_thread_does():
+    """Large enough to be split over the pool (by channels, by row
+    chunks): the same values, bit for bit, as on one thread."""
+    x = _data((64, 12, 12, 32), 1).astype(numpy.float32)  # (C, h, w, batch)
+    groups = _tap_groups._groups(32, (12, 12), (5, 5), (1, 1), (2, 2), (12, 12))
+    geometry = ((5, 5), (1, 1), (2, 2), (12, 12))
+    a = _data((1000, 700), 2).astype(numpy.float32)
+    results = []
+    for limit in (0, 1):
+        K.set_thread_limit(limit)
+        try:
+            cols = numpy.zeros((25 * 64, 144 * 32), numpy.float32)
+            fill_tap_columns(x, cols, groups, *geometry)
+            back = numpy.zeros_like(x)
+            add_tap_columns(cols, back, groups, *geometry)
+            t = numpy.empty((700, 1000), numpy.float32)
+            transpose_into(a, t)
+            results.append((cols, back, t))
+        finally:
+            K.set_thread_limit(0)
+    for threaded, alone in zip(*results):
+        assert numpy.array_equal(threaded, alone)
+    assert (results[0][2] == a.T).all()

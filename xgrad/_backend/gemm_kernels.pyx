@@ -11,6 +11,10 @@ products have 4 columns, took 1.7x the BLAS's time; 9 rows of 8-row tiles
 2.1x), or a sum of fewer than MIN_DEPTH products. Callers then
 use the BLAS. The convolution products that OpenBLAS runs slowly take it
 (xgrad/_ops/convolution.py says which).
+
+``sgemm_blocks(a, b, out, blocks)`` runs a list of sub-block products of
+three matrices in one call: the convolution over tap groups
+(xgrad/_ops/_tap_groups.py), a few to a few hundred blocks a product.
 """
 
 cimport numpy as cnp
@@ -209,7 +213,8 @@ def sgemm_blocks(a, b, out, blocks):
             spec.shape[1]))
     cdef Py_ssize_t i, r0, c0, k0, m, n, k
     for i in range(spec.shape[0]):
-        r0, c0, k0, m, n, k = spec[i, 0], spec[i, 1], spec[i, 2], spec[i, 3], spec[i, 4], spec[i, 5]
+        r0, c0, k0 = spec[i, 0], spec[i, 1], spec[i, 2]
+        m, n, k = spec[i, 3], spec[i, 4], spec[i, 5]
         if (min(r0, c0, k0, m, n, k) < 0 or r0 + m > cv.shape[0] or c0 + n > cv.shape[1]
                 or r0 + m > av.shape[0] or k0 + k > av.shape[1]
                 or k0 + k > bv.shape[0] or c0 + n > bv.shape[1]):

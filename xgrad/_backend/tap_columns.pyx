@@ -104,8 +104,8 @@ cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple str
             or (cols.shape[1] > 1 and cols.strides[1] != 4) or cols.strides[0] % 4
             or (cols.shape[0] > 1 and cols.strides[0] < 4 * cols.shape[1])):
         raise ValueError('tap columns: cols {} (strides {}) is not the ({}, {}) matrix with '
-                         'contiguous rows'.format((<object>cols).shape, (<object>cols).strides, kh * kw * c_count,
-                                                  oh * ow * m))
+                         'contiguous rows'.format((<object>cols).shape, (<object>cols).strides,
+                                                  kh * kw * c_count, oh * ow * m))
     cdef cnp.int64_t[:, ::1] spec = numpy.ascontiguousarray(groups, dtype=numpy.int64)
     if spec.shape[1] != 6:
         raise ValueError('tap columns: groups must have 6 columns')

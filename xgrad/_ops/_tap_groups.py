@@ -23,11 +23,12 @@ run per group and kernel row:
 with w' = w as (O, kh, kw, C), the batch last in x (C, h, w, N), in the
 columns (oy, ox, N) and in gy (O, oh, ow, N), so that every copy of the
 columns is a run of the batch (a rectangle of whole kernel rows is one
-block). The batch moves by 2-D transposing copies (tap_columns). Taken for float32 on xgrad's own GEMM
+block). The batch and the weights' axes move by transposing copies of 8x8
+tiles (tap_columns.transpose_into). Taken for float32 on xgrad's own GEMM
 (gemm_kernels.available()), one channel group, no dilation, 16+ channels
 each side, batch _MIN_BATCH+, _MIN_COLUMNS_PER_OUT_CHANNEL+ GEMM columns an
-output channel, where the groups skip at least 1 - _MAX_WORK_FRACTION of
-the products.
+output channel, at most _MAX_COLUMN_ELEMENTS column elements, where the
+groups skip at least 1 - _MAX_WORK_FRACTION of the products.
 """
 
 import collections
