@@ -2,10 +2,12 @@
 on and off, in one process, alternated; torch's step for scale.
 
     python bench/tap_groups_ab.py 0,64,64,64,8,5,2 1,64,64,64,4,3,2 ...
+    python bench/tap_groups_ab.py --threads 0 POINT...   # default threads
 
 A point is op (0 conv, 1 conv_transpose), batch, in and out channels, image
 size, kernel, stride (pad kernel // 2), as in bench/conv_sweep.py, whose
-step (forward + backward to x, W and b) it times. One thread.
+step (forward + backward to x, W and b) it times. One thread unless
+``--threads 0``.
 """
 
 import os
@@ -13,8 +15,10 @@ import sys
 import time
 import timeit
 
-for _v in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
-    os.environ[_v] = '1'
+ONE_THREAD = sys.argv[1:3] != ['--threads', '0']
+if ONE_THREAD:  # before NumPy loads its BLAS
+    for _v in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
+        os.environ[_v] = '1'
 
 import torch  # noqa: E402
 
@@ -22,7 +26,9 @@ import xgrad  # noqa: E402
 from xgrad._ops import _tap_groups  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conv_sweep import conv_steps  # noqa: E402
+_argv, sys.argv = sys.argv, [sys.argv[0]] + ([] if ONE_THREAD else ['--threads', '0'])
+from conv_sweep import conv_steps  # noqa: E402  (which pins one thread unless told)
+sys.argv = _argv
 
 
 def _set_fraction(value):
@@ -38,7 +44,8 @@ def _best_us(step):
 
 
 def main(points):
-    torch.set_num_threads(1)
+    if ONE_THREAD:
+        torch.set_num_threads(1)
     taken = _tap_groups._MAX_WORK_FRACTION
     for text in points:
         point = tuple(int(v) for v in text.split(','))
@@ -57,4 +64,4 @@ def main(points):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    main(sys.argv[1:] if ONE_THREAD else sys.argv[3:])

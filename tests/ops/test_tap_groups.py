@@ -110,13 +110,15 @@ def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, siz
     numpy.testing.assert_allclose(
         gx, _reference_conv_transpose(gy, w, stride=s, pad=p, outsize=size),
         rtol=1e-4, atol=1e-4)
-    # gw against <gw, v> = <conv(x, v), gy>, and with the kept columns
+    # gw against <gw, v> = <conv(x, v), gy>
     v = _data(w.shape, 5)
-    for cols in (None, plan.columns(x32)):
-        gw = plan.grad_weight(x32, gy32, cols)
-        numpy.testing.assert_allclose(numpy.vdot(gw, v),
-                                      numpy.vdot(_reference_conv(x, v, stride=s, pad=p), gy),
-                                      rtol=1e-4)
+    gw = plan.grad_weight(x32, gy32)
+    numpy.testing.assert_allclose(numpy.vdot(gw, v),
+                                  numpy.vdot(_reference_conv(x, v, stride=s, pad=p), gy),
+                                  rtol=1e-4)
+    # the results are new arrays, not this thread's scratch buffers
+    assert not any(numpy.shares_memory(a, b) for a, b in itertools.combinations(
+        (y, gx, gw, plan.conv(x32, w32, None)), 2))
 
 
 @needs_gemm
@@ -250,3 +252,64 @@ def test_the_kernels_split_over_threads_as_one_thread_does():
     for threaded, alone in zip(*results):
         assert numpy.array_equal(threaded, alone)
     assert (results[0][2] == a.T).all()
+
+
+@needs_gemm
+def test_python_threads_each_have_their_own_scratch():
+    """Two Python threads running tap-group convolutions at once (their
+    scratch buffers are per thread) get what each gets alone."""
+    import threading
+    plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
+                            (4, 4), numpy.float32)
+    assert plan is not None
+    inputs = [(_data((64, 32, 8, 8), s).astype(numpy.float32),
+               _data((32, 32, 5, 5), s + 10).astype(numpy.float32),
+               _data((64, 32, 4, 4), s + 20).astype(numpy.float32)) for s in range(2)]
+
+    def run(x, w, gy):
+        return [(plan.conv(x, w, None), plan.conv_transpose(gy, w), plan.grad_weight(x, gy))
+                for _ in range(5)]
+    alone = [run(*args)[0] for args in inputs]
+    results = [None, None]
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, run(*inputs[i])))
+               for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(2):
+        for got in results[i]:
+            for a, b in zip(got, alone[i]):
+                assert numpy.array_equal(a, b)
+
+
+@needs_gemm
+@pytest.mark.parametrize('blocks', ['forward', 'input_grad', 'weight_grad'])
+def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
+    """Blocks that add onto rows other blocks wrote, over other row ranges
+    (the weight gradient's kernel rows of different groups): each element
+    is summed by one thread in the blocks' order, so the split gives one
+    thread's values bit for bit."""
+    plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
+                            (4, 4), numpy.float32)
+    spec = getattr(plan, blocks)
+    kk_c, positions = plan._columns_shape
+    shapes = {'forward': ((32, kk_c), (kk_c, positions), (32, positions)),
+              'input_grad': ((kk_c, 32), (32, positions), (kk_c, positions)),
+              'weight_grad': ((kk_c, positions), (positions, 32), (kk_c, 32))}[blocks]
+    a, b = (_data(shape, seed).astype(numpy.float32) for seed, shape in enumerate(shapes[:2]))
+    results = []
+    for limit in (0, 1):
+        K.set_thread_limit(limit)
+        try:
+            out = numpy.zeros(shapes[2], numpy.float32)
+            assert gemm_kernels.sgemm_blocks(a, b, out, spec)
+            results.append(out)
+        finally:
+            K.set_thread_limit(0)
+    assert numpy.array_equal(results[0], results[1])
+    want = numpy.zeros(shapes[2])
+    for r0, c0, k0, m, n, k, acc in spec.tolist():
+        part = a[r0:r0 + m, k0:k0 + k].astype(float) @ b[k0:k0 + k, c0:c0 + n]
+        want[r0:r0 + m, c0:c0 + n] = part + (want[r0:r0 + m, c0:c0 + n] if acc else 0)
+    numpy.testing.assert_allclose(results[0], want, rtol=1e-4, atol=1e-4)

@@ -188,15 +188,62 @@ def sgemm(a, b, out, bint accumulate=False):
     return True
 
 
+cdef struct BlocksJob:
+    xgrad_sgemm_shape shape
+    const cnp.int64_t* spec  # rows of (r0, c0, k0, m, n, k, acc)
+    Py_ssize_t count
+    const float* a
+    const float* b
+    float* c
+    Py_ssize_t ars, acs, brs, bcs, ldc
+    bint by_columns
+    Py_ssize_t parts, step  # the parts, and the columns (or rows) of out in each
+    int failed
+
+
+cdef void _blocks_part(void* ctx, Py_ssize_t part) noexcept nogil:
+    """The share ``part`` of every block, in the blocks' order: the parts
+    cut ``out`` itself into fixed ranges of columns (or rows), so that each
+    element of ``out`` belongs to one part, whichever blocks write it, and
+    is summed by one thread in the blocks' order (results are those of one
+    thread, bit for bit)."""
+    cdef BlocksJob* job = <BlocksJob*>ctx
+    cdef const cnp.int64_t* row
+    cdef Py_ssize_t i, r0, c0, k0, m, n, lo, hi
+    cdef Py_ssize_t first = part * job.step, last = first + job.step
+    cdef xgrad_matrix a, b
+    a.rs, a.cs, b.rs, b.cs = job.ars, job.acs, job.brs, job.bcs
+    for i in range(job.count):
+        row = job.spec + 7 * i
+        r0, c0, k0, m, n = row[0], row[1], row[2], row[3], row[4]
+        if job.by_columns:
+            lo, hi = max(c0, first), min(c0 + n, last)
+            c0, n = lo, hi - lo
+        else:
+            lo, hi = max(r0, first), min(r0 + m, last)
+            r0, m = lo, hi - lo
+        if m <= 0 or n <= 0:
+            continue
+        a.data = job.a + r0 * job.ars + k0 * job.acs
+        b.data = job.b + k0 * job.brs + c0 * job.bcs
+        if not xgrad_sgemm_run(job.shape, m, n, row[5], a, b, job.c + r0 * job.ldc + c0,
+                               job.ldc, row[6] != 0):
+            job.failed = 1
+
+
 def sgemm_blocks(a, b, out, blocks):
     """Sub-block products of three matrices indexed alike: for each row
     (r0, c0, k0, m, n, k, acc) of ``blocks`` (int64, 7 columns),
     out[r0:r0+m, c0:c0+n] = a[r0:r0+m, k0:k0+k] @ b[k0:k0+k, c0:c0+n], or
     += with acc, in row order. The convolution over tap groups
     (xgrad/_ops/_tap_groups.py) runs its whole plan in one call this way.
-    True when done; False (nothing written) where sgemm would not run for
-    these operands (another dtype, the SSE2 path, rows of ``out`` not
-    contiguous). A block outside the operands raises ValueError."""
+    Split over the pool's threads as one job: each thread takes a fixed
+    range of the columns (or rows) of ``out`` in every block, so that one
+    handoff serves all the blocks and each element is summed by one thread
+    in the blocks' order. True when done; False (nothing written) where sgemm
+    would not run for these operands (another dtype, the SSE2 path, rows of
+    ``out`` not contiguous). A block outside the operands raises
+    ValueError."""
     cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
     if shape.kernel == NULL or type(out) is not cnp.ndarray:
         return False
@@ -211,7 +258,7 @@ def sgemm_blocks(a, b, out, blocks):
     if spec.shape[1] != 7:
         raise ValueError('sgemm_blocks: blocks must have 7 columns, not {}'.format(
             spec.shape[1]))
-    cdef Py_ssize_t i, r0, c0, k0, m, n, k
+    cdef Py_ssize_t i, r0, c0, k0, m, n, k, work = 0
     for i in range(spec.shape[0]):
         r0, c0, k0 = spec[i, 0], spec[i, 1], spec[i, 2]
         m, n, k = spec[i, 3], spec[i, 4], spec[i, 5]
@@ -220,28 +267,36 @@ def sgemm_blocks(a, b, out, blocks):
                 or k0 + k > bv.shape[0] or c0 + n > bv.shape[1]):
             raise ValueError('sgemm_blocks: block {} {} is outside a {}, b {}, out {}'.format(
                 i, tuple(spec[i]), a.shape, b.shape, out.shape))
-    cdef GemmJob job
+        work += m * n * k
+    if spec.shape[0] == 0:
+        return True
+    cdef BlocksJob job
     job.shape = shape
-    job.a.rs, job.a.cs = av.strides[0] // 4, av.strides[1] // 4
-    job.b.rs, job.b.cs = bv.strides[0] // 4, bv.strides[1] // 4
+    job.spec = &spec[0, 0]
+    job.count = spec.shape[0]
+    job.a = <const float*>cnp.PyArray_DATA(av)
+    job.b = <const float*>cnp.PyArray_DATA(bv)
+    job.c = <float*>cnp.PyArray_DATA(cv)
+    job.ars, job.acs = av.strides[0] // 4, av.strides[1] // 4
+    job.brs, job.bcs = bv.strides[0] // 4, bv.strides[1] // 4
     job.ldc = cv.strides[0] // 4
-    job.a_step = job.b_step = job.c_step = 0
     job.failed = 0
-    cdef const float* a0 = <const float*>cnp.PyArray_DATA(av)
-    cdef const float* b0 = <const float*>cnp.PyArray_DATA(bv)
-    cdef float* c_data = <float*>cnp.PyArray_DATA(cv)
+    # parts of out: whole panels of columns where there are two a part, else
+    # whole tiles of rows
+    cdef Py_ssize_t rows = cv.shape[0], cols = cv.shape[1]
+    job.parts = min(<Py_ssize_t>pool_threads(), max(1, work // SPLIT_GRAIN))
+    job.by_columns = job.parts == 1 or cols >= 2 * job.parts * shape.nr
+    if job.parts > 1 and not job.by_columns and rows < 2 * job.parts * shape.mr:
+        job.parts, job.by_columns = 1, True
+    if job.by_columns:
+        job.step = _round_up((cols + job.parts - 1) // job.parts, shape.nr)
+    else:
+        job.step = _round_up((rows + job.parts - 1) // job.parts, shape.mr)
     with nogil:
-        for i in range(spec.shape[0]):
-            r0, c0, k0 = spec[i, 0], spec[i, 1], spec[i, 2]
-            job.m, job.n, job.k, job.acc = spec[i, 3], spec[i, 4], spec[i, 5], spec[i, 6] != 0
-            if job.m == 0 or job.n == 0:
-                continue
-            job.a.data = a0 + r0 * job.a.rs + k0 * job.a.cs
-            job.b.data = b0 + k0 * job.b.rs + c0 * job.b.cs
-            job.c = c_data + r0 * job.ldc + c0
-            _run_split(&job, 1)
-            if job.failed:
-                break
+        if job.parts == 1:
+            _blocks_part(&job, 0)
+        else:
+            run_chunks(_blocks_part, &job, job.parts)
     if job.failed:
         raise MemoryError('sgemm_blocks: cannot allocate packing scratch')
     return True

@@ -501,10 +501,7 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
         return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
     taps = _host_tap_plan(x, w.shape, geom, outsize, work)
     if taps is not None:  # small images: GEMMs that skip the padding's taps
-        cols = taps.columns(x)
-        if keep_columns is not None and cols.size <= _WHOLE_BATCH_ELEMENTS:
-            keep_columns.append(_tap_groups.Columns(taps, cols))
-        return taps.conv(x, w, b, cols).astype(dtype, copy=False)
+        return taps.conv(x, w, b).astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
@@ -621,9 +618,7 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         return phases.merge_weight(gwq).astype(dtype, copy=False)
     taps = _host_tap_plan(x, wshape, geom, gy.shape[2:], work)
     if taps is not None:
-        kept = columns.cols if isinstance(columns, _tap_groups.Columns) and (
-            columns.plan is taps) else None
-        return taps.grad_weight(x, gy, kept).astype(dtype, copy=False)
+        return taps.grad_weight(x, gy).astype(dtype, copy=False)
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
