@@ -60,6 +60,7 @@ def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
     """The plan of the case, with the pay rules off (every case is planned)."""
     monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', 1.0)
     monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL', 0)
+    monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED', 0)
     _tap_groups._plan.cache_clear()
     plan = _tap_groups.plan((n, c) + size, (o, c) + k, _geometry(k, s, p), _out(size, k, s, p),
                             numpy.float32)
@@ -169,7 +170,9 @@ def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatc
     ((64, 64, 16, 16), (64, 64), 5, 2, 2, False),  # columns past 16 MiB
     ((64, 64, 8, 8), (64, 64), 5, 2, 0, False),    # no padding
 ])
-def test_where_the_groups_are_taken(xshape, wshape, k, s, p, takes):
+def test_where_the_groups_are_taken(monkeypatch, xshape, wshape, k, s, p, takes):
+    """On one thread (on more, 4 GEMM columns an output channel at least)."""
+    monkeypatch.setattr(K, 'max_threads', lambda: 1)
     geom = _geometry((k, k), (s, s), (p, p))
     plan = _tap_groups.plan(xshape, wshape + (k, k), geom, _out(xshape[2:], (k, k), (s, s),
                                                                  (p, p)), numpy.float32)
@@ -313,3 +316,15 @@ def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
         part = a[r0:r0 + m, k0:k0 + k].astype(float) @ b[k0:k0 + k, c0:c0 + n]
         want[r0:r0 + m, c0:c0 + n] = part + (want[r0:r0 + m, c0:c0 + n] if acc else 0)
     numpy.testing.assert_allclose(results[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('threads, takes', [(1, True), (2, False), (8, False)])
+def test_more_threads_take_the_groups_with_more_columns_a_channel(monkeypatch, threads, takes):
+    monkeypatch.setattr(K, 'max_threads', lambda: threads)
+    geom = _geometry((5, 5), (1, 1), (2, 2))
+    one_a_channel = _tap_groups.plan((8, 128, 4, 4), (128, 128, 5, 5), geom, (4, 4),
+                                     numpy.float32)
+    four_a_channel = _tap_groups.plan((32, 128, 4, 4), (128, 128, 5, 5), geom, (4, 4),
+                                      numpy.float32)
+    assert (one_a_channel is not None) is (takes and gemm_kernels.available())
+    assert (four_a_channel is not None) is gemm_kernels.available()

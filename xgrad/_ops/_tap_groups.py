@@ -27,7 +27,7 @@ block). The batch and the weights' axes move by transposing copies of 8x8
 tiles (tap_columns.transpose_into). Taken for float32 on xgrad's own GEMM
 (gemm_kernels.available()), one channel group, no dilation, 16+ channels
 each side, batch _MIN_BATCH+, _MIN_COLUMNS_PER_OUT_CHANNEL+ GEMM columns an
-output channel, at most _MAX_COLUMN_ELEMENTS column elements, where the
+output channel (_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED+ on more threads), at most _MAX_COLUMN_ELEMENTS column elements, where the
 groups skip at least 1 - _MAX_WORK_FRACTION of the products.
 """
 
@@ -37,7 +37,7 @@ import threading
 
 import numpy
 
-from xgrad._backend import gemm_kernels
+from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
 
 # A group's GEMMs have at least this many columns (the AVX-512 micro-kernel's
@@ -51,8 +51,13 @@ _MIN_CHANNELS = 16
 # cut the GEMMs to fewer columns: with fewer GEMM columns (batch times
 # output positions) than output channels the weights outweigh the columns
 # (one thread, 256->256 3x3 on 4x4 at batch 8, half a column a channel:
-# 1.03x im2col's time; 128->128, one a channel: 0.93x).
+# 1.03x im2col's time; 128->128, one a channel: 0.93x). On more threads
+# the groups' GEMMs, fills and copies are each split, and where they are
+# small the handoffs cost more than the halves save: two threads, 128->128
+# 5x5 stride 2 on 8x8 at batch 8 (one column a channel), 1.09-1.11x; 64->64
+# 5x5 stride 2 on 4x4 at batch 64 (four a channel), 0.53x.
 _MIN_COLUMNS_PER_OUT_CHANNEL = 1
+_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED = 4
 # Taken when the groups do at most this fraction of im2col's products.
 _MAX_WORK_FRACTION = 0.9
 # The columns are built for the whole batch at once: past this many
@@ -240,13 +245,18 @@ def _plan(n, c, o, spatial, ksize, stride, pad, outsize):
                    input_grad, weight_grad, fraction)
 
 
+def _min_columns_per_out_channel():
+    threaded = native_kernels.max_threads() > 1
+    return _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED if threaded else _MIN_COLUMNS_PER_OUT_CHANNEL
+
+
 def plan(xshape, wshape, geom, outsize, work):
     """The TapPlan of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
     ``wshape``) with output ``outsize`` where it pays, else None."""
     if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
             or tuple(geom.dilate) != (1, 1) or numpy.dtype(work) != numpy.float32
             or xshape[0] < _MIN_BATCH or min(wshape[:2]) < _MIN_CHANNELS
-            or xshape[0] * outsize[0] * outsize[1] < _MIN_COLUMNS_PER_OUT_CHANNEL * wshape[0]
+            or xshape[0] * outsize[0] * outsize[1] < _min_columns_per_out_channel() * wshape[0]
             or wshape[1] != xshape[1] or not gemm_kernels.available()):
         return None
     return _plan(xshape[0], xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
