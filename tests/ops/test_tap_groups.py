@@ -61,6 +61,7 @@ def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
     monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', 1.0)
     monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL', 0)
     monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED', 0)
+    monkeypatch.setattr(_tap_groups, '_MIN_PRODUCTS_THREADED', 0)
     _tap_groups._plan.cache_clear()
     plan = _tap_groups.plan((n, c) + size, (o, c) + k, _geometry(k, s, p), _out(size, k, s, p),
                             numpy.float32)
@@ -319,12 +320,16 @@ def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
 
 
 @pytest.mark.parametrize('threads, takes', [(1, True), (2, False), (8, False)])
-def test_more_threads_take_the_groups_with_more_columns_a_channel(monkeypatch, threads, takes):
+def test_more_threads_take_the_groups_with_more_columns_and_products(monkeypatch, threads,
+                                                                     takes):
     monkeypatch.setattr(K, 'max_threads', lambda: threads)
     geom = _geometry((5, 5), (1, 1), (2, 2))
     one_a_channel = _tap_groups.plan((8, 128, 4, 4), (128, 128, 5, 5), geom, (4, 4),
                                      numpy.float32)
     four_a_channel = _tap_groups.plan((32, 128, 4, 4), (128, 128, 5, 5), geom, (4, 4),
                                       numpy.float32)
+    geom = _geometry((3, 3), (2, 2), (1, 1))
+    small = _tap_groups.plan((64, 16, 8, 8), (32, 16, 3, 3), geom, (4, 4), numpy.float32)
     assert (one_a_channel is not None) is (takes and gemm_kernels.available())
     assert (four_a_channel is not None) is gemm_kernels.available()
+    assert (small is not None) is (takes and gemm_kernels.available())

@@ -27,8 +27,10 @@ block). The batch and the weights' axes move by transposing copies of 8x8
 tiles (tap_columns.transpose_into). Taken for float32 on xgrad's own GEMM
 (gemm_kernels.available()), one channel group, no dilation, 16+ channels
 each side, batch _MIN_BATCH+, _MIN_COLUMNS_PER_OUT_CHANNEL+ GEMM columns an
-output channel (_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED+ on more threads), at most _MAX_COLUMN_ELEMENTS column elements, where the
-groups skip at least 1 - _MAX_WORK_FRACTION of the products.
+output channel (on more threads: _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED+,
+and products of _MIN_PRODUCTS_THREADED+ multiply-adds), at most
+_MAX_COLUMN_ELEMENTS column elements, where the groups skip at least
+1 - _MAX_WORK_FRACTION of the products.
 """
 
 import collections
@@ -56,8 +58,12 @@ _MIN_CHANNELS = 16
 # small the handoffs cost more than the halves save: two threads, 128->128
 # 5x5 stride 2 on 8x8 at batch 8 (one column a channel), 1.09-1.11x; 64->64
 # 5x5 stride 2 on 4x4 at batch 64 (four a channel), 0.53x.
+# Likewise for small products: on more threads, im2col's forward product
+# must be at least this many multiply-adds (16->32 3x3 stride 2 on 8x8 at
+# batch 64, 4.7M: 1.14-1.16x on two threads, 0.90x on one).
 _MIN_COLUMNS_PER_OUT_CHANNEL = 1
 _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED = 4
+_MIN_PRODUCTS_THREADED = 1 << 24
 # Taken when the groups do at most this fraction of im2col's products.
 _MAX_WORK_FRACTION = 0.9
 # The columns are built for the whole batch at once: past this many
@@ -245,9 +251,15 @@ def _plan(n, c, o, spatial, ksize, stride, pad, outsize):
                    input_grad, weight_grad, fraction)
 
 
-def _min_columns_per_out_channel():
-    threaded = native_kernels.max_threads() > 1
-    return _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED if threaded else _MIN_COLUMNS_PER_OUT_CHANNEL
+def _pays_on_these_threads(xshape, wshape, outsize):
+    """The rules on GEMM columns an output channel and on the product's
+    size, which are stricter when the pool has more than one thread."""
+    columns = xshape[0] * outsize[0] * outsize[1]
+    if native_kernels.max_threads() == 1:
+        return columns >= _MIN_COLUMNS_PER_OUT_CHANNEL * wshape[0]
+    products = columns * wshape[0] * wshape[1] * wshape[2] * wshape[3]
+    return (columns >= _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED * wshape[0]
+            and products >= _MIN_PRODUCTS_THREADED)
 
 
 def plan(xshape, wshape, geom, outsize, work):
@@ -256,8 +268,8 @@ def plan(xshape, wshape, geom, outsize, work):
     if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
             or tuple(geom.dilate) != (1, 1) or numpy.dtype(work) != numpy.float32
             or xshape[0] < _MIN_BATCH or min(wshape[:2]) < _MIN_CHANNELS
-            or xshape[0] * outsize[0] * outsize[1] < _min_columns_per_out_channel() * wshape[0]
-            or wshape[1] != xshape[1] or not gemm_kernels.available()):
+            or wshape[1] != xshape[1] or not gemm_kernels.available()
+            or not _pays_on_these_threads(xshape, wshape, outsize)):
         return None
     return _plan(xshape[0], xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
                  tuple(geom.stride), tuple(geom.pad), tuple(outsize))
