@@ -12,6 +12,8 @@ import xgrad
 from xgrad._ops import convolution
 from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 
+from ._conv_checks import assert_adjoint_gradients, data as _data
+
 # Exact assertions here (issue 24's audit; the rule is in README, "Run the
 # tests"): assert_array_equal and == on floats are used only where the
 # value is exact on every machine, and say why:
@@ -20,10 +22,6 @@ from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 # an int64 convolution), exact whatever GEMM's summation order or thread
 # split, and zero gradients of an empty batch. Random data through GEMM is
 # compared with tolerances.
-
-
-def _data(shape, seed, dtype=numpy.float64):
-    return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(dtype)
 
 
 def _arr(shape, seed=0, dtype=numpy.float64):
@@ -312,19 +310,7 @@ def test_float32_columns_in_padded_rows_match_the_references(monkeypatch, whole_
     numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kw), rtol=1e-5, atol=1e-5)
     gy = _arr(y.shape, 3, numpy.float32)
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
-    _assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kw)
-
-
-def _assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kw):
-    """<gx, u> = <f(u, w), gy> and <gw, v> = <f(x, v), gy> for random u, v:
-    f (the float64 reference ``ref`` with arguments ``kw``) is linear in
-    each."""
-    u, v = _data(x64.shape, 4), _data(w64.shape, 5)
-    gy64 = gy.to_numpy().astype(float)
-    numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
-                                  numpy.vdot(ref(u, w64, **kw), gy64), rtol=1e-4)
-    numpy.testing.assert_allclose(numpy.vdot(gw.to_numpy(), v),
-                                  numpy.vdot(ref(x64, v, **kw), gy64), rtol=1e-4)
+    assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kw)
 
 
 # (n, c, o, h, w, k, stride, pad, extra): conv_transpose of x (n, c, h, w)
@@ -387,7 +373,7 @@ def test_the_output_phases_serve_conv_and_conv_transpose(monkeypatch, transpose)
     gy = _arr(y.shape, 3, numpy.float32)
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
     assert taken  # conv's input gradient (conv_transpose's is a conv)
-    _assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kwf)
+    assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kwf)
 
 
 @pytest.mark.parametrize('xshape, wshape, outsize, takes', [

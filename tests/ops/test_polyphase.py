@@ -11,9 +11,7 @@ from xgrad._ops import _polyphase, _winograd, convolution
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
 from xgrad.testing import check_backward, check_double_backward
 
-
-def _data(shape, seed, dtype=numpy.float64):
-    return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(dtype)
+from ._conv_checks import data as _data, record_calls
 
 
 def _geom(k, s, pad):
@@ -38,15 +36,8 @@ def small(monkeypatch):
     monkeypatch.setattr(_polyphase, '_MIN_SAMPLE_TILES', 1)
     monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
-    seen = []
-    for name in ('split_input', 'merge_input', 'merge_weight'):
-        original = getattr(_polyphase.Phases, name)
-
-        def spy(self, *args, _name=name, _original=original):
-            seen.append(_name)
-            return _original(self, *args)
-        monkeypatch.setattr(_polyphase.Phases, name, spy)
-    return seen
+    return record_calls(monkeypatch, _polyphase.Phases,
+                        ('split_input', 'merge_input', 'merge_weight'))
 
 
 # (n, c, o, h, w, k, stride, pad): 5x5 stride 2 (3x3 phases) at several

@@ -12,8 +12,10 @@ import xgrad
 from xgrad._backend import gemm_kernels
 from xgrad._backend import native_kernels as K
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
-from xgrad._ops import _tap_groups, convolution
+from xgrad._ops import _tap_groups
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
+
+from ._conv_checks import assert_adjoint_gradients, data, record_calls
 
 needs_gemm = pytest.mark.skipif(not gemm_kernels.available(),
                                 reason='xgrad sgemm needs the AVX2 or AVX-512 path')
@@ -27,10 +29,6 @@ def path(request):
     K._select_cpu_path(request.param)
     yield request.param
     K._select_cpu_path(before)
-
-
-def _data(shape, seed):
-    return numpy.random.RandomState(seed).uniform(-1, 1, shape)
 
 
 def _geometry(k, s, p):
@@ -101,8 +99,8 @@ def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, siz
     if not gemm_kernels.available():
         assert plan is None  # (the SSE2 path: no micro-kernel, im2col and the BLAS)
         return
-    x, w, b = _data((n, c) + size, 1), _data((o, c) + k, 2), _data(o, 3)
-    gy = _data((n, o) + _out(size, k, s, p), 4)
+    x, w, b = data((n, c) + size, 1), data((o, c) + k, 2), data(o, 3)
+    gy = data((n, o) + _out(size, k, s, p), 4)
     x32, w32, gy32 = (a.astype(numpy.float32) for a in (x, w, gy))
     y = plan.conv(x32, w32, b.astype(numpy.float32))
     assert y.dtype == numpy.float32 and y.flags.c_contiguous
@@ -113,7 +111,7 @@ def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, siz
         gx, _reference_conv_transpose(gy, w, stride=s, pad=p, outsize=size),
         rtol=1e-4, atol=1e-4)
     # gw against <gw, v> = <conv(x, v), gy>
-    v = _data(w.shape, 5)
+    v = data(w.shape, 5)
     gw = plan.grad_weight(x32, gy32)
     numpy.testing.assert_allclose(numpy.vdot(gw, v),
                                   numpy.vdot(_reference_conv(x, v, stride=s, pad=p), gy),
@@ -130,33 +128,22 @@ def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatc
     the padding): conv's forward, weight and input gradients, and
     conv_transpose's forward, go through the groups; values and gradients
     match the references."""
-    taken = []
-    for name in ('conv', 'conv_transpose', 'grad_weight'):
-        original = getattr(_tap_groups.TapPlan, name)
-
-        def spy(self, *args, _name=name, _original=original):
-            taken.append(_name)
-            return _original(self, *args)
-        monkeypatch.setattr(_tap_groups.TapPlan, name, spy)
+    taken = record_calls(monkeypatch, _tap_groups.TapPlan,
+                         ('conv', 'conv_transpose', 'grad_weight'))
     kw = dict(stride=2, pad=2)
     xshape = (64, 32, 4, 4) if transpose else (64, 32, 8, 8)
-    x = xgrad.array(_data(xshape, 1).astype(numpy.float32)).require_grad()
-    w = xgrad.array(_data((32, 32, 5, 5), 2).astype(numpy.float32)).require_grad()
+    x = xgrad.array(data(xshape, 1).astype(numpy.float32)).require_grad()
+    w = xgrad.array(data((32, 32, 5, 5), 2).astype(numpy.float32)).require_grad()
     f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
               else (xgrad.conv, _reference_conv))
     kwf = dict(kw, outsize=(8, 8)) if transpose else kw
     y = f(x, w, **kwf)
     x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
     numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kwf), rtol=1e-4, atol=1e-4)
-    gy = xgrad.array(_data(y.shape, 3).astype(numpy.float32))
+    gy = xgrad.array(data(y.shape, 3).astype(numpy.float32))
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
     assert sorted(taken) == ['conv', 'conv_transpose', 'grad_weight']
-    u, v = _data(x64.shape, 4), _data(w64.shape, 5)
-    gy64 = gy.to_numpy().astype(float)
-    numpy.testing.assert_allclose(numpy.vdot(gx.to_numpy(), u),
-                                  numpy.vdot(ref(u, w64, **kwf), gy64), rtol=1e-4)
-    numpy.testing.assert_allclose(numpy.vdot(gw.to_numpy(), v),
-                                  numpy.vdot(ref(x64, v, **kwf), gy64), rtol=1e-4)
+    assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kwf)
 
 
 @pytest.mark.parametrize('xshape, wshape, k, s, p, takes', [
@@ -200,7 +187,7 @@ def test_the_kernels_refuse_operands_outside_their_layout():
 
 @needs_gemm
 def test_sgemm_blocks_run_sub_products_and_refuse_blocks_outside():
-    a, b = _data((20, 30), 1).astype(numpy.float32), _data((30, 40), 2).astype(numpy.float32)
+    a, b = data((20, 30), 1).astype(numpy.float32), data((30, 40), 2).astype(numpy.float32)
     out = numpy.full((20, 40), 7, numpy.float32)
     blocks = [(0, 0, 0, 20, 16, 30, 0), (4, 16, 10, 16, 24, 20, 0), (4, 16, 0, 16, 24, 10, 1)]
     assert gemm_kernels.sgemm_blocks(a, b, out, numpy.array(blocks))
@@ -219,15 +206,15 @@ def test_transpose_into_matches_numpy_on_ragged_tiles(path):
     """Whole 8x8 tiles, 16-row bands, ragged edges, tall and wide matrices,
     rows apart by more than their length, and stacks."""
     for shape in [(1, 1), (17, 33), (64, 5), (3, 100), (40, 24), (24, 40), (300, 9)]:
-        a = _data(shape, 1).astype(numpy.float32)
+        a = data(shape, 1).astype(numpy.float32)
         out = numpy.empty(shape[::-1], numpy.float32)
         transpose_into(a, out)
         assert (out == a.T).all()
-    wide = _data((20, 50), 2).astype(numpy.float32)[:, 3:40]  # rows 50 apart
+    wide = data((20, 50), 2).astype(numpy.float32)[:, 3:40]  # rows 50 apart
     out = numpy.full((40, 30), -1, numpy.float32)
     transpose_into(wide, out[:37, 5:25])
     assert (out[:37, 5:25] == wide.T).all() and (out[:, :5] == -1).all()
-    stack = _data((3, 13, 21), 3).astype(numpy.float32)
+    stack = data((3, 13, 21), 3).astype(numpy.float32)
     out = numpy.empty((3, 21, 13), numpy.float32)
     transpose_into(stack, out)
     assert (out == stack.transpose(0, 2, 1)).all()
@@ -236,10 +223,10 @@ def test_transpose_into_matches_numpy_on_ragged_tiles(path):
 def test_the_kernels_split_over_threads_as_one_thread_does():
     """Large enough to be split over the pool (by channels, by row
     chunks): the same values, bit for bit, as on one thread."""
-    x = _data((64, 12, 12, 32), 1).astype(numpy.float32)  # (C, h, w, batch)
+    x = data((64, 12, 12, 32), 1).astype(numpy.float32)  # (C, h, w, batch)
     groups = _tap_groups._groups(32, (12, 12), (5, 5), (1, 1), (2, 2), (12, 12))
     geometry = ((5, 5), (1, 1), (2, 2), (12, 12))
-    a = _data((1000, 700), 2).astype(numpy.float32)
+    a = data((1000, 700), 2).astype(numpy.float32)
     results = []
     for limit in (0, 1):
         K.set_thread_limit(limit)
@@ -266,9 +253,9 @@ def test_python_threads_each_have_their_own_scratch():
     plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
                             (4, 4), numpy.float32)
     assert plan is not None
-    inputs = [(_data((64, 32, 8, 8), s).astype(numpy.float32),
-               _data((32, 32, 5, 5), s + 10).astype(numpy.float32),
-               _data((64, 32, 4, 4), s + 20).astype(numpy.float32)) for s in range(2)]
+    inputs = [(data((64, 32, 8, 8), s).astype(numpy.float32),
+               data((32, 32, 5, 5), s + 10).astype(numpy.float32),
+               data((64, 32, 4, 4), s + 20).astype(numpy.float32)) for s in range(2)]
 
     def run(x, w, gy):
         return [(plan.conv(x, w, None), plan.conv_transpose(gy, w), plan.grad_weight(x, gy))
@@ -301,7 +288,7 @@ def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
     shapes = {'forward': ((32, kk_c), (kk_c, positions), (32, positions)),
               'input_grad': ((kk_c, 32), (32, positions), (kk_c, positions)),
               'weight_grad': ((kk_c, positions), (positions, 32), (kk_c, 32))}[blocks]
-    a, b = (_data(shape, seed).astype(numpy.float32) for seed, shape in enumerate(shapes[:2]))
+    a, b = (data(shape, seed).astype(numpy.float32) for seed, shape in enumerate(shapes[:2]))
     results = []
     for limit in (0, 1):
         K.set_thread_limit(limit)
