@@ -33,3 +33,20 @@ def record_calls(monkeypatch, cls, names):
             return _original(self, *args)
         monkeypatch.setattr(cls, name, spy)
     return seen
+
+
+def strided_5x5_checked(transpose, xshape, wshape, outsize):
+    """conv (or conv_transpose into ``outsize``) of float32 data with a 5x5
+    kernel, stride 2, pad 2, its forward checked against the float64
+    reference; returns (x, w, y, x64, w64, ref, kw) for the gradients."""
+    import xgrad
+    from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
+    kw = dict(stride=2, pad=2, outsize=outsize) if transpose else dict(stride=2, pad=2)
+    x = xgrad.array(data(xshape, 1, numpy.float32)).require_grad()
+    w = xgrad.array(data(wshape, 2, numpy.float32)).require_grad()
+    f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
+              else (xgrad.conv, _reference_conv))
+    y = f(x, w, **kw)
+    x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
+    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kw), rtol=1e-4, atol=1e-4)
+    return x, w, y, x64, w64, ref, kw

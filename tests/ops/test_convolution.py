@@ -12,7 +12,7 @@ import xgrad
 from xgrad._ops import convolution
 from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 
-from ._conv_checks import assert_adjoint_gradients, data as _data
+from ._conv_checks import assert_adjoint_gradients, data as _data, strided_5x5_checked
 
 # Exact assertions here (issue 24's audit; the rule is in README, "Run the
 # tests"): assert_array_equal and == on floats are used only where the
@@ -359,16 +359,8 @@ def test_the_output_phases_serve_conv_and_conv_transpose(monkeypatch, transpose)
         return original(*args)
     monkeypatch.setattr(convolution, '_conv_transpose_phases', spy)
     monkeypatch.setattr(convolution, '_PHASE_MIN_POSITIONS', 1)
-    kw = dict(stride=2, pad=2)
-    xshape = (2, 6, 16, 16) if transpose else (2, 6, 32, 32)
-    x = _arr(xshape, 1, numpy.float32).require_grad()
-    w = _arr((6, 6, 5, 5), 2, numpy.float32).require_grad()
-    f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
-              else (xgrad.conv, _reference_conv))
-    kwf = dict(kw, outsize=(32, 32)) if transpose else kw
-    y = f(x, w, **kwf)
-    x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
-    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kwf), rtol=1e-4, atol=1e-4)
+    x, w, y, x64, w64, ref, kwf = strided_5x5_checked(
+        transpose, (2, 6, 16, 16) if transpose else (2, 6, 32, 32), (6, 6, 5, 5), (32, 32))
     assert bool(taken) is transpose  # conv's forward is no conv_transpose
     gy = _arr(y.shape, 3, numpy.float32)
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])

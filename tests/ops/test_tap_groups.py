@@ -15,7 +15,7 @@ from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transp
 from xgrad._ops import _tap_groups
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
 
-from ._conv_checks import assert_adjoint_gradients, data, record_calls
+from ._conv_checks import assert_adjoint_gradients, data, record_calls, strided_5x5_checked
 
 needs_gemm = pytest.mark.skipif(not gemm_kernels.available(),
                                 reason='xgrad sgemm needs the AVX2 or AVX-512 path')
@@ -130,16 +130,8 @@ def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatc
     match the references."""
     taken = record_calls(monkeypatch, _tap_groups.TapPlan,
                          ('conv', 'conv_transpose', 'grad_weight'))
-    kw = dict(stride=2, pad=2)
-    xshape = (64, 32, 4, 4) if transpose else (64, 32, 8, 8)
-    x = xgrad.array(data(xshape, 1).astype(numpy.float32)).require_grad()
-    w = xgrad.array(data((32, 32, 5, 5), 2).astype(numpy.float32)).require_grad()
-    f, ref = ((xgrad.conv_transpose, _reference_conv_transpose) if transpose
-              else (xgrad.conv, _reference_conv))
-    kwf = dict(kw, outsize=(8, 8)) if transpose else kw
-    y = f(x, w, **kwf)
-    x64, w64 = x.to_numpy().astype(float), w.to_numpy().astype(float)
-    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, **kwf), rtol=1e-4, atol=1e-4)
+    x, w, y, x64, w64, ref, kwf = strided_5x5_checked(
+        transpose, (64, 32, 4, 4) if transpose else (64, 32, 8, 8), (32, 32, 5, 5), (8, 8))
     gy = xgrad.array(data(y.shape, 3).astype(numpy.float32))
     gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
     assert sorted(taken) == ['conv', 'conv_transpose', 'grad_weight']
