@@ -51,6 +51,7 @@ CASES = [
     (12, 40, 32, (6, 5), (4, 4), (2, 1), (3, 3)),
     (64, 32, 32, (4, 4), (5, 5), (2, 2), (2, 2)),
     (9, 32, 32, (3, 3), (3, 3), (1, 1), (2, 2)),
+    (16, 16, 32, (16, 16), (5, 5), (2, 2), (2, 2)),  # positions in classes of equal taps
 ]
 
 
@@ -67,15 +68,28 @@ def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
     return plan
 
 
+def _row_major(n, size, k, s, p, outsize):
+    order = numpy.arange(outsize[0] * outsize[1])
+    return order, _tap_groups._groups(n, size, k, s, p, outsize)
+
+
+@pytest.mark.parametrize('grouping', [
+    _row_major,
+    _tap_groups._class_groups,
+    lambda *args: _tap_groups._class_groups(*args, by=(True, False)),
+    lambda *args: _tap_groups._class_groups(*args, by=(False, True)),
+], ids=['row-major', 'classes', 'row-classes', 'column-classes'])
 @pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
-def test_the_groups_cover_each_position_once_and_every_tap_it_reads(n, c, o, size, k, s, p):
+def test_the_groups_cover_each_position_once_and_every_tap_it_reads(grouping, n, c, o, size,
+                                                                     k, s, p):
     outsize = _out(size, k, s, p)
-    groups = _tap_groups._groups(n, size, k, s, p, outsize)
+    order, groups = grouping(n, size, k, s, p, outsize)
+    assert sorted(order.tolist()) == list(range(outsize[0] * outsize[1]))
     assert groups[0, 0] == 0 and groups[-1, 1] == outsize[0] * outsize[1]
     assert (groups[1:, 0] == groups[:-1, 1]).all()  # consecutive, no gaps
     for q0, q1, i0, i1, j0, j1 in groups.tolist():
         assert (q1 - q0) * n >= _tap_groups._MIN_GROUP_COLUMNS or len(groups) == 1
-        for q in range(q0, q1):
+        for q in order[q0:q1].tolist():
             oy, ox = divmod(q, outsize[1])
             for i, j in itertools.product(range(k[0]), range(k[1])):
                 iy, ix = oy * s[0] - p[0] + i, ox * s[1] - p[1] + j
@@ -91,6 +105,26 @@ def test_the_groups_skip_the_padding_of_small_images():
     assert [tuple(g[2:]) for g in groups.tolist()] == [r + c for r in rows for c in rows]
     area = (groups[:, 3] - groups[:, 2]) * (groups[:, 5] - groups[:, 4])
     assert area.sum() == 14 * 14
+
+
+def test_classes_of_positions_skip_the_padding_of_mid_sized_images():
+    """5x5 stride 2 on 16x16 at batch 16: row-major runs of 32 columns (two
+    positions) mix the first and last output columns with the middle ones;
+    classes of equal taps (corners, edges, the middle) do 0.89 of im2col's
+    products against 0.96 (GEMM columns rounded up to whole 32-wide
+    tiles), so the plan puts the positions in that order."""
+    args = (16, (16, 16), (5, 5), (2, 2), (2, 2), (8, 8))
+    order, groups = _tap_groups._class_groups(*args)
+    by_class = _tap_groups._work_fraction(groups, 16, (5, 5), (8, 8))
+    row_major = _tap_groups._work_fraction(_tap_groups._groups(*args), 16, (5, 5), (8, 8))
+    assert by_class < 0.9 < row_major
+    plan = _tap_groups._plan(16, 32, 32, *args[1:])
+    if plan is not None:  # (None where xgrad's GEMM is missing: plan() checks that)
+        assert numpy.array_equal(plan.order, order)
+        assert numpy.array_equal(plan.order[plan.inverse], numpy.arange(64))
+    # a tile's worth of columns each: at batch 8 the classes of 7 positions
+    # fill 2 tiles with 56 columns, and the rounding leaves them to im2col
+    assert _tap_groups._plan(8, 32, 32, *args[1:]) is None
 
 
 @pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
@@ -175,6 +209,15 @@ def test_the_kernels_refuse_operands_outside_their_layout():
         fill_tap_columns(x.astype(numpy.float64), cols, good, *geometry)
     with pytest.raises(ValueError):
         transpose_into(cols, numpy.zeros(cols.shape, numpy.float32))
+    for bad in (numpy.arange(15), numpy.r_[0, numpy.arange(15)], numpy.arange(1, 17)):
+        with pytest.raises(ValueError, match='order'):
+            fill_tap_columns(x, cols, good, *geometry, order=bad)
+    reversed_cols = numpy.zeros_like(cols)
+    fill_tap_columns(x + numpy.arange(16, dtype=numpy.float32).reshape(4, 4, 1), reversed_cols,
+                     good, *geometry, order=numpy.arange(16)[::-1])
+    fill_tap_columns(x + numpy.arange(16, dtype=numpy.float32).reshape(4, 4, 1), cols, good,
+                     *geometry)
+    assert (reversed_cols.reshape(18, 16, 8)[:, ::-1] == cols.reshape(18, 16, 8)).all()
 
 
 @needs_gemm
@@ -216,8 +259,8 @@ def test_the_kernels_split_over_threads_as_one_thread_does():
     """Large enough to be split over the pool (by channels, by row
     chunks): the same values, bit for bit, as on one thread."""
     x = data((64, 12, 12, 32), 1).astype(numpy.float32)  # (C, h, w, batch)
-    groups = _tap_groups._groups(32, (12, 12), (5, 5), (1, 1), (2, 2), (12, 12))
-    geometry = ((5, 5), (1, 1), (2, 2), (12, 12))
+    order, groups = _tap_groups._class_groups(8, (12, 12), (5, 5), (1, 1), (2, 2), (12, 12))
+    geometry = ((5, 5), (1, 1), (2, 2), (12, 12), order)
     a = data((1000, 700), 2).astype(numpy.float32)
     results = []
     for limit in (0, 1):

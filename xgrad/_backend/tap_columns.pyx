@@ -11,9 +11,12 @@ skip what lies outside.
 
 Layouts, chosen so that every copy is a contiguous run of the batch:
 x is (C, h, w, m) (the batch last), the columns the matrix (kh kw C, oh
-ow m): row (i, j, c), column (oy, ox, s). A group is a row of ``groups``
-(q0, q1, i0, i1, j0, j1): output positions q0 <= oy * ow + ox < q1, taps
-i0 <= i < i1, j0 <= j < j1, its columns q0 * m .. q1 * m.
+ow m): row (i, j, c), column (q, s) for the q-th output position of
+``order`` (a permutation of the positions oy * ow + ox; row-major when
+None), so that positions with the same taps can sit side by side. A group
+is a row of ``groups`` (q0, q1, i0, i1, j0, j1): the positions order[q0]
+.. order[q1 - 1], taps i0 <= i < i1, j0 <= j < j1, its columns q0 * m ..
+q1 * m.
 
 Both kernels split the channels over xgrad's worker pool: the same serial
 loop per channel, so results are those of one thread, bit for bit.
@@ -34,48 +37,54 @@ DEF COLUMN_GRAIN = 65536
 
 cdef struct TapJob:
     const cnp.int64_t* groups
+    const cnp.int64_t* top  # each column slot's window: its first input row (oy sh - ph)
+    const cnp.int64_t* left  # and column (ox sw - pw)
     Py_ssize_t group_count
-    Py_ssize_t h, w, c_count, m, kw, sh, sw, ph, pw, ow, ld
+    Py_ssize_t h, w, c_count, m, kw, ld
     float* x  # (C, h, w, m)
     float* cols
     bint add  # col2im: add the columns back into x
     Py_ssize_t per_chunk  # channels a chunk
 
 
+cdef inline void _copy_run(float* to, const float* frm, Py_ssize_t m) noexcept nogil:
+    """m floats; the batch sizes 8 and 16 as fixed sizes (inlined moves,
+    not a call a run)."""
+    if m == 8:
+        memcpy(to, frm, 8 * sizeof(float))
+    elif m == 16:
+        memcpy(to, frm, 16 * sizeof(float))
+    else:
+        memcpy(to, frm, m * sizeof(float))
+
+
 cdef void _tap_range(TapJob* job, Py_ssize_t c_lo, Py_ssize_t c_hi) noexcept nogil:
-    """Fill (or add back) the columns of channels c_lo..c_hi, group by group."""
-    cdef Py_ssize_t g, q, i, j, c, t, iy, ix, oy, ox, m = job.m, ld = job.ld
-    cdef Py_ssize_t cc = job.c_count, plane = job.h * job.w * m
+    """Fill (or add back) the columns of channels c_lo..c_hi: group by
+    group, one row of the columns (tap i, j, channel c) at a time, so that
+    the writes run along it."""
+    cdef Py_ssize_t g, q, i, j, c, t, iy, ix, m = job.m
+    cdef Py_ssize_t plane = job.h * job.w * m
     cdef const cnp.int64_t* row
     cdef float* at_cols
     cdef float* at_x
     for g in range(job.group_count):
         row = job.groups + 6 * g
-        for q in range(row[0], row[1]):
-            oy = q // job.ow
-            ox = q - oy * job.ow
-            for i in range(row[2], row[3]):
-                iy = oy * job.sh - job.ph + i
-                for j in range(row[4], row[5]):
-                    ix = ox * job.sw - job.pw + j
-                    at_cols = job.cols + ((i * job.kw + j) * cc + c_lo) * ld + q * m
-                    if 0 <= iy < job.h and 0 <= ix < job.w:
-                        at_x = job.x + ((c_lo * job.h + iy) * job.w + ix) * m
-                        if job.add:
-                            for c in range(c_hi - c_lo):
+        for i in range(row[2], row[3]):
+            for j in range(row[4], row[5]):
+                for c in range(c_lo, c_hi):
+                    at_cols = job.cols + ((i * job.kw + j) * job.c_count + c) * job.ld
+                    at_x = job.x + c * plane
+                    for q in range(row[0], row[1]):
+                        iy = job.top[q] + i
+                        ix = job.left[q] + j
+                        if 0 <= iy < job.h and 0 <= ix < job.w:
+                            if job.add:
                                 for t in range(m):
-                                    at_x[t] += at_cols[t]
-                                at_x += plane
-                                at_cols += ld
-                        else:
-                            for c in range(c_hi - c_lo):
-                                memcpy(at_cols, at_x, m * sizeof(float))
-                                at_x += plane
-                                at_cols += ld
-                    elif not job.add:  # a tap in the padding reads zeros
-                        for c in range(c_hi - c_lo):
-                            memset(at_cols, 0, m * sizeof(float))
-                            at_cols += ld
+                                    at_x[(iy * job.w + ix) * m + t] += at_cols[q * m + t]
+                            else:
+                                _copy_run(at_cols + q * m, at_x + (iy * job.w + ix) * m, m)
+                        elif not job.add:  # a tap in the padding reads zeros
+                            memset(at_cols + q * m, 0, m * sizeof(float))
 
 
 cdef void _tap_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
@@ -85,7 +94,7 @@ cdef void _tap_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
 
 
 cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple stride,
-                 tuple pad, tuple outsize, bint add):
+                 tuple pad, tuple outsize, bint add, order):
     """Check the operands, then run the fill or the add over all channels."""
     if not (x.dtype.num == cnp.NPY_FLOAT32 and cols.dtype.num == cnp.NPY_FLOAT32
             and x.ndim == 4 and cols.ndim == 2 and cnp.PyArray_IS_C_CONTIGUOUS(x)
@@ -117,13 +126,17 @@ cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple str
                 g, tuple(spec[g]), oh * ow, ksize))
         elements += ((spec[g, 1] - spec[g, 0]) * (spec[g, 3] - spec[g, 2])
                      * (spec[g, 5] - spec[g, 4]) * c_count * m)
+    cdef cnp.int64_t[::1] slots = _permutation(order, oh * ow)
     if spec.shape[0] == 0 or c_count == 0 or m == 0:
         return
+    positions = numpy.arange(oh * ow) if slots is None else numpy.asarray(slots)
+    cdef cnp.int64_t[::1] top = positions // ow * stride[0] - pad[0]
+    cdef cnp.int64_t[::1] left = positions % ow * stride[1] - pad[1]
     cdef TapJob job
     job.groups = &spec[0, 0]
+    job.top, job.left = &top[0], &left[0]
     job.group_count = spec.shape[0]
     job.h, job.w, job.c_count, job.m, job.kw = h, w, c_count, m, kw
-    job.sh, job.sw, job.ph, job.pw, job.ow = stride[0], stride[1], pad[0], pad[1], ow
     job.ld = cols.strides[0] // 4 if cols.shape[0] > 1 else cols.shape[1]
     job.x = <float*>cnp.PyArray_DATA(x)
     job.cols = <float*>cnp.PyArray_DATA(cols)
@@ -137,18 +150,37 @@ cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple str
             run_chunks(_tap_chunk, &job, (c_count + job.per_chunk - 1) // job.per_chunk)
 
 
+cdef cnp.int64_t[::1] _permutation(order, Py_ssize_t positions):
+    """``order`` as int64, checked to be a permutation of 0..positions;
+    None for None (the identity)."""
+    if order is None:
+        return None
+    cdef cnp.int64_t[::1] slots = numpy.ascontiguousarray(order, dtype=numpy.int64).reshape(-1)
+    cdef cnp.uint8_t[::1] seen = numpy.zeros(positions, dtype=numpy.uint8)
+    cdef Py_ssize_t q
+    if slots.shape[0] != positions:
+        raise ValueError('tap columns: order has {} entries for {} positions'.format(
+            slots.shape[0], positions))
+    for q in range(positions):
+        if not 0 <= slots[q] < positions or seen[slots[q]]:
+            raise ValueError('tap columns: order is not a permutation of the {} '
+                             'positions'.format(positions))
+        seen[slots[q]] = 1
+    return slots
+
+
 def fill_tap_columns(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple stride,
-                     tuple pad, tuple outsize):
+                     tuple pad, tuple outsize, order=None):
     """Write the columns of each group's taps (zeros where a tap reads the
     padding); the other elements of ``cols`` are left as they are."""
-    _run(x, cols, groups, ksize, stride, pad, outsize, False)
+    _run(x, cols, groups, ksize, stride, pad, outsize, False, order)
 
 
 def add_tap_columns(cnp.ndarray cols, cnp.ndarray x, groups, tuple ksize, tuple stride,
-                    tuple pad, tuple outsize):
+                    tuple pad, tuple outsize, order=None):
     """The adjoint of fill_tap_columns: add each group's columns back into
     ``x`` where their taps read it (padding dropped)."""
-    _run(x, cols, groups, ksize, stride, pad, outsize, True)
+    _run(x, cols, groups, ksize, stride, pad, outsize, True, order)
 
 
 cdef extern from "transpose.h" nogil:
