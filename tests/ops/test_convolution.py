@@ -57,6 +57,31 @@ def test_one_by_one_conv_is_a_channel_matmul():
         y, numpy.einsum('oc,nchw->nohw', w.to_numpy()[:, :, 0, 0], x.to_numpy()), rtol=1e-12)
 
 
+@pytest.mark.parametrize('transpose', [False, True])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_strided_one_by_one_windows_of_one_channel_are_broadcast_products(monkeypatch,
+                                                                          transpose, dtype):
+    """A 1x1 window over one channel with stride 2 (not pointwise): each
+    GEMM sums one product, which _matmul takes as a broadcast multiply
+    (conv's forward, conv_transpose's spread), values as the references."""
+    depths = []
+    real = convolution._matmul
+    monkeypatch.setattr(convolution, '_matmul',
+                        lambda xp, a, b, out: (depths.append(a.shape[-1]), real(xp, a, b, out)))
+    x = _data((2, 1, 3, 4) if transpose else (2, 1, 6, 7), 1).astype(dtype)
+    w = _data((1, 16, 1, 1) if transpose else (16, 1, 1, 1), 2).astype(dtype)
+    geom = convolution.Geometry((1, 1), (2, 2), (0, 0), (1, 1), 1)
+    if transpose:
+        y = convolution.conv_transpose_kernel(x, w, None, geom, (6, 7))
+        ref = _reference_conv_transpose(x, w, stride=(2, 2), pad=(0, 0), outsize=(6, 7))
+    else:
+        y = convolution.conv_kernel(x, w, None, geom, (3, 4))
+        ref = _reference_conv(x, w, stride=(2, 2), pad=(0, 0))
+    assert 1 in depths
+    numpy.testing.assert_allclose(y, ref, rtol=1e-5 if dtype == numpy.float32 else 1e-12,
+                                  atol=1e-6)
+
+
 @pytest.mark.parametrize('xshape, wshape, groups', [
     ((3, 4, 5, 6), (6, 4, 1, 1), 1),        # weight gradient by per-sample products
     ((2, 6, 2, 1), (8, 3, 1, 1), 2),        # groups

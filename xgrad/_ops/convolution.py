@@ -194,6 +194,16 @@ _MIN_SPREAD_COLUMNS = 256
 _OWN_GEMM_MIN_COLUMNS = 32
 
 
+def _matmul(xp, a, b, out):
+    """out = a @ b for stacks of matrices; where each sum has one term (a
+    1x1 window over one channel) a broadcast product: NumPy's matmul runs
+    K = 1 off the BLAS, (16, 1) @ (1, 784) in 15 us against 4 us."""
+    if a.shape[-1] == 1:
+        xp.multiply(a, b, out=out)
+    else:
+        xp.matmul(a, b, out=out)
+
+
 def _chunks(n, per_sample):
     """(lo, hi) batch ranges: the whole batch when its columns are at most
     ``_WHOLE_BATCH_ELEMENTS``, else about ``_CHUNK_ELEMENTS`` each."""
@@ -305,7 +315,7 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
         rhs = xm[lo:hi].transpose(1, 2, 0, 3).reshape(g, cg, m * ll)  # a copy unless m == 1
         cols = _gemm_layout.padded(flat, (o * kk, m * ll))
         if g > 1 or not sgemm(wt[0], rhs[0], cols):
-            numpy.matmul(wt, rhs, out=cols.reshape(g, o // g * kk, m * ll))
+            _matmul(numpy, wt, rhs, cols.reshape(g, o // g * kk, m * ll))
         if not col2im_2d(cols, out[lo:hi], tuple(geom.ksize), tuple(geom.stride),
                          tuple(geom.pad), tuple(geom.dilate), tuple(spatial)):
             raise RuntimeError('col2im_2d refused {} {}'.format(shape, geom))
@@ -511,13 +521,13 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
         chunks += 1
         if hi - lo == 1:
             if g > 1 or not sgemm(wm[0], cols[0], y[lo, 0]):
-                xp.matmul(wm, cols, out=y[lo])
+                _matmul(xp, wm, cols, y[lo])
             if bias is not None:
                 y[lo] += bias
         else:  # columns are (.., sample, position): put the samples first
             part = xp.empty((g, o // g, cols.shape[2]), work)
             if g > 1 or not sgemm(wm[0], cols[0], part[0]):
-                xp.matmul(wm, cols, out=part)
+                _matmul(xp, wm, cols, part)
             part = part.reshape(g, o // g, hi - lo, _prod(outsize))
             if bias is None:
                 y[lo:hi] = part.transpose(2, 0, 1, 3)
