@@ -562,9 +562,13 @@ def test_groups_must_divide_the_channels():
     (dict(stride=1.5), TypeError, 'stride'),
     (dict(pad=(1, 'a')), TypeError, 'pad'),
     (dict(stride=True), TypeError, 'stride'),
+    (dict(pad=1.0), TypeError, 'pad'),
+    (dict(dilate=True), TypeError, 'dilate'),
 ])
 def test_bad_parameters(kw, error, match):
     x, w = _arr((1, 2, 5, 5)), _arr((3, 2, 3, 3))
+    xgrad.conv(x, w, stride=1, pad=1, dilate=1)  # (memoized checks of the plain ints:
+    xgrad.conv(x, w, stride=1, pad=0, dilate=1)  # 1.5, True and 1.0 are still refused)
     with pytest.raises(error, match='conv: ' + match):
         xgrad.conv(x, w, **kw)
     with pytest.raises(error, match='conv_transpose: ' + match):
