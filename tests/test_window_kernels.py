@@ -38,6 +38,10 @@ GEOMETRIES = [  # ksize, stride, pad, dilate, cover_all
     ((3, 1), (1, 1), (1, 0), (1, 1), False),
     ((1, 5), (1, 1), (0, 2), (1, 1), False),
     ((2, 2), (1, 1), (1, 1), (1, 1), True),
+    # strided windows through the planes' phases (im2col's and col2im's
+    # phase paths, for rows of 8 outputs and more)
+    ((5, 5), (2, 2), (2, 2), (1, 1), False),
+    ((3, 5), (2, 3), (1, 4), (2, 1), True),
 ]
 
 
@@ -66,7 +70,7 @@ def test_native_im2col_refuses_what_it_does_not_take():
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('ksize, stride, pad, dilate, cover_all', GEOMETRIES)
-@pytest.mark.parametrize('shape', [(3, 2, 7, 6), (2, 3, 4, 4), (2, 2, 16, 9)])
+@pytest.mark.parametrize('shape', [(3, 2, 7, 6), (2, 3, 4, 4), (2, 2, 16, 9), (2, 3, 19, 26)])
 def test_native_col2im_matches_numpy(dtype, ksize, stride, pad, dilate, cover_all, shape):
     """col2im_2d (its loop per row, and its tables for rows shorter than 8)
     against convolution.col2im's strided adds. Windows overlap, so sums are
