@@ -58,8 +58,8 @@ CASES = [
 def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
     """The plan of the case, with the pay rules off (every case is planned)."""
     monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', 1.0)
-    monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL', 0)
-    monkeypatch.setattr(_tap_groups, '_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED', 0)
+    monkeypatch.setattr(_tap_groups, '_MIN_WINDOWS_PER_OUT_CHANNEL', 0)
+    monkeypatch.setattr(_tap_groups, '_MIN_WINDOWS_PER_OUT_CHANNEL_THREADED', 0)
     monkeypatch.setattr(_tap_groups, '_MIN_PRODUCTS_THREADED', 0)
     _tap_groups._plan.cache_clear()
     plan = _tap_groups.plan((n, c) + size, (o, c) + k, _geometry(k, s, p), _out(size, k, s, p),
@@ -88,7 +88,7 @@ def test_the_groups_cover_each_position_once_and_every_tap_it_reads(grouping, n,
     assert groups[0, 0] == 0 and groups[-1, 1] == outsize[0] * outsize[1]
     assert (groups[1:, 0] == groups[:-1, 1]).all()  # consecutive, no gaps
     for q0, q1, i0, i1, j0, j1 in groups.tolist():
-        assert (q1 - q0) * n >= _tap_groups._MIN_GROUP_COLUMNS or len(groups) == 1
+        assert (q1 - q0) * n >= _tap_groups._MIN_GROUP_ROWS or len(groups) == 1
         for q in order[q0:q1].tolist():
             oy, ox = divmod(q, outsize[1])
             for i, j in itertools.product(range(k[0]), range(k[1])):
@@ -108,23 +108,25 @@ def test_the_groups_skip_the_padding_of_small_images():
 
 
 def test_classes_of_positions_skip_the_padding_of_mid_sized_images():
-    """5x5 stride 2 on 16x16 at batch 16: row-major runs of 32 columns (two
-    positions) mix the first and last output columns with the middle ones;
-    classes of equal taps (corners, edges, the middle) do 0.89 of im2col's
-    products against 0.96 (GEMM columns rounded up to whole 32-wide
-    tiles), so the plan puts the positions in that order."""
-    args = (16, (16, 16), (5, 5), (2, 2), (2, 2), (8, 8))
+    """5x5 stride 2 on 16x16 at batch 12: a position's 12 rows fill 1.5
+    micro-kernel tiles of 8, so row-major runs of positions mix the first
+    and last output columns with the middle ones; classes of equal taps
+    (corners, edges, the middle) do 0.87 of im2col's products against 0.91
+    (rows rounded up to whole tiles), so the plan puts the positions in
+    that order. At batch 8 a position is one tile, and row-major groups
+    are already exact."""
+    args = (12, (16, 16), (5, 5), (2, 2), (2, 2), (8, 8))
     order, groups = _tap_groups._class_groups(*args)
-    by_class = _tap_groups._work_fraction(groups, 16, (5, 5), (8, 8))
-    row_major = _tap_groups._work_fraction(_tap_groups._groups(*args), 16, (5, 5), (8, 8))
+    by_class = _tap_groups._work_fraction(groups, 12, (5, 5), (8, 8))
+    row_major = _tap_groups._work_fraction(_tap_groups._groups(*args), 12, (5, 5), (8, 8))
     assert by_class < 0.9 < row_major
-    plan = _tap_groups._plan(16, 32, 32, *args[1:])
+    exact = (3 + 6 * 5 + 4) ** 2 / 40 ** 2  # taps inside a side: 3, 5 (six times), 4
+    plan = _tap_groups._plan(12, 32, 32, *args[1:])
     if plan is not None:  # (None where xgrad's GEMM is missing: plan() checks that)
         assert numpy.array_equal(plan.order, order)
         assert numpy.array_equal(plan.order[plan.inverse], numpy.arange(64))
-    # a tile's worth of columns each: at batch 8 the classes of 7 positions
-    # fill 2 tiles with 56 columns, and the rounding leaves them to im2col
-    assert _tap_groups._plan(8, 32, 32, *args[1:]) is None
+        eight = _tap_groups._plan(8, 32, 32, *args[1:])
+        assert eight.order is None and eight.work_fraction == pytest.approx(exact)
 
 
 @pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
@@ -195,8 +197,8 @@ def test_where_the_groups_are_taken(monkeypatch, xshape, wshape, k, s, p, takes)
 
 
 def test_the_kernels_refuse_operands_outside_their_layout():
-    x = numpy.zeros((2, 4, 4, 8), numpy.float32)   # (C, h, w, batch)
-    cols = numpy.zeros((2 * 9, 16 * 8), numpy.float32)
+    x = numpy.zeros((8, 4, 4, 2), numpy.float32)   # (batch, h, w, C)
+    cols = numpy.zeros((16 * 8, 9 * 2), numpy.float32)
     geometry = ((3, 3), (1, 1), (1, 1), (4, 4))
     good = numpy.array([[0, 16, 0, 3, 0, 3]])
     fill_tap_columns(x, cols, good, *geometry)
@@ -212,12 +214,12 @@ def test_the_kernels_refuse_operands_outside_their_layout():
     for bad in (numpy.arange(15), numpy.r_[0, numpy.arange(15)], numpy.arange(1, 17)):
         with pytest.raises(ValueError, match='order'):
             fill_tap_columns(x, cols, good, *geometry, order=bad)
+    # the rows follow the order of the positions
+    marked = x + numpy.arange(16, dtype=numpy.float32).reshape(1, 4, 4, 1)
     reversed_cols = numpy.zeros_like(cols)
-    fill_tap_columns(x + numpy.arange(16, dtype=numpy.float32).reshape(4, 4, 1), reversed_cols,
-                     good, *geometry, order=numpy.arange(16)[::-1])
-    fill_tap_columns(x + numpy.arange(16, dtype=numpy.float32).reshape(4, 4, 1), cols, good,
-                     *geometry)
-    assert (reversed_cols.reshape(18, 16, 8)[:, ::-1] == cols.reshape(18, 16, 8)).all()
+    fill_tap_columns(marked, reversed_cols, good, *geometry, order=numpy.arange(16)[::-1])
+    fill_tap_columns(marked, cols, good, *geometry)
+    assert (reversed_cols.reshape(16, 8, 18)[::-1] == cols.reshape(16, 8, 18)).all()
 
 
 @needs_gemm
@@ -258,15 +260,15 @@ def test_transpose_into_matches_numpy_on_ragged_tiles(path):
 def test_the_kernels_split_over_threads_as_one_thread_does():
     """Large enough to be split over the pool (by channels, by row
     chunks): the same values, bit for bit, as on one thread."""
-    x = data((64, 12, 12, 32), 1).astype(numpy.float32)  # (C, h, w, batch)
-    order, groups = _tap_groups._class_groups(8, (12, 12), (5, 5), (1, 1), (2, 2), (12, 12))
+    x = data((32, 12, 12, 64), 1).astype(numpy.float32)  # (batch, h, w, C)
+    order, groups = _tap_groups._class_groups(1, (12, 12), (5, 5), (1, 1), (2, 2), (12, 12))
     geometry = ((5, 5), (1, 1), (2, 2), (12, 12), order)
     a = data((1000, 700), 2).astype(numpy.float32)
     results = []
     for limit in (0, 1):
         K.set_thread_limit(limit)
         try:
-            cols = numpy.zeros((25 * 64, 144 * 32), numpy.float32)
+            cols = numpy.zeros((144 * 32, 25 * 64), numpy.float32)
             fill_tap_columns(x, cols, groups, *geometry)
             back = numpy.zeros_like(x)
             add_tap_columns(cols, back, groups, *geometry)
@@ -319,9 +321,9 @@ def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
     plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
                             (4, 4), numpy.float32)
     spec = getattr(plan, blocks)
-    kk_c, positions = plan._columns_shape
-    shapes = {'forward': ((32, kk_c), (kk_c, positions), (32, positions)),
-              'input_grad': ((kk_c, 32), (32, positions), (kk_c, positions)),
+    positions, kk_c = plan._columns_shape
+    shapes = {'forward': ((positions, kk_c), (kk_c, 32), (positions, 32)),
+              'input_grad': ((positions, 32), (32, kk_c), (positions, kk_c)),
               'weight_grad': ((kk_c, positions), (positions, 32), (kk_c, 32))}[blocks]
     a, b = (data(shape, seed).astype(numpy.float32) for seed, shape in enumerate(shapes[:2]))
     results = []

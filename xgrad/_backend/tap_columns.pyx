@@ -9,17 +9,18 @@ rectangle of taps (xgrad/_ops/_tap_groups.py plans them), and only the
 taps of each group's rectangle get columns, so the GEMMs over the groups
 skip what lies outside.
 
-Layouts, chosen so that every copy is a contiguous run of the batch:
-x is (C, h, w, m) (the batch last), the columns the matrix (kh kw C, oh
-ow m): row (i, j, c), column (q, s) for the q-th output position of
-``order`` (a permutation of the positions oy * ow + ox; row-major when
-None), so that positions with the same taps can sit side by side. A group
+Layouts, chosen so that every copy is a contiguous run of channels: x is
+(m, h, w, C) (channels last), the columns the matrix (oh ow m, kh kw C)
+with one row a window: row (q, s) for sample s at the q-th output
+position of ``order`` (a permutation of the positions oy * ow + ox;
+row-major when None, so that positions with the same taps can sit side
+by side), column (i, j, c). One kernel row of a window, taps j0..j1, is
+then one run of (j1 - j0) C elements, both in x and in its row. A group
 is a row of ``groups`` (q0, q1, i0, i1, j0, j1): the positions order[q0]
-.. order[q1 - 1], taps i0 <= i < i1, j0 <= j < j1, its columns q0 * m ..
-q1 * m.
+.. order[q1 - 1], taps i0 <= i < i1, j0 <= j < j1, its rows q0 m .. q1 m.
 
-Both kernels split the channels over xgrad's worker pool: the same serial
-loop per channel, so results are those of one thread, bit for bit.
+Both kernels split the samples over xgrad's worker pool: the same serial
+loop per sample, so results are those of one thread, bit for bit.
 """
 
 cimport numpy as cnp
@@ -37,84 +38,85 @@ DEF COLUMN_GRAIN = 65536
 
 cdef struct TapJob:
     const cnp.int64_t* groups
-    const cnp.int64_t* top  # each column slot's window: its first input row (oy sh - ph)
+    const cnp.int64_t* top  # each position slot's window: its first input row (oy sh - ph)
     const cnp.int64_t* left  # and column (ox sw - pw)
     Py_ssize_t group_count
     Py_ssize_t h, w, c_count, m, kw, ld
-    float* x  # (C, h, w, m)
+    float* x  # (m, h, w, C)
     float* cols
     bint add  # col2im: add the columns back into x
-    Py_ssize_t per_chunk  # channels a chunk
+    Py_ssize_t per_chunk  # samples a chunk
 
 
-cdef inline void _copy_run(float* to, const float* frm, Py_ssize_t m) noexcept nogil:
-    """m floats; the batch sizes 8 and 16 as fixed sizes (inlined moves,
-    not a call a run)."""
-    if m == 8:
-        memcpy(to, frm, 8 * sizeof(float))
-    elif m == 16:
-        memcpy(to, frm, 16 * sizeof(float))
-    else:
-        memcpy(to, frm, m * sizeof(float))
-
-
-cdef void _tap_range(TapJob* job, Py_ssize_t c_lo, Py_ssize_t c_hi) noexcept nogil:
-    """Fill (or add back) the columns of channels c_lo..c_hi: group by
-    group, one row of the columns (tap i, j, channel c) at a time, so that
-    the writes run along it."""
-    cdef Py_ssize_t g, q, i, j, c, t, iy, ix, m = job.m
-    cdef Py_ssize_t plane = job.h * job.w * m
+cdef void _tap_range(TapJob* job, Py_ssize_t s_lo, Py_ssize_t s_hi) noexcept nogil:
+    """Fill (or add back) the rows of samples s_lo..s_hi, group by group,
+    one kernel row of a window at a time: the taps j0..j1 that lie in the
+    image are one run of x's row, those in the padding zeros."""
+    cdef Py_ssize_t g, q, s, i, iy, ja, jb, lo, c = job.c_count, w = job.w
+    cdef Py_ssize_t span, plane = job.h * w * c
     cdef const cnp.int64_t* row
+    cdef float* window  # the row of the columns of (q, s)
     cdef float* at_cols
     cdef float* at_x
     for g in range(job.group_count):
         row = job.groups + 6 * g
-        for i in range(row[2], row[3]):
-            for j in range(row[4], row[5]):
-                for c in range(c_lo, c_hi):
-                    at_cols = job.cols + ((i * job.kw + j) * job.c_count + c) * job.ld
-                    at_x = job.x + c * plane
-                    for q in range(row[0], row[1]):
-                        iy = job.top[q] + i
-                        ix = job.left[q] + j
-                        if 0 <= iy < job.h and 0 <= ix < job.w:
-                            if job.add:
-                                for t in range(m):
-                                    at_x[(iy * job.w + ix) * m + t] += at_cols[q * m + t]
-                            else:
-                                _copy_run(at_cols + q * m, at_x + (iy * job.w + ix) * m, m)
-                        elif not job.add:  # a tap in the padding reads zeros
-                            memset(at_cols + q * m, 0, m * sizeof(float))
+        span = (row[5] - row[4]) * c
+        for q in range(row[0], row[1]):
+            lo = job.left[q]
+            ja = max(row[4], -lo)  # the taps j0..j1 inside the image: ja..jb
+            jb = min(row[5], w - lo)
+            for s in range(s_lo, s_hi):
+                window = job.cols + (q * job.m + s) * job.ld
+                for i in range(row[2], row[3]):
+                    iy = job.top[q] + i
+                    at_cols = window + (i * job.kw + row[4]) * c
+                    if iy < 0 or iy >= job.h or ja >= jb:
+                        if not job.add:  # a kernel row in the padding reads zeros
+                            memset(at_cols, 0, span * sizeof(float))
+                        continue
+                    at_x = job.x + s * plane + (iy * w + lo + ja) * c
+                    if job.add:
+                        _add_run(at_x, at_cols + (ja - row[4]) * c, (jb - ja) * c)
+                    else:
+                        memset(at_cols, 0, (ja - row[4]) * c * sizeof(float))
+                        memcpy(at_cols + (ja - row[4]) * c, at_x, (jb - ja) * c * sizeof(float))
+                        memset(at_cols + (jb - row[4]) * c, 0, (row[5] - jb) * c * sizeof(float))
+
+
+cdef inline void _add_run(float* to, const float* frm, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t t
+    for t in range(n):
+        to[t] += frm[t]
 
 
 cdef void _tap_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
     cdef TapJob* job = <TapJob*>ctx
     cdef Py_ssize_t lo = chunk * job.per_chunk
-    _tap_range(job, lo, min(lo + job.per_chunk, job.c_count))
+    _tap_range(job, lo, min(lo + job.per_chunk, job.m))
 
 
 cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple stride,
                  tuple pad, tuple outsize, bint add, order):
-    """Check the operands, then run the fill or the add over all channels."""
+    """Check the operands, then run the fill or the add over all samples."""
     if not (x.dtype.num == cnp.NPY_FLOAT32 and cols.dtype.num == cnp.NPY_FLOAT32
             and x.ndim == 4 and cols.ndim == 2 and cnp.PyArray_IS_C_CONTIGUOUS(x)
             and cnp.PyArray_ISALIGNED(x) and cnp.PyArray_ISALIGNED(cols)):
-        raise ValueError('tap columns: x must be a C-contiguous float32 (C, h, w, m) array '
+        raise ValueError('tap columns: x must be a C-contiguous float32 (m, h, w, C) array '
                          'and cols a float32 matrix, not {} {} and {} {}'.format(
                              x.dtype, (<object>x).shape, cols.dtype, (<object>cols).shape))
     if not cnp.PyArray_ISWRITEABLE(x if add else cols):
         raise ValueError('tap columns: the output is read-only')
-    cdef Py_ssize_t c_count = x.shape[0], h = x.shape[1], w = x.shape[2], m = x.shape[3]
+    cdef Py_ssize_t m = x.shape[0], h = x.shape[1], w = x.shape[2], c_count = x.shape[3]
     cdef Py_ssize_t kh = ksize[0], kw = ksize[1], oh = outsize[0], ow = outsize[1]
     if min(kh, kw, stride[0], stride[1]) < 1 or min(pad[0], pad[1], oh, ow) < 0:
         raise ValueError('tap columns: bad geometry {} {} {} {}'.format(
             ksize, stride, pad, outsize))
-    if (cols.shape[0] != kh * kw * c_count or cols.shape[1] != oh * ow * m
+    if (cols.shape[0] != oh * ow * m or cols.shape[1] != kh * kw * c_count
             or (cols.shape[1] > 1 and cols.strides[1] != 4) or cols.strides[0] % 4
             or (cols.shape[0] > 1 and cols.strides[0] < 4 * cols.shape[1])):
         raise ValueError('tap columns: cols {} (strides {}) is not the ({}, {}) matrix with '
                          'contiguous rows'.format((<object>cols).shape, (<object>cols).strides,
-                                                  kh * kw * c_count, oh * ow * m))
+                                                  oh * ow * m, kh * kw * c_count))
     cdef cnp.int64_t[:, ::1] spec = numpy.ascontiguousarray(groups, dtype=numpy.int64)
     if spec.shape[1] != 6:
         raise ValueError('tap columns: groups must have 6 columns')
@@ -141,13 +143,13 @@ cdef object _run(cnp.ndarray x, cnp.ndarray cols, groups, tuple ksize, tuple str
     job.x = <float*>cnp.PyArray_DATA(x)
     job.cols = <float*>cnp.PyArray_DATA(cols)
     job.add = add
-    cdef Py_ssize_t nt = min(<Py_ssize_t>pool_threads(), c_count, elements // COLUMN_GRAIN)
+    cdef Py_ssize_t nt = min(<Py_ssize_t>pool_threads(), m, elements // COLUMN_GRAIN)
     with nogil:
         if nt <= 1:
-            _tap_range(&job, 0, c_count)
+            _tap_range(&job, 0, m)
         else:
-            job.per_chunk = (c_count + 4 * nt - 1) // (4 * nt)
-            run_chunks(_tap_chunk, &job, (c_count + job.per_chunk - 1) // job.per_chunk)
+            job.per_chunk = (m + 4 * nt - 1) // (4 * nt)
+            run_chunks(_tap_chunk, &job, (m + job.per_chunk - 1) // job.per_chunk)
 
 
 cdef cnp.int64_t[::1] _permutation(order, Py_ssize_t positions):

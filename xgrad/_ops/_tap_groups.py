@@ -8,32 +8,37 @@ much of the work: 5x5 with pad 2 on 4x4 images, half the products; on
 (PyTorch's time on 5x5 over 4x4 is what 1.3x this core's peak would give
 without the skipping). Here the output positions (oy, ox), in row-major
 order, are cut into groups whose windows read the same rectangle of taps
-(rows i0..i1, columns j0..j1 of the kernel); a group narrower than
-_MIN_GROUP_COLUMNS GEMM columns (positions times the batch) takes in the
-next positions and the union of their rectangles, so that each GEMM stays
-wide enough for the micro-kernel. The columns (tap_columns) hold only the
-taps of each group's rectangle, the rows ordered (i, j, c) so that one
-kernel row of a rectangle is one run of rows. Where row-major runs mix
-positions with different taps (the first and last columns of each row of
-16x16 images), the positions are instead put in classes of equal taps,
-and the columns, y and gy follow that order (_class_groups). The GEMMs
-(sgemm_blocks) run per group and kernel row:
+(rows i0..i1, columns j0..j1 of the kernel); a group of fewer than
+_MIN_GROUP_ROWS GEMM rows (positions times the batch) takes in the next
+positions and the union of their rectangles, so that each GEMM fills the
+micro-kernel's tiles. Where row-major runs mix positions with different
+taps (batches that are not a multiple of 8), the positions are instead
+put in classes of equal taps, and the columns, y and gy follow that order
+(_class_groups).
 
-- forward: y[:, group] = sum over i of w'[:, (i, j0..j1, :)] cols[(i, j0..j1, :), group]
-- input gradient: cols[(i, j0..j1, :), group] = w'^T[...] gy[:, group], added back by tap_columns
-- weight gradient: gw'^T[(i, j0..j1, :), :] += cols[(i, j0..j1, :), group] gy^T[group, :]
+The columns (tap_columns) are a matrix with one row a window, (oh ow N)
+by (kh kw C), channels last, holding only the taps of each group's
+rectangle: one kernel row of a window's rectangle, taps j0..j1, is one
+run of (j1 - j0) C elements of x in channels-last layout (N, h, w, C),
+whatever the batch. The GEMMs (sgemm_blocks) run per group and kernel
+row, with w' = w as (O, kh, kw, C):
 
-with w' = w as (O, kh, kw, C), the batch last in x (C, h, w, N), in the
-columns (oy, ox, N) and in gy (O, oh, ow, N), so that every copy of the
-columns is a run of the batch (a rectangle of whole kernel rows is one
-block). The batch and the weights' axes move by transposing copies of 8x8
-tiles (tap_columns.transpose_into). Taken for float32 on xgrad's own GEMM
-(gemm_kernels.available()), one channel group, no dilation, 16+ channels
-each side, batch _MIN_BATCH+, _MIN_COLUMNS_PER_OUT_CHANNEL+ GEMM columns an
-output channel (on more threads: _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED+,
-and products of _MIN_PRODUCTS_THREADED+ multiply-adds), at most
-_MAX_COLUMN_ELEMENTS column elements, where the groups skip at least
-1 - _MAX_WORK_FRACTION of the products.
+- forward: y^T[group, :] = sum over i of cols[group, (i, j0..j1, :)] w'^T[(i, j0..j1, :), :]
+- input gradient: cols[group, (i, j0..j1, :)] = gy^T[group, :] w'[:, (i, j0..j1, :)], added back by tap_columns
+- weight gradient: gw'^T[(i, j0..j1, :), :] += cols[group, (i, j0..j1, :)]^T gy^T[group, :]
+
+so a group is a range of the GEMMs' rows, cut at whole tiles of 8 rows:
+against a layout with the positions as columns (tiles of 32), groups of
+one position at batch 8 are exact (5x5 stride 1 on 4x4, 128->128 at batch
+8: 0.84x that layout's step). The channels, the batch and the weights'
+axes move by transposing copies of 8x8 tiles (tap_columns.transpose_into).
+Taken for float32 on xgrad's own GEMM (gemm_kernels.available()), one
+channel group, no dilation, 16+ channels each side, batch _MIN_BATCH+,
+_MIN_WINDOWS_PER_OUT_CHANNEL+ windows an output channel (on more
+threads: _MIN_WINDOWS_PER_OUT_CHANNEL_THREADED+, and products of
+_MIN_PRODUCTS_THREADED+ multiply-adds), at most _MAX_COLUMN_ELEMENTS
+column elements, where the groups skip at least 1 - _MAX_WORK_FRACTION of
+the products.
 """
 
 import collections
@@ -45,30 +50,33 @@ import numpy
 from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
 
-# A group's GEMMs have at least this many columns (the AVX-512 micro-kernel's
-# tile is 32 wide); the plan's last group may be merged into the one before.
-_MIN_GROUP_COLUMNS = 32
-# The batch is the run every column copy moves: below 8 floats a run the
-# copies cost more than the products they save.
+# A group's GEMMs have at least this many rows (the AVX-512 micro-kernel's
+# tile is 8 rows); the plan's last group may be merged into the one before.
+_MIN_GROUP_ROWS = 8
+# Below 8 samples the groups of few positions take the unions of their
+# rectangles (one thread, 64->64 5x5 stride 2 on 8x8 at batch 4: 1.11x
+# im2col's time; at batch 1 most plans skip under 10% of the products).
 _MIN_BATCH = 8
 _MIN_CHANNELS = 16
 # Each op moves the weights between layouts once or twice, and the groups
-# cut the GEMMs to fewer columns: with fewer GEMM columns (batch times
-# output positions) than output channels the weights outweigh the columns
-# (one thread, 256->256 3x3 on 4x4 at batch 8, half a column a channel:
-# 1.03x im2col's time; 128->128, one a channel: 0.93x). On more threads
-# the groups' GEMMs, fills and copies are each split, and where they are
-# small the handoffs cost more than the halves save: two threads, 128->128
-# 5x5 stride 2 on 8x8 at batch 8 (one column a channel), 1.09-1.11x; 64->64
-# 5x5 stride 2 on 4x4 at batch 64 (four a channel), 0.53x.
+# cut the GEMMs into smaller ones: with fewer windows (batch times output
+# positions, the GEMMs' rows) than output channels the weights outweigh
+# the columns (one thread, with the windows as the GEMMs' columns, the
+# layout before this one: 256->256 3x3 on 4x4 at batch 8, half a window a
+# channel: 1.03x im2col's time; 128->128, one a channel: 0.93x). On more
+# threads the groups' GEMMs, fills and copies are each split, and where
+# they are small the handoffs cost more than the halves save: two threads,
+# 128->128 5x5 stride 2 on 8x8 at batch 8 (one window a channel),
+# 1.09-1.11x; 64->64 5x5 stride 2 on 4x4 at batch 64 (four a channel),
+# 0.53x.
 # Likewise for small products: on more threads, im2col's forward product
 # must be at least this many multiply-adds (16->32 3x3 stride 2 on 8x8 at
 # batch 64, 4.7M: 1.14-1.16x on two threads, 0.90x on one).
-_MIN_COLUMNS_PER_OUT_CHANNEL = 1
-_MIN_COLUMNS_PER_OUT_CHANNEL_THREADED = 4
+_MIN_WINDOWS_PER_OUT_CHANNEL = 1
+_MIN_WINDOWS_PER_OUT_CHANNEL_THREADED = 4
 _MIN_PRODUCTS_THREADED = 1 << 24
 # Taken when the groups do at most this fraction of im2col's products (in
-# whole 32-column tiles, _work_fraction).
+# whole 8-row tiles, _work_fraction).
 _MAX_WORK_FRACTION = 0.9
 # The columns are built for the whole batch at once: past this many
 # elements (16 MiB of float32, convolution.py's whole-batch limit) they
@@ -93,36 +101,38 @@ class TapPlan(_Plan):
 
     @functools.cached_property
     def inverse(self):
-        """The column slot of each row-major position (order's inverse)."""
+        """The slot of each row-major position in the columns' order (order's
+        inverse)."""
         return numpy.argsort(self.order)
 
     @property
     def _columns_shape(self):
-        return (self.ksize[0] * self.ksize[1] * self.channels,
-                self.outsize[0] * self.outsize[1] * self.batch)
+        return (self.outsize[0] * self.outsize[1] * self.batch,
+                self.ksize[0] * self.ksize[1] * self.channels)
 
     def _geometry(self):
         return (tuple(self.ksize), tuple(self.stride), tuple(self.pad), tuple(self.outsize),
                 self.order)
 
-    def _in_column_order(self, gy):
-        """gy (N, O, oh, ow) as (N, O * oh * ow) with the positions in the
-        columns' order."""
-        n = self.batch
-        if self.order is None:
-            return gy.reshape(n, -1)
-        flat = numpy.ascontiguousarray(gy, dtype=numpy.float32).reshape(n * self.out_channels, -1)
-        out = _scratch('gather', flat.shape)
-        numpy.take(flat, self.order, axis=1, out=out, mode='clip')
-        return out.reshape(n, -1)
+    def _rows_of(self, gy):
+        """gy (N, O, oh, ow) as the matrix (oh ow N, O): rows (q, s) in the
+        columns' position order, in scratch."""
+        n, o = self.batch, self.out_channels
+        flat = numpy.ascontiguousarray(gy, dtype=numpy.float32).reshape(n, -1)
+        if self.order is not None:
+            out = _scratch('gather', (n * o, flat.shape[1] // o))
+            numpy.take(flat.reshape(n * o, -1), self.order, axis=1, out=out, mode='clip')
+            flat = out.reshape(n, -1)
+        by_sample = _transposed(flat, _scratch('gy', (flat.shape[1], n)))  # (O, q N)
+        return _transposed(by_sample.reshape(o, -1), _scratch('gyt', (flat.size // o, o)))
 
     def columns(self, x):
         """The columns of x (N, C, h, w) in this thread's scratch: only the
         groups' taps are written."""
         n, c, (h, w) = self.batch, self.channels, self.spatial
-        x_last = _transposed(x.reshape(n, c * h * w), _scratch('x', (c * h * w, n)))
+        x_last = _transposed(x.reshape(n, c, h * w), _scratch('x', (n, h * w, c)))
         cols = _scratch('cols', self._columns_shape)
-        fill_tap_columns(x_last.reshape(c, h, w, n), cols, self.groups, *self._geometry())
+        fill_tap_columns(x_last.reshape(n, h, w, c), cols, self.groups, *self._geometry())
         return cols
 
     def _weights_taps_last(self, w):
@@ -134,11 +144,12 @@ class TapPlan(_Plan):
         """y = conv(x, w) + b, (N, O, oh, ow) float32."""
         cols = self.columns(x)
         o, (oh, ow), n = self.out_channels, self.outsize, self.batch
-        y_last = _scratch('y', (o, oh * ow * n))
-        if not gemm_kernels.sgemm_blocks(self._weights_taps_last(w), cols, y_last,
-                                         self.forward):
+        w_t = _transposed(self._weights_taps_last(w), _scratch('wt', (w.size // o, o)))
+        y_rows = _scratch('y', (oh * ow * n, o))
+        if not gemm_kernels.sgemm_blocks(cols, w_t, y_rows, self.forward):
             raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-        y = _transposed(y_last.reshape(o * oh * ow, n))
+        by_sample = _transposed(y_rows, _scratch('gy', (o, oh * ow * n)))  # (O, q, N)
+        y = _transposed(by_sample.reshape(o * oh * ow, n))
         if self.order is not None:  # back to row-major positions
             y = numpy.take(y.reshape(n * o, oh * ow), self.inverse, axis=1, mode='clip')
         y = y.reshape(n, o, oh, ow)
@@ -148,27 +159,23 @@ class TapPlan(_Plan):
 
     def conv_transpose(self, gy, w):
         """The adjoint of conv in x: gx (N, C, h, w) from gy (N, O, oh, ow)."""
-        o, c, n, (h, wd) = self.out_channels, self.channels, self.batch, self.spatial
-        gy_last = _transposed(self._in_column_order(gy),
-                              _scratch('gy', (gy[0].size, n))).reshape(o, -1)
-        w_t = _transposed(self._weights_taps_last(w), _scratch('wt', (w.size // o, o)))
+        c, n, (h, wd) = self.channels, self.batch, self.spatial
         cols = _scratch('cols', self._columns_shape)
-        if not gemm_kernels.sgemm_blocks(w_t, gy_last, cols, self.input_grad):
+        if not gemm_kernels.sgemm_blocks(self._rows_of(gy), self._weights_taps_last(w), cols,
+                                         self.input_grad):
             raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-        gx_last = _scratch('x', (c, h, wd, n))
+        gx_last = _scratch('x', (n, h, wd, c))
         gx_last.fill(0)
         add_tap_columns(cols, gx_last, self.groups, *self._geometry())
-        return _transposed(gx_last.reshape(c * h * wd, n)).reshape(n, c, h, wd)
+        return _transposed(gx_last.reshape(n, h * wd, c)).reshape(n, c, h, wd)
 
     def grad_weight(self, x, gy):
         """gw (O, C, kh, kw) of conv(x, w) for the output gradient gy."""
         cols = self.columns(x)
-        o, c, n, (kh, kw) = self.out_channels, self.channels, self.batch, self.ksize
-        gy_last = _transposed(self._in_column_order(gy), _scratch('gy', (gy[0].size, n)))
-        gy_t = _transposed(gy_last.reshape(o, -1), _scratch('y', (gy.size // o, o)))
+        o, c, (kh, kw) = self.out_channels, self.channels, self.ksize
         gw_t = _scratch('wt', (kh * kw * c, o))
         gw_t.fill(0)
-        if not gemm_kernels.sgemm_blocks(cols, gy_t, gw_t, self.weight_grad):
+        if not gemm_kernels.sgemm_blocks(cols.T, self._rows_of(gy), gw_t, self.weight_grad):
             raise RuntimeError('sgemm_blocks declined a tap-group convolution')
         gw = _transposed(gw_t, _scratch('w', (o, kh * kw * c))).reshape(o, kh * kw, c)
         return _transposed(gw).reshape(o, c, kh, kw)
@@ -222,12 +229,12 @@ def _union(a, b):
 
 def _groups(n, spatial, ksize, stride, pad, outsize):
     """Rows (q0, q1, i0, i1, j0, j1): runs of output positions q = oy * ow
-    + ox with their taps' rectangle, at least _MIN_GROUP_COLUMNS / n
+    + ox with their taps' rectangle, at least _MIN_GROUP_ROWS / n
     positions each (but the last run when there is one only)."""
     (oh, ow) = outsize
     rows = [_taps(oy, ksize[0], stride[0], pad[0], spatial[0]) for oy in range(oh)]
     cols = [_taps(ox, ksize[1], stride[1], pad[1], spatial[1]) for ox in range(ow)]
-    wide = -(-_MIN_GROUP_COLUMNS // n)  # positions
+    wide = -(-_MIN_GROUP_ROWS // n)  # positions
     groups = []
     for q in range(oh * ow):
         rect = rows[q // ow] + cols[q % ow]
@@ -252,7 +259,7 @@ def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True)):
     """(order, groups): the positions in classes of equal taps (with ``by``
     (False, True) of equal taps along the rows' axis only, their columns'
     taps joined; (True, False) the other way), a class narrower than
-    _MIN_GROUP_COLUMNS / n positions merged into the class whose union with
+    _MIN_GROUP_ROWS / n positions merged into the class whose union with
     it adds the fewest products (the narrowest first); ``order`` lists the
     positions class by class (row-major within), and ``groups`` rows as
     _groups', over the slots of ``order``."""
@@ -267,7 +274,7 @@ def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True)):
         held[0] = _union(held[0], rect)
         held[1].append(q)
     classes = list(found.values())
-    wide = -(-_MIN_GROUP_COLUMNS // n)
+    wide = -(-_MIN_GROUP_ROWS // n)
 
     def products(rect, count):
         return count * max(0, rect[1] - rect[0]) * max(0, rect[3] - rect[2])
@@ -298,14 +305,12 @@ def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True)):
 
 
 def _work_fraction(groups, n, ksize, outsize):
-    """The groups' products over im2col's, each group's GEMM columns
-    rounded up to whole micro-kernel tiles (_MIN_GROUP_COLUMNS): the
-    kernel computes a partial tile whole (16x16 images at batch 8, 5x5
-    stride 2: classes of 56 columns, 0.87 of the products but 0.91 of the
-    tiles, and 1.04-1.07x im2col's time for conv's step)."""
-    tile = _MIN_GROUP_COLUMNS
-    columns = -(-(groups[:, 1] - groups[:, 0]) * n // tile) * tile
-    area = columns * (groups[:, 3] - groups[:, 2]) * (groups[:, 5] - groups[:, 4])
+    """The groups' products over im2col's, each group's GEMM rows rounded
+    up to whole micro-kernel tiles (_MIN_GROUP_ROWS): the kernel computes
+    a partial tile whole."""
+    tile = _MIN_GROUP_ROWS
+    rows = -(-(groups[:, 1] - groups[:, 0]) * n // tile) * tile
+    area = rows * (groups[:, 3] - groups[:, 2]) * (groups[:, 5] - groups[:, 4])
     return float(area.sum()) / max(1, ksize[0] * ksize[1] * outsize[0] * outsize[1] * n)
 
 
@@ -319,8 +324,8 @@ def _blocks(groups, n, c, o, kw):
         runs = [(i0, i1)] if (j0, j1) == (0, kw) else [(i, i + 1) for i in range(i0, i1)]
         for a, b in runs:
             k0, depth = (a * kw + j0) * c, (b - a) * (j1 - j0) * c
-            forward.append((0, lo, k0, o, width, depth, int(a > i0)))
-            input_grad.append((k0, lo, 0, depth, width, o, 0))
+            forward.append((lo, 0, k0, width, o, depth, int(a > i0)))
+            input_grad.append((lo, k0, 0, width, depth, o, 0))
             weight_grad.append((k0, 0, lo, depth, o, width, 1))
     return tuple(numpy.array(b, dtype=numpy.int64).reshape(-1, 7)
                  for b in (forward, input_grad, weight_grad))
@@ -349,13 +354,13 @@ def _plan(n, c, o, spatial, ksize, stride, pad, outsize):
 
 
 def _pays_on_these_threads(xshape, wshape, outsize):
-    """The rules on GEMM columns an output channel and on the product's
-    size, which are stricter when the pool has more than one thread."""
-    columns = xshape[0] * outsize[0] * outsize[1]
+    """The rules on windows an output channel and on the product's size,
+    which are stricter when the pool has more than one thread."""
+    windows = xshape[0] * outsize[0] * outsize[1]
     if native_kernels.max_threads() == 1:
-        return columns >= _MIN_COLUMNS_PER_OUT_CHANNEL * wshape[0]
-    products = columns * wshape[0] * wshape[1] * wshape[2] * wshape[3]
-    return (columns >= _MIN_COLUMNS_PER_OUT_CHANNEL_THREADED * wshape[0]
+        return windows >= _MIN_WINDOWS_PER_OUT_CHANNEL * wshape[0]
+    products = windows * wshape[0] * wshape[1] * wshape[2] * wshape[3]
+    return (windows >= _MIN_WINDOWS_PER_OUT_CHANNEL_THREADED * wshape[0]
             and products >= _MIN_PRODUCTS_THREADED)
 
 
