@@ -135,6 +135,27 @@ def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, siz
     if not gemm_kernels.available():
         assert plan is None  # (the SSE2 path: no micro-kernel, im2col and the BLAS)
         return
+    _check_products(plan, n, c, o, size, k, s, p)
+
+
+@needs_gemm
+@pytest.mark.parametrize('n, chunk', [(32, 16), (32, 8), (24, 12)])
+def test_batches_in_chunks_match_the_references(monkeypatch, n, chunk):
+    """Columns past _MAX_COLUMN_ELEMENTS: the plan takes the batch in
+    halves or quarters, the forward and input gradient chunk by chunk, the
+    weight gradient summed over the chunks."""
+    per_sample = 25 * 32 * 16  # 5x5 taps, 32 channels, 4x4 outputs (before the skipping)
+    monkeypatch.setattr(_tap_groups, '_MAX_COLUMN_ELEMENTS', chunk * per_sample)
+    plan = _forced_plan(monkeypatch, n, 32, 32, (8, 8), (5, 5), (2, 2), (2, 2))
+    assert plan.batch == chunk
+    _check_products(plan, n, 32, 32, (8, 8), (5, 5), (2, 2), (2, 2))
+    with pytest.raises(ValueError, match='chunks of'):
+        plan.conv(numpy.zeros((chunk + 1, 32, 8, 8), numpy.float32),
+                  numpy.zeros((32, 32, 5, 5), numpy.float32), None)
+
+
+def _check_products(plan, n, c, o, size, k, s, p):
+    """The plan's three products against the float64 references."""
     x, w, b = data((n, c) + size, 1), data((o, c) + k, 2), data(o, 3)
     gy = data((n, o) + _out(size, k, s, p), 4)
     x32, w32, gy32 = (a.astype(numpy.float32) for a in (x, w, gy))
@@ -183,7 +204,8 @@ def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatc
     ((64, 8, 8, 8), (32, 8), 5, 2, 2, False),      # 8
     ((4, 64, 8, 8), (64, 64), 5, 2, 2, False),     # batch 4
     ((64, 64, 32, 32), (64, 64), 3, 1, 1, False),  # 6% in the padding
-    ((64, 64, 16, 16), (64, 64), 5, 2, 2, False),  # columns past 16 MiB
+    ((64, 64, 16, 16), (64, 64), 5, 2, 2, True),   # columns past 16 MiB: in halves
+    ((64, 256, 16, 16), (256, 256), 5, 2, 2, False),  # in eighths
     ((64, 64, 8, 8), (64, 64), 5, 2, 0, False),    # no padding
 ])
 def test_where_the_groups_are_taken(monkeypatch, xshape, wshape, k, s, p, takes):

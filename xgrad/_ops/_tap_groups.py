@@ -36,9 +36,9 @@ Taken for float32 on xgrad's own GEMM (gemm_kernels.available()), one
 channel group, no dilation, 16+ channels each side, batch _MIN_BATCH+,
 _MIN_WINDOWS_PER_OUT_CHANNEL+ windows an output channel (on more
 threads: _MIN_WINDOWS_PER_OUT_CHANNEL_THREADED+, and products of
-_MIN_PRODUCTS_THREADED+ multiply-adds), at most _MAX_COLUMN_ELEMENTS
-column elements, where the groups skip at least 1 - _MAX_WORK_FRACTION of
-the products.
+_MIN_PRODUCTS_THREADED+ multiply-adds), where the groups skip at least
+1 - _MAX_WORK_FRACTION of the products; the batch in up to four chunks
+whose columns are at most _MAX_COLUMN_ELEMENTS elements.
 """
 
 import collections
@@ -78,10 +78,14 @@ _MIN_PRODUCTS_THREADED = 1 << 24
 # Taken when the groups do at most this fraction of im2col's products (in
 # whole 8-row tiles, _work_fraction).
 _MAX_WORK_FRACTION = 0.9
-# The columns are built for the whole batch at once: past this many
-# elements (16 MiB of float32, convolution.py's whole-batch limit) they
-# leave the caches, and im2col's batch chunks win (64->64 5x5 stride 2 on
-# 16x16 at batch 64, 6.5M elements: 1.5x im2col's time).
+# The columns are built for a chunk of the batch at a time, the whole batch
+# or its half or quarter (8+ samples), the largest whose columns are at
+# most this many elements (16 MiB of float32, convolution.py's whole-batch
+# limit): past it they leave the caches, and im2col's batch chunks win
+# (64->64 5x5 stride 2 on 16x16 at batch 64, 5.6M elements: 1.23x
+# im2col's step; in halves, 0.85-0.89x; 128->128 in quarters 0.89-0.99x).
+# Not in eighths: each chunk packs the weights again (256->256 on 16x16 at
+# batch 64: 1.17x).
 _MAX_COLUMN_ELEMENTS = 1 << 22
 
 # Classes of positions (_class_groups) instead of row-major runs where they
@@ -127,13 +131,21 @@ class TapPlan(_Plan):
         return _transposed(by_sample.reshape(o, -1), _scratch('gyt', (flat.size // o, o)))
 
     def columns(self, x):
-        """The columns of x (N, C, h, w) in this thread's scratch: only the
-        groups' taps are written."""
+        """The columns of x (self.batch, C, h, w) in this thread's scratch:
+        only the groups' taps are written."""
         n, c, (h, w) = self.batch, self.channels, self.spatial
         x_last = _transposed(x.reshape(n, c, h * w), _scratch('x', (n, h * w, c)))
         cols = _scratch('cols', self._columns_shape)
         fill_tap_columns(x_last.reshape(n, h, w, c), cols, self.groups, *self._geometry())
         return cols
+
+    def _chunks(self, n):
+        """The plan's batch ranges over a batch of n (a multiple of its
+        batch)."""
+        if n % self.batch:
+            raise ValueError('tap groups: a batch of {} in a plan for chunks of {}'.format(
+                n, self.batch))
+        return [(lo, lo + self.batch) for lo in range(0, n, self.batch)]
 
     def _weights_taps_last(self, w):
         """w (O, C, kh, kw) as the matrix (O, kh kw C), in scratch."""
@@ -142,17 +154,20 @@ class TapPlan(_Plan):
 
     def conv(self, x, w, b):
         """y = conv(x, w) + b, (N, O, oh, ow) float32."""
-        cols = self.columns(x)
         o, (oh, ow), n = self.out_channels, self.outsize, self.batch
         w_t = _transposed(self._weights_taps_last(w), _scratch('wt', (w.size // o, o)))
-        y_rows = _scratch('y', (oh * ow * n, o))
-        if not gemm_kernels.sgemm_blocks(cols, w_t, y_rows, self.forward):
-            raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-        by_sample = _transposed(y_rows, _scratch('gy', (o, oh * ow * n)))  # (O, q, N)
-        y = _transposed(by_sample.reshape(o * oh * ow, n))
-        if self.order is not None:  # back to row-major positions
-            y = numpy.take(y.reshape(n * o, oh * ow), self.inverse, axis=1, mode='clip')
-        y = y.reshape(n, o, oh, ow)
+        y = numpy.empty((x.shape[0], o, oh, ow), numpy.float32)
+        for lo, hi in self._chunks(x.shape[0]):
+            y_rows = _scratch('y', (oh * ow * n, o))
+            if not gemm_kernels.sgemm_blocks(self.columns(x[lo:hi]), w_t, y_rows, self.forward):
+                raise RuntimeError('sgemm_blocks declined a tap-group convolution')
+            by_sample = _transposed(y_rows, _scratch('gy', (o, oh * ow * n)))  # (O, q, N)
+            part = _transposed(by_sample.reshape(o * oh * ow, n), _scratch('part', (n, o * oh * ow)))
+            if self.order is None:
+                y[lo:hi] = part.reshape(n, o, oh, ow)
+            else:  # back to row-major positions
+                numpy.take(part.reshape(n * o, oh * ow), self.inverse, axis=1, mode='clip',
+                           out=y[lo:hi].reshape(n * o, oh * ow))
         if b is not None:
             y += b.astype(numpy.float32, copy=False).reshape(o, 1, 1)
         return y
@@ -160,23 +175,28 @@ class TapPlan(_Plan):
     def conv_transpose(self, gy, w):
         """The adjoint of conv in x: gx (N, C, h, w) from gy (N, O, oh, ow)."""
         c, n, (h, wd) = self.channels, self.batch, self.spatial
-        cols = _scratch('cols', self._columns_shape)
-        if not gemm_kernels.sgemm_blocks(self._rows_of(gy), self._weights_taps_last(w), cols,
-                                         self.input_grad):
-            raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-        gx_last = _scratch('x', (n, h, wd, c))
-        gx_last.fill(0)
-        add_tap_columns(cols, gx_last, self.groups, *self._geometry())
-        return _transposed(gx_last.reshape(n, h * wd, c)).reshape(n, c, h, wd)
+        w_taps = self._weights_taps_last(w)
+        gx = numpy.empty((gy.shape[0], c, h, wd), numpy.float32)
+        for lo, hi in self._chunks(gy.shape[0]):
+            cols = _scratch('cols', self._columns_shape)
+            if not gemm_kernels.sgemm_blocks(self._rows_of(gy[lo:hi]), w_taps, cols,
+                                             self.input_grad):
+                raise RuntimeError('sgemm_blocks declined a tap-group convolution')
+            gx_last = _scratch('x', (n, h, wd, c))
+            gx_last.fill(0)
+            add_tap_columns(cols, gx_last, self.groups, *self._geometry())
+            transpose_into(gx_last.reshape(n, h * wd, c), gx[lo:hi].reshape(n, c, h * wd))
+        return gx
 
     def grad_weight(self, x, gy):
         """gw (O, C, kh, kw) of conv(x, w) for the output gradient gy."""
-        cols = self.columns(x)
         o, c, (kh, kw) = self.out_channels, self.channels, self.ksize
         gw_t = _scratch('wt', (kh * kw * c, o))
         gw_t.fill(0)
-        if not gemm_kernels.sgemm_blocks(cols.T, self._rows_of(gy), gw_t, self.weight_grad):
-            raise RuntimeError('sgemm_blocks declined a tap-group convolution')
+        for lo, hi in self._chunks(x.shape[0]):
+            if not gemm_kernels.sgemm_blocks(self.columns(x[lo:hi]).T, self._rows_of(gy[lo:hi]),
+                                             gw_t, self.weight_grad):
+                raise RuntimeError('sgemm_blocks declined a tap-group convolution')
         gw = _transposed(gw_t, _scratch('w', (o, kh * kw * c))).reshape(o, kh * kw, c)
         return _transposed(gw).reshape(o, c, kh, kw)
 
@@ -345,9 +365,7 @@ def _plan(n, c, o, spatial, ksize, stride, pad, outsize):
         groups[:, 5] - groups[:, 4])
     forward, input_grad, weight_grad = _blocks(groups, n, c, o, ksize[1])
     # (the forward leaves the columns of a group without taps unwritten)
-    if (fraction > _MAX_WORK_FRACTION or not area.all()
-            or fraction * ksize[0] * ksize[1] * c * outsize[0] * outsize[1] * n
-            > _MAX_COLUMN_ELEMENTS):
+    if fraction > _MAX_WORK_FRACTION or not area.all():
         return None
     return TapPlan(n, c, o, spatial, ksize, stride, pad, outsize, groups, order, forward,
                    input_grad, weight_grad, fraction)
@@ -373,5 +391,13 @@ def plan(xshape, wshape, geom, outsize, work):
             or wshape[1] != xshape[1] or not gemm_kernels.available()
             or not _pays_on_these_threads(xshape, wshape, outsize)):
         return None
-    return _plan(xshape[0], xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
-                 tuple(geom.stride), tuple(geom.pad), tuple(outsize))
+    n = xshape[0]
+    for chunk in [n] + [n // d for d in (2, 4) if n % d == 0 and n // d >= _MIN_BATCH]:
+        found = _plan(chunk, xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
+                      tuple(geom.stride), tuple(geom.pad), tuple(outsize))
+        if found is None:
+            return None
+        if found.work_fraction * found._columns_shape[0] * found._columns_shape[1] \
+                <= _MAX_COLUMN_ELEMENTS:
+            return found
+    return None
