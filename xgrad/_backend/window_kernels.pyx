@@ -507,7 +507,8 @@ cdef void _add_back(const real* cols, real* x, const Windows* g, Py_ssize_t c_lo
 cdef void _merge_phases(const real* phases, real* plane, const Windows* g, Py_ssize_t hq,
                         Py_ssize_t wq) noexcept nogil:
     """The adjoint of _split_phases: ``plane`` += each element of the
-    phases that lies in it (the padding's dropped)."""
+    phases that lies in it (the padding's dropped). A loop of its own: one
+    function for both with a flag made im2col's split 1.10-1.38x slower."""
     cdef Py_ssize_t h = g.h, w = g.w, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw
     cdef Py_ssize_t a, b, r, t, y, lo, hi
     cdef const real* row
