@@ -24,7 +24,8 @@ whatever the batch. The GEMMs (sgemm_blocks) run per group and kernel
 row, with w' = w as (O, kh, kw, C):
 
 - forward: y^T[group, :] = sum over i of cols[group, (i, j0..j1, :)] w'^T[(i, j0..j1, :), :]
-- input gradient: cols[group, (i, j0..j1, :)] = gy^T[group, :] w'[:, (i, j0..j1, :)], added back by tap_columns
+- input gradient: cols[group, (i, j0..j1, :)] = gy^T[group, :] w'[:, (i, j0..j1, :)],
+  added back into x by tap_columns
 - weight gradient: gw'^T[(i, j0..j1, :), :] += cols[group, (i, j0..j1, :)]^T gy^T[group, :]
 
 so a group is a range of the GEMMs' rows, cut at whole tiles of 8 rows:
@@ -162,12 +163,12 @@ class TapPlan(_Plan):
             if not gemm_kernels.sgemm_blocks(self.columns(x[lo:hi]), w_t, y_rows, self.forward):
                 raise RuntimeError('sgemm_blocks declined a tap-group convolution')
             by_sample = _transposed(y_rows, _scratch('gy', (o, oh * ow * n)))  # (O, q, N)
-            part = _transposed(by_sample.reshape(o * oh * ow, n), _scratch('part', (n, o * oh * ow)))
             if self.order is None:
-                y[lo:hi] = part.reshape(n, o, oh, ow)
-            else:  # back to row-major positions
-                numpy.take(part.reshape(n * o, oh * ow), self.inverse, axis=1, mode='clip',
-                           out=y[lo:hi].reshape(n * o, oh * ow))
+                transpose_into(by_sample.reshape(o * oh * ow, n), y[lo:hi].reshape(n, -1))
+                continue
+            part = _transposed(by_sample.reshape(o * oh * ow, n), _scratch('part', (n, y[0].size)))
+            numpy.take(part.reshape(n * o, oh * ow), self.inverse, axis=1, mode='clip',
+                       out=y[lo:hi].reshape(n * o, oh * ow))  # back to row-major positions
         if b is not None:
             y += b.astype(numpy.float32, copy=False).reshape(o, 1, 1)
         return y
