@@ -195,14 +195,14 @@ _MIN_SPREAD_COLUMNS = 256
 _OWN_GEMM_MIN_COLUMNS = 32
 
 
-def _matmul(xp, a, b, out):
-    """out = a @ b for stacks of matrices; where each sum has one term (a
-    1x1 window over one channel) a broadcast product: NumPy's matmul runs
-    K = 1 off the BLAS, (16, 1) @ (1, 784) in 15 us against 4 us."""
+def _matmul(xp, a, b, out=None):
+    """a @ b for stacks of matrices (into ``out`` when given); where each sum
+    has one term (a 1x1 window over one channel) a broadcast product:
+    NumPy's matmul runs K = 1 off the BLAS, (16, 1) @ (1, 784) in 15 us
+    against 4 us."""
     if a.shape[-1] == 1:
-        xp.multiply(a, b, out=out)
-    else:
-        xp.matmul(a, b, out=out)
+        return xp.multiply(a, b, out=out)
+    return xp.matmul(a, b, out=out)
 
 
 def _chunks(n, per_sample):
@@ -463,10 +463,7 @@ def _pointwise_product(wm, x, b, g, work, outsize):
     """wm (g, o/g, c/g) applied to each sample of x (n, c, *outsize), plus b."""
     n, c = x.shape[:2]
     xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, c // g, _prod(outsize))
-    if c == g:  # one input channel per group: a broadcast product (a GEMM with K = 1
-        y = wm * xm  # runs at a few percent of the BLAS's rate)
-    else:
-        y = _args.module_of(x).matmul(wm, xm)  # (n, g, o/g, L)
+    y = _matmul(_args.module_of(x), wm, xm)  # (n, g, o/g, L)
     if b is not None:
         y += b.astype(work, copy=False).reshape(wm.shape[:2] + (1,))
     return y.reshape((n, wm.shape[0] * wm.shape[1]) + tuple(outsize))
@@ -602,7 +599,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work, x)
     per_sample = o * _prod(geom.ksize) * _prod(spatial)
     for lo, hi in _chunks(n, per_sample):
-        cols = _args.module_of(wt).matmul(wt, xm[lo:hi])  # (m, g, o/g * prod(k), prod(l))
+        cols = _matmul(_args.module_of(wt), wt, xm[lo:hi])  # (m, g, o/g * prod(k), prod(l))
         _col2im_add(out[lo:hi], cols.reshape((hi - lo, o) + geom.ksize + spatial),
                     geom, spatial)
     return _add_bias(unpad(out, geom, outsize), b).astype(dtype, copy=False)
@@ -641,7 +638,7 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         # per-sample products summed: an (n, g, o/g, c/g) intermediate instead
         # of copies of both operands with the batch moved beside the positions
         xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, cg, ll)
-        gw = xp.matmul(gym, xm.swapaxes(2, 3)).sum(axis=0)
+        gw = _matmul(xp, gym, xm.swapaxes(2, 3)).sum(axis=0)
         return gw.reshape(wshape).astype(dtype, copy=False)
     # OpenBLAS runs these products fastest with the longer side of the
     # result as its rows: so where the windows (C/g * prod(k)) outnumber the
@@ -661,9 +658,9 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         if windows_first:
             if not (g == 1 and og >= _OWN_GEMM_MIN_COLUMNS
                     and sgemm(cols[0], rows[0].T, gw[0], accumulate=True)):
-                gw += xp.matmul(cols, rows.swapaxes(1, 2))
+                gw += _matmul(xp, cols, rows.swapaxes(1, 2))
         else:
-            gw += xp.matmul(rows, cols.swapaxes(1, 2))
+            gw += _matmul(xp, rows, cols.swapaxes(1, 2))
     if windows_first:
         gw = gw.swapaxes(1, 2)
     return gw.reshape(wshape).astype(dtype, copy=False)
