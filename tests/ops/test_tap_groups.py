@@ -55,9 +55,17 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _avx512_tile(monkeypatch):
+    """Plan as for the AVX-512 micro-kernel's 8-row tile whatever this CPU
+    runs, so that which plans are taken does not depend on the machine
+    (the products run on the kernel this CPU has)."""
+    monkeypatch.setattr(_tap_groups, '_tile_rows', lambda: 8)
+
+
 def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
     """The plan of the case, with the pay rules off (every case is planned)."""
-    monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', 1.0)
+    monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', float('inf'))
     monkeypatch.setattr(_tap_groups, '_MIN_WINDOWS_PER_OUT_CHANNEL', 0)
     monkeypatch.setattr(_tap_groups, '_MIN_WINDOWS_PER_OUT_CHANNEL_THREADED', 0)
     monkeypatch.setattr(_tap_groups, '_MIN_PRODUCTS_THREADED', 0)
@@ -88,7 +96,7 @@ def test_the_groups_cover_each_position_once_and_every_tap_it_reads(grouping, n,
     assert groups[0, 0] == 0 and groups[-1, 1] == outsize[0] * outsize[1]
     assert (groups[1:, 0] == groups[:-1, 1]).all()  # consecutive, no gaps
     for q0, q1, i0, i1, j0, j1 in groups.tolist():
-        assert (q1 - q0) * n >= _tap_groups._MIN_GROUP_ROWS or len(groups) == 1
+        assert (q1 - q0) * n >= _tap_groups._DEFAULT_TILE_ROWS or len(groups) == 1
         for q in order[q0:q1].tolist():
             oy, ox = divmod(q, outsize[1])
             for i, j in itertools.product(range(k[0]), range(k[1])):
@@ -216,6 +224,36 @@ def test_where_the_groups_are_taken(monkeypatch, xshape, wshape, k, s, p, takes)
                                                                  (p, p)), numpy.float32)
     assert (plan is not None) is (takes and gemm_kernels.available())
     assert _tap_groups.plan(xshape, wshape + (k, k), geom, (4, 4), numpy.float64) is None
+
+
+@pytest.mark.parametrize('xshape, wshape, k, s, p, takes', [
+    ((8, 128, 4, 4), (128, 128), 5, 1, 2, False),  # 8 rows a position: a tile and a third
+    ((8, 64, 8, 8), (64, 64), 5, 2, 2, False),
+    ((64, 64, 8, 8), (64, 64), 5, 2, 2, True),     # 64 rows: a partial tile in 11
+    ((12, 64, 8, 8), (64, 64), 5, 2, 2, True),     # 12 rows: two whole tiles
+])
+def test_the_avx2_tile_of_6_rows_declines_groups_of_8(monkeypatch, xshape, wshape, k, s, p,
+                                                     takes):
+    """With the AVX2 kernel's 6-row tile a partial tile counts as two
+    (_PARTIAL_TILE_COST): batch 8 plans lose there, batch 64 ones pay."""
+    monkeypatch.setattr(K, 'max_threads', lambda: 1)
+    monkeypatch.setattr(_tap_groups, '_tile_rows', lambda: 6)
+    monkeypatch.setattr(gemm_kernels, 'available', lambda: True)
+    geom = _geometry((k, k), (s, s), (p, p))
+    plan = _tap_groups.plan(xshape, wshape + (k, k), geom, _out(xshape[2:], (k, k), (s, s),
+                                                                 (p, p)), numpy.float32)
+    assert (plan is not None) is takes
+
+
+def test_a_partial_tile_counts_by_the_kernel():
+    """One position of 8 rows: on the 8-row tile 8 rows of work, on the
+    6-row tile two tiles, the partial one counted twice (18 rows)."""
+    groups = numpy.array([[0, 1, 0, 5, 0, 5]])
+    full = 8 * 25
+    assert _tap_groups._work_fraction(groups, 8, (5, 5), (1, 1), 8) == pytest.approx(1.0)
+    assert _tap_groups._work_fraction(groups, 8, (5, 5), (1, 1), 6) == pytest.approx(
+        18 * 25 / full)
+    assert _tap_groups._work_fraction(groups, 12, (5, 5), (1, 1), 6) == pytest.approx(1.0)
 
 
 def test_the_kernels_refuse_operands_outside_their_layout():

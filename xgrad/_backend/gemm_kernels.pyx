@@ -137,6 +137,13 @@ def available():
     return xgrad_sgemm_shape_for(vector_path()).kernel != NULL
 
 
+def tile_rows():
+    """The rows of the micro-kernel's tile on the dispatch path selected now
+    (8 on AVX-512, 6 on AVX2; 0 without one): a product of m rows runs
+    ceil(m / tile_rows()) tiles, the last one computed whole."""
+    return xgrad_sgemm_shape_for(vector_path()).mr
+
+
 def sgemm(a, b, out, bint accumulate=False):
     """out = a @ b, or out += a @ b with ``accumulate``, for matrices or for
     stacks of them (3-D, the same number in each, no broadcasting); True

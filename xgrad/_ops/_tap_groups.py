@@ -9,10 +9,10 @@ much of the work: 5x5 with pad 2 on 4x4 images, half the products; on
 without the skipping). Here the output positions (oy, ox), in row-major
 order, are cut into groups whose windows read the same rectangle of taps
 (rows i0..i1, columns j0..j1 of the kernel); a group of fewer than
-_MIN_GROUP_ROWS GEMM rows (positions times the batch) takes in the next
+a micro-kernel tile of GEMM rows (positions times the batch) takes in the next
 positions and the union of their rectangles, so that each GEMM fills the
 micro-kernel's tiles. Where row-major runs mix positions with different
-taps (batches that are not a multiple of 8), the positions are instead
+taps (batches that are not a multiple of the tile), the positions are instead
 put in classes of equal taps, and the columns, y and gy follow that order
 (_class_groups).
 
@@ -28,10 +28,13 @@ row, with w' = w as (O, kh, kw, C):
   added back into x by tap_columns
 - weight gradient: gw'^T[(i, j0..j1, :), :] += cols[group, (i, j0..j1, :)]^T gy^T[group, :]
 
-so a group is a range of the GEMMs' rows, cut at whole tiles of 8 rows:
+so a group is a range of the GEMMs' rows, cut at whole tiles of the
+micro-kernel's rows (8 on AVX-512, 6 on AVX2: gemm_kernels.tile_rows()):
 against a layout with the positions as columns (tiles of 32), groups of
-one position at batch 8 are exact (5x5 stride 1 on 4x4, 128->128 at batch
-8: 0.84x that layout's step). The channels, the batch and the weights'
+one position at batch 8 are exact on AVX-512 (5x5 stride 1 on 4x4,
+128->128 at batch 8: 0.84x that layout's step). On AVX2 the same group is
+a tile and a third, computed as two: the plan counts its products so
+(_work_fraction), and is declined where that leaves too little saved. The channels, the batch and the weights'
 axes move by transposing copies of 8x8 tiles (tap_columns.transpose_into).
 Taken for float32 on xgrad's own GEMM (gemm_kernels.available()), one
 channel group, no dilation, 16+ channels each side, batch _MIN_BATCH+,
@@ -51,9 +54,11 @@ import numpy
 from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
 
-# A group's GEMMs have at least this many rows (the AVX-512 micro-kernel's
-# tile is 8 rows); the plan's last group may be merged into the one before.
-_MIN_GROUP_ROWS = 8
+# A group's GEMMs have at least a micro-kernel tile of rows (tile_rows());
+# the plan's last group may be merged into the one before. This tile where
+# none is given (the AVX-512 kernel's; tests give it to plan alike on any
+# CPU).
+_DEFAULT_TILE_ROWS = 8
 # Below 8 samples the groups of few positions take the unions of their
 # rectangles (one thread, 64->64 5x5 stride 2 on 8x8 at batch 4: 1.11x
 # im2col's time; at batch 1 most plans skip under 10% of the products).
@@ -77,7 +82,7 @@ _MIN_WINDOWS_PER_OUT_CHANNEL = 1
 _MIN_WINDOWS_PER_OUT_CHANNEL_THREADED = 4
 _MIN_PRODUCTS_THREADED = 1 << 24
 # Taken when the groups do at most this fraction of im2col's products (in
-# whole 8-row tiles, _work_fraction).
+# whole micro-kernel tiles, _work_fraction).
 _MAX_WORK_FRACTION = 0.9
 # The columns are built for a chunk of the batch at a time, the whole batch
 # or its half or quarter (8+ samples), the largest whose columns are at
@@ -88,6 +93,18 @@ _MAX_WORK_FRACTION = 0.9
 # Not in eighths: each chunk packs the weights again (256->256 on 16x16 at
 # batch 64: 1.17x).
 _MAX_COLUMN_ELEMENTS = 1 << 22
+
+# What a partial tile (a group's rows past its whole tiles) costs, in
+# whole tiles, by the micro-kernel's rows: it packs its rows of A and adds
+# its results through a scratch tile, and with few rows it is a pass over
+# the weights for a third of a tile's products. AVX-512 (8 rows): as a
+# whole tile (batch 12, 12 rows a position: the plan 0.87-0.97x im2col's
+# step). AVX2 (6 rows), where a position at batch 8 is 8 rows: counted as
+# a whole tile, 128->128 5x5 on 4x4 at batch 8 (0.74 of the products)
+# took 1.13x im2col's step and 64->64 5x5 stride 2 on 8x8 (0.86) 1.14x;
+# counted as two, both are declined, and the plans at batch 64 (a partial
+# tile in 11) are kept (64->64 5x5 stride 2 on 8x8: 0.80x).
+_PARTIAL_TILE_COST = {8: 1.0, 6: 2.0}
 
 # Classes of positions (_class_groups) instead of row-major runs where they
 # do at least this fraction of im2col's products fewer: their order costs a
@@ -248,14 +265,14 @@ def _union(a, b):
     return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
-def _groups(n, spatial, ksize, stride, pad, outsize):
+def _groups(n, spatial, ksize, stride, pad, outsize, tile=_DEFAULT_TILE_ROWS):
     """Rows (q0, q1, i0, i1, j0, j1): runs of output positions q = oy * ow
-    + ox with their taps' rectangle, at least _MIN_GROUP_ROWS / n
-    positions each (but the last run when there is one only)."""
+    + ox with their taps' rectangle, at least ``tile`` / n positions each
+    (but the last run when there is one only)."""
     (oh, ow) = outsize
     rows = [_taps(oy, ksize[0], stride[0], pad[0], spatial[0]) for oy in range(oh)]
     cols = [_taps(ox, ksize[1], stride[1], pad[1], spatial[1]) for ox in range(ow)]
-    wide = -(-_MIN_GROUP_ROWS // n)  # positions
+    wide = -(-tile // n)  # positions
     groups = []
     for q in range(oh * ow):
         rect = rows[q // ow] + cols[q % ow]
@@ -276,11 +293,12 @@ def _groups(n, spatial, ksize, stride, pad, outsize):
     return numpy.array(table, dtype=numpy.int64).reshape(-1, 6)
 
 
-def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True)):
+def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True),
+                  tile=_DEFAULT_TILE_ROWS):
     """(order, groups): the positions in classes of equal taps (with ``by``
     (False, True) of equal taps along the rows' axis only, their columns'
     taps joined; (True, False) the other way), a class narrower than
-    _MIN_GROUP_ROWS / n positions merged into the class whose union with
+    ``tile`` / n positions merged into the class whose union with
     it adds the fewest products (the narrowest first); ``order`` lists the
     positions class by class (row-major within), and ``groups`` rows as
     _groups', over the slots of ``order``."""
@@ -295,7 +313,7 @@ def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True)):
         held[0] = _union(held[0], rect)
         held[1].append(q)
     classes = list(found.values())
-    wide = -(-_MIN_GROUP_ROWS // n)
+    wide = -(-tile // n)
 
     def products(rect, count):
         return count * max(0, rect[1] - rect[0]) * max(0, rect[3] - rect[2])
@@ -325,12 +343,14 @@ def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True)):
             numpy.array(table, dtype=numpy.int64).reshape(-1, 6))
 
 
-def _work_fraction(groups, n, ksize, outsize):
+def _work_fraction(groups, n, ksize, outsize, tile=_DEFAULT_TILE_ROWS):
     """The groups' products over im2col's, each group's GEMM rows rounded
-    up to whole micro-kernel tiles (_MIN_GROUP_ROWS): the kernel computes
-    a partial tile whole."""
-    tile = _MIN_GROUP_ROWS
-    rows = -(-(groups[:, 1] - groups[:, 0]) * n // tile) * tile
+    up to whole micro-kernel tiles of ``tile`` rows (the kernel computes a
+    partial tile whole), a partial tile counted _PARTIAL_TILE_COST[tile]
+    whole ones."""
+    count = (groups[:, 1] - groups[:, 0]) * n
+    whole = count // tile
+    rows = (whole + (count > whole * tile) * _PARTIAL_TILE_COST.get(tile, 1.0)) * tile
     area = rows * (groups[:, 3] - groups[:, 2]) * (groups[:, 5] - groups[:, 4])
     return float(area.sum()) / max(1, ksize[0] * ksize[1] * outsize[0] * outsize[1] * n)
 
@@ -353,15 +373,15 @@ def _blocks(groups, n, c, o, kw):
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(n, c, o, spatial, ksize, stride, pad, outsize):
-    groups, order = _groups(n, spatial, ksize, stride, pad, outsize), None
-    fraction = _work_fraction(groups, n, ksize, outsize)
-    classed = min((_class_groups(n, spatial, ksize, stride, pad, outsize, by)
+def _plan(n, c, o, spatial, ksize, stride, pad, outsize, tile=_DEFAULT_TILE_ROWS):
+    groups, order = _groups(n, spatial, ksize, stride, pad, outsize, tile), None
+    fraction = _work_fraction(groups, n, ksize, outsize, tile)
+    classed = min((_class_groups(n, spatial, ksize, stride, pad, outsize, by, tile)
                    for by in ((True, True), (True, False), (False, True))),
-                  key=lambda c: _work_fraction(c[1], n, ksize, outsize))
-    if _work_fraction(classed[1], n, ksize, outsize) <= fraction - _CLASS_GAIN:
+                  key=lambda c: _work_fraction(c[1], n, ksize, outsize, tile))
+    if _work_fraction(classed[1], n, ksize, outsize, tile) <= fraction - _CLASS_GAIN:
         order, groups = classed
-        fraction = _work_fraction(groups, n, ksize, outsize)
+        fraction = _work_fraction(groups, n, ksize, outsize, tile)
     area = (groups[:, 1] - groups[:, 0]) * (groups[:, 3] - groups[:, 2]) * (
         groups[:, 5] - groups[:, 4])
     forward, input_grad, weight_grad = _blocks(groups, n, c, o, ksize[1])
@@ -383,6 +403,11 @@ def _pays_on_these_threads(xshape, wshape, outsize):
             and products >= _MIN_PRODUCTS_THREADED)
 
 
+def _tile_rows():
+    """The micro-kernel's tile rows on the dispatch path selected now."""
+    return gemm_kernels.tile_rows()
+
+
 def plan(xshape, wshape, geom, outsize, work):
     """The TapPlan of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
     ``wshape``) with output ``outsize`` where it pays, else None."""
@@ -395,7 +420,7 @@ def plan(xshape, wshape, geom, outsize, work):
     n = xshape[0]
     for chunk in [n] + [n // d for d in (2, 4) if n % d == 0 and n // d >= _MIN_BATCH]:
         found = _plan(chunk, xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
-                      tuple(geom.stride), tuple(geom.pad), tuple(outsize))
+                      tuple(geom.stride), tuple(geom.pad), tuple(outsize), _tile_rows())
         if found is None:
             return None
         if found.work_fraction * found._columns_shape[0] * found._columns_shape[1] \
