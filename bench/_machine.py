@@ -92,6 +92,30 @@ def _cpu_model():
     return platform.processor() or platform.machine()
 
 
+def _vector_extensions():
+    """The x86 vector extensions the CPU reports that xgrad's kernels use
+    (results differ by them: xgrad's GEMM has an AVX-512 and an AVX2
+    micro-kernel, and torch's oneDNN likewise)."""
+    try:
+        with open('/proc/cpuinfo') as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith('flags'):
+                    flags = set(line.split(':', 1)[1].split())
+                    return [f for f in ('avx2', 'fma', 'avx512f') if f in flags]
+    except OSError:
+        pass
+    return None
+
+
+def _xgrad_cpu_path():
+    """The dispatch path xgrad's vector kernels run here (None without xgrad)."""
+    try:
+        from xgrad._backend import native_kernels
+    except ImportError:
+        return None
+    return native_kernels.cpu_path()
+
+
 def _memory_gib():
     try:
         with open('/proc/meminfo') as meminfo:
@@ -117,6 +141,8 @@ def machine_info():
         'platform': platform.platform(),
         'machine': platform.machine(),
         'cpu_model': _cpu_model(),
+        'vector_extensions': _vector_extensions(),
+        'xgrad_cpu_path': _xgrad_cpu_path(),
         'cpu_count': os.cpu_count(),
         'usable_cpus': usable_cpus(),
         'memory_gib': _memory_gib(),
