@@ -135,6 +135,33 @@ def test_a_broadcast_output_gradient_takes_the_native_columns():
         numpy.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize('op', [xgrad.conv, xgrad.conv_transpose])
+def test_a_broadcast_output_gradient_is_copied_once_for_all_gradients(monkeypatch, op):
+    """The x, w and b gradients of sum(conv) share one contiguous copy of
+    the stride-0 gy (on 1->16 3x3 over 56x56, batch 1, the step 0.82x)."""
+    x = _arr((2, 3, 7, 6), 1).astype(numpy.float32)
+    w = _arr((3, 5, 3, 3), 2).astype(numpy.float32)  # conv: 3 -> 5 channels; transposed: 3 -> 5
+    b = _arr((5,), 3).astype(numpy.float32)
+    if op is xgrad.conv:
+        w = _arr((5, 3, 3, 3), 2).astype(numpy.float32)
+    xs = [x.require_grad(), w.require_grad(), b.require_grad()]
+    y = op(*xs, pad=1)
+    dense = xgrad.grad([op(*xs, pad=1)], xs, grad_outputs=[xgrad.ones(y.shape, numpy.float32)])
+    copied = []
+    contiguous = convolution._contiguous_for_im2col
+
+    def spy(a):
+        out = contiguous(a)
+        if out is not a and 0 in a.strides:
+            copied.append(a.shape)
+        return out
+    monkeypatch.setattr(convolution, '_contiguous_for_im2col', spy)
+    summed = xgrad.grad([xgrad.sum(op(*xs, pad=1))], xs)
+    assert copied == [y.shape]
+    for a, e in zip(summed, dense):
+        numpy.testing.assert_allclose(a.to_numpy(), e.to_numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize('transpose', [False, True])
 @pytest.mark.parametrize('channels', [(1, 16), (16, 1), (8, 8)])
 def test_a_pointwise_convolution_gives_matmul_no_broadcast_gradient(monkeypatch, channels,

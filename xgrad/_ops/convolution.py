@@ -695,6 +695,8 @@ class _ConvLike(PyOp):
 
     def grads(self, xp, targets, gys, xs, ys):
         gy = gys[0]
+        if len(targets) > 1:  # one contiguous copy of a broadcast gy (sum's
+            gy = _contiguous_for_im2col(gy)  # gradient) for all the targets
         x, w = xs[:2]
         out = []
         columns = self.columns
