@@ -108,6 +108,13 @@ __attribute__((target("avx512f"), always_inline)) static inline void xgrad_sgemm
         _mm256_storeu_ps(row + 8, c1);                          \
     } while (0)
 
+/* step(i, sum of columns 0-7, sum of columns 8-15) for each of the 6 rows */
+#define XGRAD_SGEMM_AVX2_EACH_ROW(step)                                          \
+    do {                                                                        \
+        step(0, r00, r01); step(1, r10, r11); step(2, r20, r21);                \
+        step(3, r30, r31); step(4, r40, r41); step(5, r50, r51);                \
+    } while (0)
+
 __attribute__((target("avx2,fma"), always_inline)) static inline void xgrad_sgemm_body_avx2(
         xgrad_idx k, const float* a, xgrad_idx ars, xgrad_idx acs, const float* b,
         xgrad_idx ldb, float* c, xgrad_idx ldc, int acc) {
@@ -115,21 +122,11 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void xgrad_sgem
            r30 = r00, r31 = r00, r40 = r00, r41 = r00, r50 = r00, r51 = r00;
     for (xgrad_idx p = 0; p < k; p++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        XGRAD_SGEMM_AVX2_ROW(0, r00, r01);
-        XGRAD_SGEMM_AVX2_ROW(1, r10, r11);
-        XGRAD_SGEMM_AVX2_ROW(2, r20, r21);
-        XGRAD_SGEMM_AVX2_ROW(3, r30, r31);
-        XGRAD_SGEMM_AVX2_ROW(4, r40, r41);
-        XGRAD_SGEMM_AVX2_ROW(5, r50, r51);
+        XGRAD_SGEMM_AVX2_EACH_ROW(XGRAD_SGEMM_AVX2_ROW);
         a += acs;
         b += ldb;
     }
-    XGRAD_SGEMM_AVX2_STORE(0, r00, r01);
-    XGRAD_SGEMM_AVX2_STORE(1, r10, r11);
-    XGRAD_SGEMM_AVX2_STORE(2, r20, r21);
-    XGRAD_SGEMM_AVX2_STORE(3, r30, r31);
-    XGRAD_SGEMM_AVX2_STORE(4, r40, r41);
-    XGRAD_SGEMM_AVX2_STORE(5, r50, r51);
+    XGRAD_SGEMM_AVX2_EACH_ROW(XGRAD_SGEMM_AVX2_STORE);
 }
 
 /* Each micro-kernel twice: for packed panels of A (its addressing known at
