@@ -8,13 +8,13 @@ much of the work: 5x5 with pad 2 on 4x4 images, half the products; on
 (PyTorch's time on 5x5 over 4x4 is what 1.3x this core's peak would give
 without the skipping). Here the output positions (oy, ox), in row-major
 order, are cut into groups whose windows read the same rectangle of taps
-(rows i0..i1, columns j0..j1 of the kernel); a group of fewer than
-a micro-kernel tile of GEMM rows (positions times the batch) takes in the next
-positions and the union of their rectangles, so that each GEMM fills the
-micro-kernel's tiles. Where row-major runs mix positions with different
-taps (batches that are not a multiple of the tile), the positions are instead
-put in classes of equal taps, and the columns, y and gy follow that order
-(_class_groups).
+(rows i0..i1, columns j0..j1 of the kernel); a group of fewer than a
+micro-kernel tile of GEMM rows (positions times the batch) takes in the
+next positions and the union of their rectangles, so that each GEMM fills
+the micro-kernel's tiles. Where row-major runs mix positions with
+different taps (batches that are not a multiple of the tile), the
+positions are instead put in classes of equal taps, and the columns, y
+and gy follow that order (_class_groups).
 
 The columns (tap_columns) are a matrix with one row a window, (oh ow N)
 by (kh kw C), channels last, holding only the taps of each group's
@@ -34,8 +34,9 @@ against a layout with the positions as columns (tiles of 32), groups of
 one position at batch 8 are exact on AVX-512 (5x5 stride 1 on 4x4,
 128->128 at batch 8: 0.84x that layout's step). On AVX2 the same group is
 a tile and a third, computed as two: the plan counts its products so
-(_work_fraction), and is declined where that leaves too little saved. The channels, the batch and the weights'
-axes move by transposing copies of 8x8 tiles (tap_columns.transpose_into).
+(_work_fraction) and is declined where that leaves too little saved. The
+channels, the batch and the weights' axes move by transposing copies of
+8x8 tiles (tap_columns.transpose_into).
 Taken for float32 on xgrad's own GEMM (gemm_kernels.available()), one
 channel group, no dilation, 16+ channels each side, batch _MIN_BATCH+,
 _MIN_WINDOWS_PER_OUT_CHANNEL+ windows an output channel (on more
