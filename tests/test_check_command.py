@@ -138,6 +138,40 @@ def test_progress_with_no_stderr_at_all():
     assert re.search(r'cases of 1 ops: \d+ passed, 0 failed', proc.stdout), proc.stdout
 
 
+def test_without_tqdm_a_terminal_gets_the_plain_lines(monkeypatch):
+    """tqdm draws the bar on a terminal only: where it is not installed
+    (xgrad run from a source tree without its dependencies) the check
+    prints the plain progress lines there instead of failing."""
+    from xgrad.testing import _cli
+    monkeypatch.setitem(sys.modules, 'tqdm', None)  # import tqdm: ImportError
+
+    class Result:
+        passed = True
+
+        class case:
+            op = 'tanh'
+
+    class Terminal:
+        text = ''
+
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    stream = Terminal()
+    p = _cli.Progress(2, stream=stream)
+    assert p.bar is None
+    p.update(Result)
+    p.update(Result)
+    p.close()
+    assert stream.text.endswith('100% (2/2) failed 0, 0 s\n')
+
+
 def test_progress_object_on_streams_without_isatty():
     """The Progress class itself: no stream (sys.stderr is None), a stream
     without isatty, a closed file: plain lines or nothing, never an error."""

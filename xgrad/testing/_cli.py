@@ -23,7 +23,6 @@ import time
 import xml.etree.ElementTree as ET
 
 import numpy
-import tqdm
 
 import xgrad
 from xgrad.testing import _driver
@@ -134,9 +133,10 @@ class Progress:
     """Progress of the run on ``stream`` (stderr by default).
 
     On a terminal: a tqdm bar (rate, time left, failures so far). Elsewhere
-    (a pipe, a CI log, a file): a plain line per 10% that a reader or a grep
-    can follow, with no carriage returns. With no stream at all (stderr
-    closed, ``pythonw``) or ``enabled=False``: nothing."""
+    (a pipe, a CI log, a file), or where tqdm is not installed (xgrad run
+    from a source tree without its dependencies): a plain line per 10% that
+    a reader or a grep can follow, with no carriage returns. With no stream
+    at all (stderr closed, ``pythonw``) or ``enabled=False``: nothing."""
 
     def __init__(self, total, stream=None, enabled=True):
         self.total = total
@@ -147,9 +147,7 @@ class Progress:
         self.next_mark = 0.1
         self.bar = None
         if self.enabled and _is_terminal(self.stream):
-            cols, rows = _terminal_size(self.stream)
-            self.bar = tqdm.tqdm(total=total, file=self.stream, unit='case',
-                                 ncols=cols, nrows=rows, leave=True)
+            self.bar = _progress_bar(total, self.stream)
 
     def update(self, result):
         self.done += 1
@@ -174,6 +172,19 @@ class Progress:
         if self.bar is not None:
             self.bar.set_postfix_str('failed {}'.format(self.failed))
             self.bar.close()
+
+
+def _progress_bar(total, stream):
+    """A tqdm bar of ``total`` cases on the terminal ``stream``, or None
+    where tqdm cannot be imported. Imported here, not with the module: only
+    a terminal needs it, and the check itself must run without it."""
+    try:
+        import tqdm
+    except ImportError:
+        return None
+    cols, rows = _terminal_size(stream)
+    return tqdm.tqdm(total=total, file=stream, unit='case', ncols=cols, nrows=rows,
+                     leave=True)
 
 
 def _terminal_size(stream):
