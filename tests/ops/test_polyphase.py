@@ -7,6 +7,7 @@ import numpy
 import pytest
 
 import xgrad
+from xgrad._backend import gemm_kernels
 from xgrad._ops import _polyphase, _winograd, convolution
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
 from xgrad.testing import check_backward, check_double_backward
@@ -92,13 +93,30 @@ def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
     assert _polyphase.plan(xshape, wshape, geom, (16, 16), numpy.float16) is None
 
 
-def test_the_transposed_plan_asks_about_the_flipped_convolution():
+def test_the_transposed_plan_asks_about_the_flipped_convolution(monkeypatch):
+    monkeypatch.setattr(gemm_kernels, 'tile_rows', lambda: 8)  # (AVX2's declines, below)
     # conv_transpose's input is the output's gradient: 16->32 channels on
     # 40x40 at batch 8 seen from gy (8, 32, 20, 20); the tiles are counted
     # over gy's planes (conv's output), as for conv: 32x32 takes im2col both ways
     assert _plan((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, transposed=True) is not None
     assert _plan((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
     assert _plan((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
+
+
+@pytest.mark.parametrize('tile_rows, float32_transposed', [(8, True), (6, False), (0, True)])
+def test_the_avx2_kernel_declines_the_float32_transposed_plan(monkeypatch, tile_rows,
+                                                              float32_transposed):
+    # there im2col's float32 product (our own AVX2 GEMM) and col2im were
+    # faster; float64 (the BLAS's product) and the forward plan are kept
+    monkeypatch.setattr(gemm_kernels, 'tile_rows', lambda: tile_rows)
+    xshape, wshape = (8, 16, 56, 56), (32, 16, 5, 5)
+    geom = _geom(5, 2, 2)
+
+    def plan(work, transposed):
+        return _polyphase.plan(xshape, wshape, geom, (28, 28), work, transposed=transposed)
+    assert (plan(numpy.float32, True) is not None) is float32_transposed
+    assert plan(numpy.float64, True) is not None
+    assert plan(numpy.float32, False) is not None and plan(numpy.float64, False) is not None
 
 
 @pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
