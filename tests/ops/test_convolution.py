@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 import xgrad
+from xgrad._backend import gemm_kernels
 from xgrad._ops import convolution
 from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 
@@ -133,6 +134,30 @@ def test_a_broadcast_output_gradient_takes_the_native_columns():
                        grad_outputs=[xgrad.ones((2, 4, 5, 5), numpy.float64)])
     for a, b in zip(summed, dense):
         numpy.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize('tile_rows, channels, own', [
+    (8, 64, True), (8, 256, True), (6, 32, True), (6, 64, False), (6, 128, False),
+    (0, 16, True)])  # (0: no kernel of ours; sgemm declines, the BLAS runs it)
+def test_the_forward_product_goes_to_our_gemm_by_the_kernel_and_channels(
+        monkeypatch, tile_rows, channels, own):
+    """On the AVX2 kernel (6-row tiles) 64 or more output channels go to
+    the BLAS (convolution._AVX2_BLAS_FORWARD_ROWS); the result is the
+    reference's either way."""
+    monkeypatch.setattr(gemm_kernels, 'tile_rows', lambda: tile_rows)
+    monkeypatch.setattr(convolution, '_host_tap_plan', lambda *args: None)  # im2col's GEMM
+    asked = []
+    ours = convolution.sgemm
+
+    def spy(a, b, out, **kw):
+        asked.append(a.shape)
+        return ours(a, b, out, **kw)
+    monkeypatch.setattr(convolution, 'sgemm', spy)
+    x, w = _data((2, 3, 9, 9), 1, numpy.float32), _data((channels, 3, 3, 3), 2, numpy.float32)
+    y = xgrad.conv(xgrad.array(x), xgrad.array(w), stride=2, pad=1)
+    assert asked == ([(channels, 27)] if own else [])
+    numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x, w, stride=2, pad=1),
+                                  rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize('op', [xgrad.conv, xgrad.conv_transpose])

@@ -44,6 +44,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
 from xgrad._backend import cuda
+from xgrad._backend import gemm_kernels
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args, _gemm_layout, _polyphase, _tap_groups, _winograd
@@ -193,6 +194,22 @@ _MIN_SPREAD_COLUMNS = 256
 # columns than the AVX-512 kernel's 32 ((16, 144, 4096): 73 -> 50). Other
 # dtypes, channel groups and machines without AVX2 keep the BLAS.
 _OWN_GEMM_MIN_COLUMNS = 32
+# On the AVX2 kernel (6 x 16 tiles, gemm_kernels.tile_rows() == 6) the
+# forward product of 64 or more output channels runs faster on the BLAS:
+# conv's forward, one thread, Zen 3, own GEMM's time over the BLAS's (paired
+# medians): 3x3 stride 2, 64->64 on 32x32 at batch 8 1.11, on 56x56 1.16,
+# 128->128 on 32x32 1.13, 256->256 on 16x16 1.07 and on 56x56 at batch 1
+# 1.06; 1x1 stride 2, 64->64 1.04-1.09, 128->128 1.06. Fewer channels stay
+# on our own (16->32 0.97-1.03; 1x1 16->32 on 56x56 0.87). Two 64-channel
+# shapes were the other way, within 3% (5x5 stride 2 on 56x56 at batch 1
+# 0.97, 32->64 3x3 stride 2 0.98).
+_AVX2_BLAS_FORWARD_ROWS = 64
+
+
+def _own_forward_gemm(rows):
+    """Whether conv's forward product of ``rows`` output channels (one
+    group) goes to xgrad's own GEMM (see _AVX2_BLAS_FORWARD_ROWS)."""
+    return rows < _AVX2_BLAS_FORWARD_ROWS or gemm_kernels.tile_rows() != 6
 
 
 def _matmul(xp, a, b, out=None):
@@ -515,16 +532,17 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     # the bias, shaped to add to y's chunks as they are written (one pass)
     bias = None if b is None else b.astype(work, copy=False).reshape(g, o // g, 1)
     chunks = 0
+    own = g == 1 and _own_forward_gemm(o)
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         chunks += 1
         if hi - lo == 1:
-            if g > 1 or not sgemm(wm[0], cols[0], y[lo, 0]):
+            if not (own and sgemm(wm[0], cols[0], y[lo, 0])):
                 _matmul(xp, wm, cols, y[lo])
             if bias is not None:
                 y[lo] += bias
         else:  # columns are (.., sample, position): put the samples first
             part = xp.empty((g, o // g, cols.shape[2]), work)
-            if g > 1 or not sgemm(wm[0], cols[0], part[0]):
+            if not (own and sgemm(wm[0], cols[0], part[0])):
                 _matmul(xp, wm, cols, part)
             part = part.reshape(g, o // g, hi - lo, _prod(outsize))
             if bias is None:
