@@ -42,6 +42,13 @@ def path(request):
 TILES = {'avx512': (8, 32), 'avx2': (6, 16)}  # (MR, NR)
 
 
+def test_tile_rows_are_the_selected_micro_kernel_s(path):
+    # the rules measured on the AVX2 kernel compare tile_rows() with
+    # AVX2_TILE_ROWS: it must say that kernel and no other
+    assert gemm_kernels.tile_rows() == {'sse2': 0, **{p: t[0] for p, t in TILES.items()}}[path]
+    assert (gemm_kernels.tile_rows() == gemm_kernels.AVX2_TILE_ROWS) is (path == 'avx2')
+
+
 def _mostly_padding(path, m, k, n):
     """What sgemm leaves to the BLAS: tiles a quarter padding or more, or
     fewer than 16 products a sum."""

@@ -35,6 +35,7 @@ cdef extern from "sgemm.h":
         int mr
         int nr
         int mc
+    int XGRAD_SGEMM_AVX2_MR
     xgrad_sgemm_shape xgrad_sgemm_shape_for(int path) noexcept nogil
     int xgrad_sgemm_run(xgrad_sgemm_shape s, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                         xgrad_matrix a, xgrad_matrix b, float* c, Py_ssize_t ldc,
@@ -135,6 +136,11 @@ cdef void _run_split(GemmJob* job, Py_ssize_t batch) noexcept nogil:
 def available():
     """Whether sgemm runs on the dispatch path selected now (AVX2 or AVX-512)."""
     return xgrad_sgemm_shape_for(vector_path()).kernel != NULL
+
+
+# The AVX2 micro-kernel's tile rows: the rules measured on that kernel (in
+# convolution, _polyphase and _tap_groups) compare tile_rows() with it.
+AVX2_TILE_ROWS = XGRAD_SGEMM_AVX2_MR
 
 
 def tile_rows():

@@ -37,6 +37,8 @@
 #define XGRAD_SGEMM_KC_DEPTH 256
 #define XGRAD_SGEMM_NC_COLUMNS 1024  /* a packed B block of KC x NC: 1 MiB, an L2 */
 #define XGRAD_SGEMM_MAX_MR 8
+#define XGRAD_SGEMM_AVX512_MR 8  /* the micro-kernels' tile rows */
+#define XGRAD_SGEMM_AVX2_MR 6
 #define XGRAD_SGEMM_MAX_NR 32
 #define XGRAD_SGEMM_DIRECT_B_ROWS 64
 #define XGRAD_SGEMM_DIRECT_A_COLUMNS 256
@@ -143,8 +145,8 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void xgrad_sgem
             xgrad_idx ldb, float* c, xgrad_idx ldc, int acc) {                        \
         xgrad_sgemm_body_##isa(k, a, ars, acs, b, ldb, c, ldc, acc);                   \
     }
-XGRAD_SGEMM_KERNELS(avx512, "avx512f", 8)
-XGRAD_SGEMM_KERNELS(avx2, "avx2,fma", 6)
+XGRAD_SGEMM_KERNELS(avx512, "avx512f", XGRAD_SGEMM_AVX512_MR)
+XGRAD_SGEMM_KERNELS(avx2, "avx2,fma", XGRAD_SGEMM_AVX2_MR)
 #endif
 
 /* The micro-kernels of a dispatch path and their tile. */
@@ -160,10 +162,10 @@ static xgrad_sgemm_shape xgrad_sgemm_shape_for(int path) {
 #if XGRAD_HAS_PATHS
     if (path == XGRAD_PATH_AVX512) {
         s.kernel = xgrad_sgemm_packed_avx512; s.direct = xgrad_sgemm_direct_avx512;
-        s.mr = 8; s.nr = 32; s.mc = 128;
+        s.mr = XGRAD_SGEMM_AVX512_MR; s.nr = 32; s.mc = 128;
     } else if (path == XGRAD_PATH_AVX2) {
         s.kernel = xgrad_sgemm_packed_avx2; s.direct = xgrad_sgemm_direct_avx2;
-        s.mr = 6; s.nr = 16; s.mc = 72;
+        s.mr = XGRAD_SGEMM_AVX2_MR; s.nr = 16; s.mc = 72;
     }
 #else
     (void)path;

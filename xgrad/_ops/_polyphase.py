@@ -56,13 +56,12 @@ _FEW_TILES_MIN_CHANNELS = 64
 _MIN_TILES = 128
 # The transposed plan (conv's input gradient, conv_transpose) competes with
 # im2col's product into the output's columns and col2im's adds; where that
-# product is float32 on the AVX2 kernel (gemm_kernels.tile_rows() == 6),
+# product is float32 on the AVX2 kernel (gemm_kernels.AVX2_TILE_ROWS),
 # im2col is faster at every size measured. One thread, Zen 3, conv's input
 # gradient, phases' time over im2col's (paired medians): 16->32 on 56x56
 # at batch 8 1.40, on 32x32 1.76, at batch 64 on 16x16 1.92; 64->64 on
 # 56x56 at batch 8 1.11, on 16x16 at batch 64 1.78; 128->128 on 32x32 and
 # 56x56 at batch 8 1.00-1.02. (The AVX-512 measurements above keep it.)
-_TRANSPOSED_DECLINED_TILE_ROWS = 6
 
 _Plan = collections.namedtuple('_Plan', 's q r pad phase_size geom')
 
@@ -141,7 +140,7 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
     if q not in _winograd.TRANSFORMS:
         return None
     if (transposed and numpy.dtype(work) == numpy.float32
-            and gemm_kernels.tile_rows() == _TRANSPOSED_DECLINED_TILE_ROWS):
+            and gemm_kernels.tile_rows() == gemm_kernels.AVX2_TILE_ROWS):
         return None
     size = (outsize[0] + q - 1, outsize[1] + q - 1)
     phases = Phases(s, q, r, tuple(geom.pad), size,

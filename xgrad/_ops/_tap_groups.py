@@ -105,7 +105,7 @@ _MAX_COLUMN_ELEMENTS = 1 << 22
 # took 1.13x im2col's step and 64->64 5x5 stride 2 on 8x8 (0.86) 1.14x;
 # counted as two, both are declined, and the plans at batch 64 (a partial
 # tile in 11) are kept (64->64 5x5 stride 2 on 8x8: 0.80x).
-_PARTIAL_TILE_COST = {8: 1.0, 6: 2.0}
+_PARTIAL_TILE_COST = {gemm_kernels.AVX2_TILE_ROWS: 2.0}  # others: 1.0
 
 # Classes of positions (_class_groups) instead of row-major runs where they
 # do at least this fraction of im2col's products fewer: their order costs a

@@ -194,7 +194,7 @@ _MIN_SPREAD_COLUMNS = 256
 # columns than the AVX-512 kernel's 32 ((16, 144, 4096): 73 -> 50). Other
 # dtypes, channel groups and machines without AVX2 keep the BLAS.
 _OWN_GEMM_MIN_COLUMNS = 32
-# On the AVX2 kernel (6 x 16 tiles, gemm_kernels.tile_rows() == 6) the
+# On the AVX2 kernel (6 x 16 tiles, gemm_kernels.AVX2_TILE_ROWS) the
 # forward product of 64 or more output channels runs faster on the BLAS:
 # conv's forward, one thread, Zen 3, own GEMM's time over the BLAS's (paired
 # medians): 3x3 stride 2, 64->64 on 32x32 at batch 8 1.11, on 56x56 1.16,
@@ -209,7 +209,8 @@ _AVX2_BLAS_FORWARD_ROWS = 64
 def _own_forward_gemm(rows):
     """Whether conv's forward product of ``rows`` output channels (one
     group) goes to xgrad's own GEMM (see _AVX2_BLAS_FORWARD_ROWS)."""
-    return rows < _AVX2_BLAS_FORWARD_ROWS or gemm_kernels.tile_rows() != 6
+    return (rows < _AVX2_BLAS_FORWARD_ROWS
+            or gemm_kernels.tile_rows() != gemm_kernels.AVX2_TILE_ROWS)
 
 
 def _matmul(xp, a, b, out=None):
