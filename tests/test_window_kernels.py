@@ -42,13 +42,18 @@ GEOMETRIES = [  # ksize, stride, pad, dilate, cover_all
     # phase paths, for rows of 8 outputs and more)
     ((5, 5), (2, 2), (2, 2), (1, 1), False),
     ((3, 5), (2, 3), (1, 4), (2, 1), True),
+    # the phases' rows past x's columns, and pads wider than the windows reach
+    ((4, 4), (2, 2), (0, 0), (1, 1), False),
+    ((3, 3), (2, 2), (3, 3), (1, 1), True),
 ]
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('ksize, stride, pad, dilate, cover_all', GEOMETRIES)
-def test_native_im2col_matches_numpy_windows(dtype, ksize, stride, pad, dilate, cover_all):
-    x = numpy.random.default_rng(0).standard_normal((3, 2, 7, 6)).astype(dtype)
+@pytest.mark.parametrize('shape', [(3, 2, 7, 6), (2, 3, 6, 9)])  # (even and odd widths)
+def test_native_im2col_matches_numpy_windows(dtype, ksize, stride, pad, dilate, cover_all,
+                                             shape):
+    x = numpy.random.default_rng(0).standard_normal(shape).astype(dtype)
     geom = C.Geometry(ksize, stride, pad, dilate, 1)
     outsize = tuple(C.out_size(n, k, s, p, d, cover_all)
                     for n, k, s, p, d in zip(x.shape[2:], ksize, stride, pad, dilate))

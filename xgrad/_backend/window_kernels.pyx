@@ -238,31 +238,54 @@ cdef inline bint _phased(Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
     return (sh > 1 or sw > 1) and kh * kw >= PHASE_TAPS * sh * sw
 
 
+cdef inline real _padded_at(const real* row, Py_ssize_t u, Py_ssize_t w,
+                            Py_ssize_t pw) noexcept nogil:
+    """Element u of ``row`` (w elements) after pw zeros: 0 in the padding."""
+    return row[u - pw] if 0 <= u - pw < w else 0
+
+
 cdef void _split_phases(const real* plane, real* phases, const Windows* g, Py_ssize_t hq,
                         Py_ssize_t wq) noexcept nogil:
     """phases[a, b, r, t] (sh, sw, hq, wq) = xpad[r sh + a, t sw + b], the
-    padded (h, w) ``plane``: zeros where that lies outside the plane."""
+    padded (h, w) ``plane``: zeros where that lies outside the plane. Each
+    row of x is dealt to its sw phase rows at once; with sw == 2, inside
+    the row, by a loop of constant stride, which the compiler vectorizes
+    (element by element with a variable stride, the split was 40% of a 3x3
+    stride-2 im2col: 16 channels on 16x16 at batch 64, 0.43 -> 0.33 ms)."""
     cdef Py_ssize_t h = g.h, w = g.w, sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw
     cdef Py_ssize_t a, b, r, t, y, lo, hi
-    cdef const real* src
     cdef real* row
+    cdef real* odd
+    cdef const real* src
     for a in range(sh):
-        for b in range(sw):
-            lo = _inside_from(b - pw, sw, wq)
-            hi = _inside_to(lo, b - pw, sw, wq, w)
-            for r in range(hq):
-                row = phases + ((a * sw + b) * hq + r) * wq
-                y = r * sh + a - ph
-                if y < 0 or y >= h:
-                    memset(row, 0, wq * sizeof(real))
-                    continue
-                src = plane + y * w + lo * sw + b - pw
-                for t in range(lo):
-                    row[t] = 0
-                for t in range(lo, hi):
-                    row[t] = src[(t - lo) * sw]
-                for t in range(hi, wq):
-                    row[t] = 0
+        for r in range(hq):
+            row = phases + (a * sw * hq + r) * wq  # phase (a, 0); (a, b) is b hq wq further
+            y = r * sh + a - ph
+            if y < 0 or y >= h:
+                for b in range(sw):
+                    memset(row + b * hq * wq, 0, wq * sizeof(real))
+                continue
+            src = plane + y * w
+            if sw != 2:
+                for b in range(sw):
+                    for t in range(wq):
+                        row[b * hq * wq + t] = _padded_at(src, t * sw + b, w, pw)
+                continue
+            odd = row + hq * wq
+            # t in [lo, hi): both of its columns, 2t - pw and 2t + 1 - pw, inside x
+            lo = min((pw + 1) // 2, wq)
+            hi = max(lo, min(wq, (w + pw - 2) // 2 + 1 if w + pw >= 2 else 0))
+            for t in range(lo):
+                row[t] = _padded_at(src, 2 * t, w, pw)
+                odd[t] = _padded_at(src, 2 * t + 1, w, pw)
+            src = src + 2 * lo - pw
+            for t in range(hi - lo):
+                row[lo + t] = src[2 * t]
+                odd[lo + t] = src[2 * t + 1]
+            src = plane + y * w
+            for t in range(hi, wq):
+                row[t] = _padded_at(src, 2 * t, w, pw)
+                odd[t] = _padded_at(src, 2 * t + 1, w, pw)
 
 
 cdef inline const real* _tap_phase(const real* phases, const Windows* g, Py_ssize_t i,
