@@ -245,6 +245,27 @@ def test_the_avx2_tile_of_6_rows_declines_groups_of_8(monkeypatch, xshape, wshap
     assert (plan is not None) is takes
 
 
+@pytest.mark.parametrize('tile, xshape, o, k, takes', [
+    (6, (64, 16, 8, 8), 32, 3, False),  # 0.86 of the products, 32 channels
+    (6, (64, 16, 8, 8), 32, 5, True),   # 0.79
+    (6, (64, 64, 8, 8), 64, 3, True),   # 0.86, 64 channels at batch 64
+    (6, (12, 64, 8, 8), 64, 3, False),  # 0.84 at batch 12
+    (6, (12, 64, 8, 8), 64, 5, True),   # 0.72
+    (8, (64, 16, 8, 8), 32, 3, True),   # (the AVX-512 tile: no such rule)
+])
+def test_the_avx2_tile_declines_marginal_plans_of_few_channels_or_samples(
+        monkeypatch, tile, xshape, o, k, takes):
+    """On the AVX2 kernel plans above _AVX2_MARGINAL_FRACTION of im2col's
+    products lost to it under 64 output channels or 16 samples."""
+    monkeypatch.setattr(K, 'max_threads', lambda: 1)
+    monkeypatch.setattr(_tap_groups, '_tile_rows', lambda: tile)
+    monkeypatch.setattr(gemm_kernels, 'available', lambda: True)
+    geom = _geometry((k, k), (2, 2), (k // 2, k // 2))
+    plan = _tap_groups.plan(xshape, (o, xshape[1], k, k), geom,
+                            _out(xshape[2:], (k, k), (2, 2), (k // 2, k // 2)), numpy.float32)
+    assert (plan is not None) is takes
+
+
 def test_a_partial_tile_counts_by_the_kernel():
     """One position of 8 rows: on the 8-row tile 8 rows of work, on the
     6-row tile two tiles, the partial one counted twice (18 rows)."""
