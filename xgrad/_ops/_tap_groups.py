@@ -86,20 +86,24 @@ _MIN_PRODUCTS_THREADED = 1 << 24
 # whole micro-kernel tiles, _work_fraction).
 _MAX_WORK_FRACTION = 0.9
 # On the AVX2 kernel (6-row tiles) plans above _AVX2_MARGINAL_FRACTION lost
-# to im2col with fewer output channels or a smaller batch than these. One
-# thread, Zen 3, steps over torch's time, plan -> im2col (paired, in one
-# process): 16->32 3x3 on 8x8 at batch 8 0.90 -> 0.76 (stride 1), 0.67 ->
-# 0.55 (stride 2), at batch 64 0.69 -> 0.65; 5x5 stride 2 on 16x16 at
-# batch 8 0.92 -> 0.82 (conv_transpose 0.89 -> 0.79), 12 0.89 -> 0.80, 32
-# 1.02 -> 0.96; 64->64 at batch 8, 3x3 stride 2 on 8x8 0.74 -> 0.61, 5x5
-# on 16x16 0.95 -> 0.90; at batch 12, 3x3 0.68 -> 0.63; 128->128 3x3 at
-# batch 8 0.71 -> 0.63. Kept: 64+ channels at batch 16+ (64->64 5x5 stride
-# 2 on 16x16 at batch 64, conv_transpose, 0.96 against 1.08; 128->128 3x3
-# stride 2 on 8x8 0.72 against 0.80), and the plans at or under 0.8 (16->32
-# 5x5 stride 2 on 8x8 at batch 64, 0.79 of the products: 0.82 against 0.88).
+# to im2col at batches under _AVX2_MARGINAL_MIN_BATCH, and with fewer than
+# _AVX2_MARGINAL_MIN_CHANNELS output channels under
+# _AVX2_MARGINAL_FEW_CHANNELS_MIN_BATCH. One thread, Zen 3, steps over
+# torch's time, plan -> im2col (paired, in one process): 16->32 3x3 on 8x8
+# at batch 8 0.90 -> 0.76 (stride 1), 0.67 -> 0.55 (stride 2), at 16 0.68
+# -> 0.56, at 24 0.64 -> 0.58; 5x5 stride 2 on 16x16 at batch 8 0.92 ->
+# 0.82 (conv_transpose 0.89 -> 0.79), at 12 0.89 -> 0.80, at 32 1.02 ->
+# 0.96; 64->64 at batch 8, 3x3 stride 2 on 8x8 0.74 -> 0.61, 5x5 on 16x16
+# 0.95 -> 0.90, at 12, 3x3 0.68 -> 0.63; 128->128 3x3 at batch 8 0.71 ->
+# 0.63. Kept: batch 64 (16->32 5x5 stride 2 on 16x16, conv_transpose, 1.06
+# against 1.11 in fresh processes; 64->64 0.96 against 1.08; 128->128 3x3
+# stride 2 on 8x8 0.72 against 0.80), 64->64 at batch 16 (5x5 stride 2 on
+# 16x16, 1.03 against 1.05), and the plans at or under 0.8 (16->32 5x5
+# stride 2 on 8x8 at batch 64, 0.79 of the products: 0.82 against 0.88).
 _AVX2_MARGINAL_FRACTION = 0.8
-_AVX2_MARGINAL_MIN_CHANNELS = 64
 _AVX2_MARGINAL_MIN_BATCH = 16
+_AVX2_MARGINAL_MIN_CHANNELS = 64
+_AVX2_MARGINAL_FEW_CHANNELS_MIN_BATCH = 64
 # The columns are built for a chunk of the batch at a time, the whole batch
 # or its half or quarter (8+ samples), the largest whose columns are at
 # most this many elements (16 MiB of float32, convolution.py's whole-batch
@@ -447,6 +451,7 @@ def plan(xshape, wshape, geom, outsize, work):
 
 def _marginal_on_avx2(plan, n, out_channels):
     """Whether the AVX2 kernel declines ``plan`` (see _AVX2_MARGINAL_FRACTION)."""
+    min_batch = (_AVX2_MARGINAL_MIN_BATCH if out_channels >= _AVX2_MARGINAL_MIN_CHANNELS
+                 else _AVX2_MARGINAL_FEW_CHANNELS_MIN_BATCH)
     return (_tile_rows() == gemm_kernels.AVX2_TILE_ROWS
-            and plan.work_fraction > _AVX2_MARGINAL_FRACTION
-            and (out_channels < _AVX2_MARGINAL_MIN_CHANNELS or n < _AVX2_MARGINAL_MIN_BATCH))
+            and plan.work_fraction > _AVX2_MARGINAL_FRACTION and n < min_batch)
