@@ -44,7 +44,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
 from xgrad._backend import cuda
-from xgrad._backend import gemm_kernels
+from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args, _gemm_layout, _polyphase, _tap_groups, _winograd
@@ -384,7 +384,7 @@ _PHASE_MIN_POSITIONS = 1024    # a phase's positions in the batch
 _PHASE_MAX_CHANNELS = 128      # of x
 
 
-def _output_phases_pay(x, w, geom, outsize, work):
+def _output_phases_pay(x, wshape, geom, outsize, work):
     """Whether conv_transpose_kernel takes _conv_transpose_phases (above)."""
     if (type(x) is not numpy.ndarray or x.ndim != 4 or geom.groups != 1
             or tuple(geom.dilate) != (1, 1) or work not in (numpy.float32, numpy.float64)):
@@ -394,7 +394,7 @@ def _output_phases_pay(x, w, geom, outsize, work):
     sides = [o // s for o, s in zip(outsize, geom.stride)]  # the smallest phase's
     return (_PHASE_MIN_SIDE <= min(sides) and max(sides) <= _PHASE_MAX_SIDE
             and x.shape[0] * sides[0] * sides[1] >= _PHASE_MIN_POSITIONS
-            and x.shape[1] <= min(w.shape[1], _PHASE_MAX_CHANNELS))
+            and x.shape[1] <= min(wshape[1], _PHASE_MAX_CHANNELS))
 
 
 def _conv_transpose_phases(x, w, geom, outsize, work):
@@ -504,6 +504,124 @@ def _host_tap_plan(x, wshape, geom, outsize, work):
     return _tap_groups.plan(x.shape, wshape, geom, outsize, work)
 
 
+# ---------------------------------------------------------------------------
+# Each kernel's algorithm, chosen once per shape
+
+# A kernel's choice (Winograd, the phases, tap groups, im2col...) depends
+# only on the shapes, the compute dtype, whether the data is a NumPy array,
+# and this process's threads and GEMM kernel. Its rules cost 0.4-1.4 us
+# each in a loop, and in a training step, where their Python runs cold,
+# 11-22 us of a small step's 120-190 us (one thread, batch 1: 1->16 1x1
+# stride 2 on 4x4, 131 -> 118 us with the rules skipped, torch 121 us;
+# conv_transpose 64->64 1x1 stride 2 on 16x16, 186 -> 174 us). So each
+# choice is kept by its key (_choice): at most _MAX_CHOICES, then all are
+# dropped. Code that changes a rule's threshold calls clear_choices().
+_MAX_CHOICES = 1024
+_choices = {}
+
+
+def clear_choices():
+    """Forget the kept choices (after a rule's threshold changed)."""
+    _choices.clear()
+
+
+def _choice(route, x, *shapes):
+    """route(x, *shapes), worked out once for each key: the route, whether x
+    is a NumPy array, x's shape, ``shapes`` (hashable: shapes, geometry,
+    dtype), the thread count and the GEMM kernel's tile."""
+    key = (route, type(x) is numpy.ndarray, x.shape) + shapes + (
+        native_kernels.max_threads(), gemm_kernels.tile_rows())
+    found = _choices.get(key)
+    if found is None:
+        if len(_choices) >= _MAX_CHOICES:
+            _choices.clear()
+        found = _choices[key] = route(x, *shapes)
+    return found
+
+
+def _conv_route(x, wshape, geom, outsize, work):
+    """conv_kernel's algorithm: (how, plan)."""
+    transform = _winograd.transform_for(x, wshape, geom, outsize, work)
+    if transform is not None:  # 3x3 or 5x5, stride 1, 16+ channels
+        return 'winograd', transform
+    phases = _host_phases(x, wshape, geom, outsize, work)
+    if phases is not None:  # 5x5, stride 2: Winograd over the input's phases
+        return 'phases', phases
+    if _pointwise(geom, x.shape[2:], outsize):
+        return 'pointwise', None
+    taps = _host_tap_plan(x, wshape, geom, outsize, work)
+    if taps is not None:  # small images: GEMMs that skip the padding's taps
+        return 'taps', taps
+    return 'im2col', geom.groups == 1 and _own_forward_gemm(wshape[0])
+
+
+def _conv_transpose_route(x, wshape, geom, outsize, work):
+    """conv_transpose_kernel's algorithm: (whether the output's phases come
+    first, how, plan)."""
+    n, c, g = x.shape[0], x.shape[1], geom.groups
+    o = wshape[1] * g
+    spatial = x.shape[2:]
+    if _pointwise(geom, spatial, outsize):
+        return False, 'pointwise', None
+    output_phases = _output_phases_pay(x, wshape, geom, outsize, work)
+    phases = _host_phases(x, wshape, geom, outsize, work, transposed=True)
+    if phases is not None:
+        return output_phases, 'phases', phases
+    # Two algorithms, the same GEMM FLOPs; they differ in the elements they
+    # move: (a) with stride 1 this is conv with the kernel flipped and in/out
+    # swapped, padded by span - 1 - p: im2col of x over the output
+    # positions, n * c * prod(k) * prod(outsize) elements, plus the flipped,
+    # transposed copy of the weights, o * c/g * prod(k) (NumPy copies that
+    # view at about 0.6 ns an element: 256->256 3x3, 0.36 ms); (b) one GEMM
+    # w^T x (the transposed weights are a view the BLAS takes) gives the
+    # columns of the output, n * o * prod(k) * prod(spatial) elements, which
+    # col2im adds back. Take the one that moves fewer: (a) for a conv's
+    # input gradient when the conv narrows the channels on images large
+    # enough that the columns outweigh the weights (16->32 transposed on
+    # 16x16, batch 8: (b) takes 2.45x (a)'s time), (b) when it widens them
+    # and also on small images with many channels, where the weights
+    # outweigh the columns ((b) takes of (a)'s time: 256->256 on 4x4, batch
+    # 1, 0.44x; batch 8, 0.82x; 64->64 on 8x8, batch 1, 0.72x), and always
+    # for stride > 1 (a would need a dilated x). (a) is also taken
+    # whenever the flipped convolution is a Winograd one (3x3: 2.25-4x fewer
+    # products, 5x5: 2.8x).
+    flip = all(s == 1 for s in geom.stride) and all(
+        p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
+    full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
+        geom.ksize, geom.pad, geom.dilate))) if flip else None
+    winograd = flip and _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
+                                          work)
+    taps = None if winograd or type(x) is not numpy.ndarray else _tap_groups.plan(
+        (n, o) + tuple(outsize), wshape, geom, spatial, work)
+    if taps is not None:
+        return output_phases, 'taps', taps
+    spread_moves_fewer = _native_col2im(x, geom) and (
+        n * o * _prod(spatial) < n * c * _prod(outsize) + o * (c // g))
+    if flip and (not spread_moves_fewer or winograd):
+        return output_phases, 'flip', full
+    if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
+        return output_phases, 'col2im', None
+    return output_phases, 'col2im_add', None
+
+
+def _grad_weight_route(x, gyshape, wshape, geom, work):
+    """conv_grad_weight_kernel's algorithm: (how, plan)."""
+    outsize = gyshape[2:]
+    transform = _winograd.transform_for(x, wshape, geom, outsize, work)
+    if transform is not None:
+        return 'winograd', transform
+    phases = _host_phases(x, wshape, geom, outsize, work)
+    if phases is not None:
+        return 'phases', phases
+    taps = _host_tap_plan(x, wshape, geom, outsize, work)
+    if taps is not None:
+        return 'taps', taps
+    og, cg = wshape[0] // geom.groups, x.shape[1] // geom.groups
+    if _pointwise(geom, x.shape[2:], outsize) and og * cg <= (og + cg) * _prod(outsize):
+        return 'pointwise', None
+    return 'im2col', None
+
+
 def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
@@ -512,28 +630,26 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
     n, o, g = x.shape[0], w.shape[0], geom.groups
-    transform = _winograd.transform_for(x, w.shape, geom, outsize, work)
-    if transform is not None:  # 3x3 or 5x5, stride 1, 16+ channels
-        y = _winograd.conv(transform, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
+    how, plan = _choice(_conv_route, x, w.shape, geom, tuple(outsize), work)
+    if how == 'winograd':
+        y = _winograd.conv(plan, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
                            outsize, work, keep_columns)
         return y.astype(dtype, copy=False)
-    phases = _host_phases(x, w.shape, geom, outsize, work)
-    if phases is not None:  # 5x5, stride 2: Winograd over the input's phases
-        return conv_kernel(phases.split_input(x, work), phases.split_weight(w, work), b,
-                           phases.geom, outsize, keep_columns).astype(dtype, copy=False)
+    if how == 'phases':
+        return conv_kernel(plan.split_input(x, work), plan.split_weight(w, work), b,
+                           plan.geom, outsize, keep_columns).astype(dtype, copy=False)
     # (a copy when w is the flipped view of conv_transpose_kernel)
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
-    if _pointwise(geom, x.shape[2:], outsize):
+    if how == 'pointwise':
         return _pointwise_product(wm, x, b, g, work, outsize).astype(dtype, copy=False)
-    taps = _host_tap_plan(x, w.shape, geom, outsize, work)
-    if taps is not None:  # small images: GEMMs that skip the padding's taps
-        return taps.conv(x, w, b).astype(dtype, copy=False)
+    if how == 'taps':
+        return plan.conv(x, w, b).astype(dtype, copy=False)
     xp = _args.module_of(x)
     y = xp.empty((n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
     bias = None if b is None else b.astype(work, copy=False).reshape(g, o // g, 1)
     chunks = 0
-    own = g == 1 and _own_forward_gemm(o)
+    own = plan  # (im2col's: whether the product goes to our own GEMM)
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         chunks += 1
         if hi - lo == 1:
@@ -563,55 +679,28 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     spatial = x.shape[2:]
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
-    if _pointwise(geom, spatial, outsize):  # y[n] = w^T x[n]
+    output_phases, how, plan = _choice(_conv_transpose_route, x, w.shape, geom,
+                                       tuple(outsize), work)
+    if how == 'pointwise':  # y[n] = w^T x[n]
         wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
         return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
-    if _output_phases_pay(x, w, geom, outsize, work):
+    if output_phases:
         y = _conv_transpose_phases(x, w, geom, outsize, work)
         if y is not None:
             return _add_bias(y, b).astype(dtype, copy=False)
-    phases = _host_phases(x, w.shape, geom, outsize, work, transposed=True)
-    if phases is not None:  # 5x5, stride 2: the adjoint of conv_kernel's phases
-        gp = conv_transpose_kernel(x, phases.split_weight(w, work), None, phases.geom,
-                                   phases.phase_size)
-        return _add_bias(phases.merge_input(gp, outsize), b).astype(dtype, copy=False)
-    # Two algorithms, the same GEMM FLOPs; they differ in the elements they
-    # move: (a) with stride 1 this is conv with the kernel flipped and in/out
-    # swapped, padded by span - 1 - p: im2col of x over the output
-    # positions, n * c * prod(k) * prod(outsize) elements, plus the flipped,
-    # transposed copy of the weights, o * c/g * prod(k) (NumPy copies that
-    # view at about 0.6 ns an element: 256->256 3x3, 0.36 ms); (b) one GEMM
-    # w^T x (the transposed weights are a view the BLAS takes) gives the
-    # columns of the output, n * o * prod(k) * prod(spatial) elements, which
-    # col2im adds back. Take the one that moves fewer: (a) for a conv's
-    # input gradient when the conv narrows the channels on images large
-    # enough that the columns outweigh the weights (16->32 transposed on
-    # 16x16, batch 8: (b) takes 2.45x (a)'s time), (b) when it widens them
-    # and also on small images with many channels, where the weights
-    # outweigh the columns ((b) takes of (a)'s time: 256->256 on 4x4, batch
-    # 1, 0.44x; batch 8, 0.82x; 64->64 on 8x8, batch 1, 0.72x), and always
-    # for stride > 1 (a would need a dilated x). (a) is also taken
-    # whenever the flipped convolution is a Winograd one (3x3: 2.25-4x fewer
-    # products, 5x5: 2.8x).
-    flip = all(s == 1 for s in geom.stride) and all(
-        p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
-    full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
-        geom.ksize, geom.pad, geom.dilate))) if flip else None
-    winograd = flip and _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
-                                          work)
-    taps = None if winograd or type(x) is not numpy.ndarray else _tap_groups.plan(
-        (n, o) + tuple(outsize), w.shape, geom, spatial, work)
-    if taps is not None:  # small images: GEMMs that skip the padding's taps
-        return _add_bias(taps.conv_transpose(x, w), b).astype(dtype, copy=False)
-    spread_moves_fewer = _native_col2im(x, geom) and (
-        n * o * _prod(spatial) < n * c * _prod(outsize) + o * (c // g))
-    if flip and (not spread_moves_fewer or winograd):
+    if how == 'phases':  # 5x5, stride 2: the adjoint of conv_kernel's phases
+        gp = conv_transpose_kernel(x, plan.split_weight(w, work), None, plan.geom,
+                                   plan.phase_size)
+        return _add_bias(plan.merge_input(gp, outsize), b).astype(dtype, copy=False)
+    if how == 'taps':  # small images: GEMMs that skip the padding's taps
+        return _add_bias(plan.conv_transpose(x, w), b).astype(dtype, copy=False)
+    if how == 'flip':  # plan: the flipped convolution's geometry
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
         flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
-        return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, full, outsize)
+        return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, plan, outsize)
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
-    if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
+    if how == 'col2im':
         return _add_bias(_col2im_whole(xm, wt, geom, spatial, (n, o) + tuple(outsize),
                                        work),
                          b).astype(dtype, copy=False)
@@ -630,28 +719,26 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
     kept them (saves building them again)."""
     work = _args.compute_dtype(numpy.dtype(dtype))
-    transform = _winograd.transform_for(x, wshape, geom, gy.shape[2:], work)
-    if transform is not None:
+    how, plan = _choice(_grad_weight_route, x, tuple(gy.shape), tuple(wshape), geom, work)
+    if how == 'winograd':
         tiles = columns if isinstance(columns, _winograd.Tiles) else None
-        gw = _winograd.grad_weight(transform, numpy.ascontiguousarray(x, dtype=work),
+        gw = _winograd.grad_weight(plan, numpy.ascontiguousarray(x, dtype=work),
                                    numpy.ascontiguousarray(gy, dtype=work), wshape, geom,
                                    work, tiles)
         return gw.astype(dtype, copy=False)
-    phases = _host_phases(x, wshape, geom, gy.shape[2:], work)
-    if phases is not None:  # 5x5, stride 2 (see conv_kernel)
+    if how == 'phases':  # 5x5, stride 2 (see conv_kernel)
         tiles = columns if isinstance(columns, _winograd.Tiles) else None
-        gwq = conv_grad_weight_kernel(phases.split_input(x, work), gy,
-                                      phases.weight_shape(wshape), dtype, phases.geom, tiles)
-        return phases.merge_weight(gwq).astype(dtype, copy=False)
-    taps = _host_tap_plan(x, wshape, geom, gy.shape[2:], work)
-    if taps is not None:
-        return taps.grad_weight(x, gy).astype(dtype, copy=False)
+        gwq = conv_grad_weight_kernel(plan.split_input(x, work), gy,
+                                      plan.weight_shape(wshape), dtype, plan.geom, tiles)
+        return plan.merge_weight(gwq).astype(dtype, copy=False)
+    if how == 'taps':
+        return plan.grad_weight(x, gy).astype(dtype, copy=False)
     n, g = x.shape[0], geom.groups
     og = wshape[0] // g
     gym = gy.astype(work, copy=False).reshape(n, g, og, _prod(gy.shape[2:]))
     xp = _args.module_of(x)
     ll, cg = gym.shape[3], x.shape[1] // g
-    if _pointwise(geom, x.shape[2:], gy.shape[2:]) and og * cg <= (og + cg) * ll:
+    if how == 'pointwise':
         # (contiguous: a broadcast operand, sum's gradient, keeps matmul off the BLAS)
         gym = _contiguous_for_im2col(gy).astype(work, copy=False).reshape(gym.shape)
         # per-sample products summed: an (n, g, o/g, c/g) intermediate instead
