@@ -5,11 +5,13 @@ second derivatives), the batch-chunked kernels, and bad input.
 The registry (test_registry.py) already checks every declared sample against
 the references and numerically; this file covers what samples cannot say."""
 
+import math
+
 import numpy
 import pytest
 
 import xgrad
-from xgrad._backend import gemm_kernels
+from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._ops import convolution
 from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 
@@ -158,6 +160,29 @@ def test_the_forward_product_goes_to_our_gemm_by_the_kernel_and_channels(
     assert asked == ([(channels, 27)] if own else [])
     numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x, w, stride=2, pad=1),
                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(1, 16, 2, 2), (3, 5), (2, 3, 7, 5, 3), (0, 4, 3), (4, 0, 2),
+                                   (2, 3, 0), (64, 8, 9, 9)])
+def test_the_bias_gradient_sums_every_axis_but_the_channels(dtype, shape):
+    """native_kernels.sum_channels (conv's bias gradient): each channel's sum
+    within a float rounding of the exact one (double accumulation), on
+    contiguous and strided batches."""
+    rng = numpy.random.default_rng(0)
+    wide = (rng.standard_normal(shape[:1] + (2 * shape[1],) + shape[2:]) + 3).astype(dtype)
+    for x in (wide[:, :shape[1]].copy(), wide[:, ::2]):  # contiguous, strided
+        got = native_kernels.sum_channels(x)
+        assert got.shape == (shape[1],) and got.dtype == dtype
+        planes = numpy.moveaxis(x, 1, 0).astype(numpy.float64)
+        exact = numpy.array([math.fsum(p.ravel()) for p in planes])
+        numpy.testing.assert_allclose(got, exact, rtol=2 * numpy.finfo(dtype).eps, atol=0)
+
+
+def test_sum_channels_leaves_other_arrays_to_numpy():
+    for x in (numpy.ones((2, 3), numpy.int32), numpy.ones((2, 3), numpy.float16),
+              numpy.ones(3, numpy.float32), [[1.0, 2.0]]):
+        assert native_kernels.sum_channels(x) is None
 
 
 @pytest.mark.parametrize('op', [xgrad.conv, xgrad.conv_transpose])

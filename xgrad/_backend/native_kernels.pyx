@@ -1324,6 +1324,40 @@ cpdef object sum_all(object x, double divisor=1):
     return out
 
 
+cpdef object sum_channels(object x):
+    """The sums of a batch (N, C, ...) over every axis but the channels, as a
+    (C,) array of its dtype (conv's bias gradient); None for other arrays
+    (NumPy sums those). Each sample's plane of a channel is one vectorized
+    sum, added in double: NumPy's reduce over axes (0, 2, 3) took 8 us of a
+    small training step's 111 (1->16 1x1 stride 2 on 4x4 at batch 1; 1.7
+    us called alone in a loop)."""
+    cdef int t = _vector_dtype(x)
+    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or cnp.PyArray_NDIM(<cnp.ndarray>x) < 2:
+        return None
+    cdef cnp.ndarray a = _contiguous(x)
+    cdef cnp.npy_intp c = cnp.PyArray_DIM(a, 1)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), plane = 0, i, j
+    if n * c:
+        plane = cnp.PyArray_SIZE(a) // (n * c)
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &c, t, 0)
+    cdef char* p = <char*>cnp.PyArray_DATA(a)
+    cdef char* q = <char*>cnp.PyArray_DATA(out)
+    cdef double total
+    with nogil:
+        for j in range(c):
+            total = 0
+            for i in range(n):
+                if t == cnp.NPY_FLOAT:
+                    total += xgrad_sum_f32(<float*>p + (i * c + j) * plane, plane)
+                else:
+                    total += xgrad_sum_f64(<double*>p + (i * c + j) * plane, plane)
+            if t == cnp.NPY_FLOAT:
+                (<float*>q)[j] = <float>total
+            else:
+                (<double*>q)[j] = total
+    return out
+
+
 cdef void _sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
     cdef Span* s = <Span*>ctx  # n: blocks; m: elements
     _block_sums(s.t, s.a, s.m, s.sums, c * s.chunk, min((c + 1) * s.chunk, s.n))
