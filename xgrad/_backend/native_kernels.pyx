@@ -1340,21 +1340,24 @@ cpdef object sum_channels(object x):
     if n * c:
         plane = cnp.PyArray_SIZE(a) // (n * c)
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &c, t, 0)
-    cdef char* p = <char*>cnp.PyArray_DATA(a)
-    cdef char* q = <char*>cnp.PyArray_DATA(out)
+    cdef float* p32 = <float*>cnp.PyArray_DATA(a)
+    cdef double* p64 = <double*>cnp.PyArray_DATA(a)
+    cdef float* q32 = <float*>cnp.PyArray_DATA(out)
+    cdef double* q64 = <double*>cnp.PyArray_DATA(out)
     cdef double total
     with nogil:
-        for j in range(c):
-            total = 0
-            for i in range(n):
-                if t == cnp.NPY_FLOAT:
-                    total += xgrad_sum_f32(<float*>p + (i * c + j) * plane, plane)
-                else:
-                    total += xgrad_sum_f64(<double*>p + (i * c + j) * plane, plane)
-            if t == cnp.NPY_FLOAT:
-                (<float*>q)[j] = <float>total
-            else:
-                (<double*>q)[j] = total
+        if t == cnp.NPY_FLOAT:
+            for j in range(c):
+                total = 0
+                for i in range(n):
+                    total += xgrad_sum_f32(p32 + (i * c + j) * plane, plane)
+                q32[j] = <float>total
+        else:
+            for j in range(c):
+                total = 0
+                for i in range(n):
+                    total += xgrad_sum_f64(p64 + (i * c + j) * plane, plane)
+                q64[j] = total
     return out
 
 

@@ -539,19 +539,30 @@ def _choice(route, x, *shapes):
     return found
 
 
-def _conv_route(x, wshape, geom, outsize, work):
-    """conv_kernel's algorithm: (how, plan)."""
+def _planned(x, wshape, geom, outsize, work):
+    """The planned algorithms conv and its weight gradient share, best
+    first: (how, plan), or None where none applies."""
     transform = _winograd.transform_for(x, wshape, geom, outsize, work)
     if transform is not None:  # 3x3 or 5x5, stride 1, 16+ channels
         return 'winograd', transform
     phases = _host_phases(x, wshape, geom, outsize, work)
     if phases is not None:  # 5x5, stride 2: Winograd over the input's phases
         return 'phases', phases
+    # small images: GEMMs that skip the padding's taps (never pointwise
+    # geometries: those have no padding, and the plan declines them)
+    taps = _host_tap_plan(x, wshape, geom, outsize, work)
+    if taps is not None:
+        return 'taps', taps
+    return None
+
+
+def _conv_route(x, wshape, geom, outsize, work):
+    """conv_kernel's algorithm: (how, plan)."""
+    planned = _planned(x, wshape, geom, outsize, work)
+    if planned is not None:
+        return planned
     if _pointwise(geom, x.shape[2:], outsize):
         return 'pointwise', None
-    taps = _host_tap_plan(x, wshape, geom, outsize, work)
-    if taps is not None:  # small images: GEMMs that skip the padding's taps
-        return 'taps', taps
     return 'im2col', geom.groups == 1 and _own_forward_gemm(wshape[0])
 
 
@@ -607,15 +618,9 @@ def _conv_transpose_route(x, wshape, geom, outsize, work):
 def _grad_weight_route(x, gyshape, wshape, geom, work):
     """conv_grad_weight_kernel's algorithm: (how, plan)."""
     outsize = gyshape[2:]
-    transform = _winograd.transform_for(x, wshape, geom, outsize, work)
-    if transform is not None:
-        return 'winograd', transform
-    phases = _host_phases(x, wshape, geom, outsize, work)
-    if phases is not None:
-        return 'phases', phases
-    taps = _host_tap_plan(x, wshape, geom, outsize, work)
-    if taps is not None:
-        return 'taps', taps
+    planned = _planned(x, wshape, geom, outsize, work)
+    if planned is not None:
+        return planned
     og, cg = wshape[0] // geom.groups, x.shape[1] // geom.groups
     if _pointwise(geom, x.shape[2:], outsize) and og * cg <= (og + cg) * _prod(outsize):
         return 'pointwise', None
