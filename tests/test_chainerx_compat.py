@@ -159,7 +159,7 @@ def test_numpy_constants():
 def test_fallbacks_match_numpy():
     a = numpy.array([1.5, -1.5, 2.0, -0.2], 'float32')
     b = numpy.array([-1.0, 1.0, -0.0, 3.0], 'float32')
-    xgrad.testing.assert_array_equal_ex(xgrad.fix(xgrad.array(a)), numpy.fix(a))
+    xgrad.testing.assert_array_equal_ex(xgrad.fix(xgrad.array(a)), numpy.trunc(a))
     xgrad.testing.assert_array_equal_ex(xgrad.copysign(xgrad.array(a), xgrad.array(b)),
                                         numpy.copysign(a, b))
     xs = xgrad.broadcast_arrays(xgrad.array(a), xgrad.ones((3, 1), 'float32'))

@@ -37,7 +37,7 @@ def fix(x):
     """Round toward zero, elementwise (NumPy's ``fix``)."""
     device = _device_of(x)
     with device.scope():
-        result = device.xp.asarray(device.xp.fix(_raw(x, device)))
+        result = device.xp.asarray(device.xp.trunc(_raw(x, device)))
     return _core._array_of(result, device)
 
 

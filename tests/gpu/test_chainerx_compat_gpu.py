@@ -49,6 +49,6 @@ def test_fallbacks_compute_with_cupy(gpu):
     a = numpy.array([1.5, -1.5, 2.0], 'float32')
     b = numpy.array([-1.0, 1.0, -0.0], 'float32')
     xa, xb = xgrad.array(a, device='cuda:0'), xgrad.array(b, device='cuda:0')
-    numpy.testing.assert_array_equal(xgrad.fix(xa).to_numpy(), numpy.fix(a))
+    numpy.testing.assert_array_equal(xgrad.fix(xa).to_numpy(), numpy.trunc(a))
     numpy.testing.assert_array_equal(xgrad.copysign(xa, xb).to_numpy(), numpy.copysign(a, b))
     assert xgrad.fix(xa).device.name == 'cuda:0'

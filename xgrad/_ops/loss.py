@@ -400,7 +400,9 @@ def _softmax_cross_entropy_ref(x, t):
 def _hinge_ref(x, t, norm=1.0):
     n, c = x.shape
     target = numpy.arange(c) == t[:, None]
-    return numpy.maximum(0, numpy.where(target, 1 - x, 1 + x)) ** x.dtype.type(norm)
+    margin = numpy.maximum(0, numpy.where(target, 1 - x, 1 + x))
+    # (the power in the margin's own dtype: a bool x's margin is an integer)
+    return margin if norm == 1 else margin ** margin.dtype.type(norm)
 
 
 def _labels_arg(shape, low, high):
