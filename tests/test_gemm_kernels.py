@@ -28,6 +28,7 @@ SHAPES = [  # (m, k, n): tiles (8 x 32 on AVX-512, 6 x 16 on AVX2) at most a
     (8, 16, 32), (24, 17, 100), (32, 16, 120), (48, 255, 40), (64, 256, 64),
     (65, 257, 257), (20, 300, 200), (23, 600, 250), (8, 40, 1100), (128, 520, 96),
     (130, 70, 1030), (256, 16, 64), (300, 20, 32), (47, 33, 90),
+    (47, 600, 48), (100, 520, 64),  # ('t' A: read in place, sums over KC blocks)
 ]
 
 
@@ -109,11 +110,12 @@ def test_declines_products_that_would_be_mostly_padding(path, m, k, n):
 
 
 @pytest.mark.parametrize('m,k,n', [(24, 17, 64), (65, 300, 40), (20, 600, 1100)])
-def test_accumulate_adds_to_out(path, m, k, n):
+@pytest.mark.parametrize('layouts', ['ct', 'tc'])
+def test_accumulate_adds_to_out(path, m, k, n, layouts):
     if not gemm_kernels.available() or _mostly_padding(path, m, k, n):
         pytest.skip('the BLAS\'s on ' + path)
     rng = numpy.random.default_rng(1)
-    a, b = _operand(rng, (m, k), 'c'), _operand(rng, (k, n), 't')
+    a, b = _operand(rng, (m, k), layouts[0]), _operand(rng, (k, n), layouts[1])
     start = rng.standard_normal((m, n), dtype=numpy.float32)
     out = start.copy()
     assert gemm_kernels.sgemm(a, b, out, accumulate=True)

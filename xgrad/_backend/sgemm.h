@@ -15,7 +15,17 @@
  * reads both as consecutive vectors: MR x NR results kept in registers, one
  * vector FMA per (row, vector of columns) per k. Where A has few rows (at
  * most DIRECT_B_ROWS) and B's rows are contiguous, B is read in place
- * (each panel reused for too few rows to pay for a copy).
+ * (each panel reused for too few rows to pay for a copy); likewise A where
+ * C has few columns: at most DIRECT_A_COLUMNS with A's rows contiguous,
+ * at most DIRECT_COLUMN_MAJOR_A_COLUMNS with its columns contiguous (the
+ * transposed weights W^T of conv's input gradient on small images, the
+ * tap groups' columns^T in the weight gradient). Column-major A read in
+ * place, not packed, one thread, Zen 3, steps over torch's (5-7 paired
+ * processes): 256->256 3x3 on 8x8 at batch 1 0.93x the packed one's time,
+ * 64->64 3x3 stride 2 on 4x4 at batch 8 0.95x, 16->32 5x5 stride 2 on
+ * 16x16 at batch 64 0.94x, conv_transpose 64->64 5x5 stride 2 on 16x16 at
+ * batch 64 0.93x; at 64 columns 0.98-1.06x, and the product (1152 x 128)
+ * (128 x 128) alone 1.05x: the limit is 64 (measured on AVX2 only).
  *
  * Two micro-kernels: 8 x 32 for AVX-512 (16 zmm accumulators) and 6 x 16
  * for AVX2 (12 ymm of its 16 registers). Without either (the SSE2 path,
@@ -42,6 +52,7 @@
 #define XGRAD_SGEMM_MAX_NR 32
 #define XGRAD_SGEMM_DIRECT_B_ROWS 64
 #define XGRAD_SGEMM_DIRECT_A_COLUMNS 256
+#define XGRAD_SGEMM_DIRECT_COLUMN_MAJOR_A_COLUMNS 64
 
 typedef ptrdiff_t xgrad_idx;
 
@@ -246,7 +257,9 @@ static int xgrad_sgemm_run(xgrad_sgemm_shape s, xgrad_idx m, xgrad_idx n, xgrad_
     const int mr = s.mr, nr = s.nr;
     const xgrad_idx kc_max = k < XGRAD_SGEMM_KC_DEPTH ? k : XGRAD_SGEMM_KC_DEPTH;
     const int direct = b.cs == 1 && m <= XGRAD_SGEMM_DIRECT_B_ROWS;
-    const int direct_a = a.cs == 1 && n <= XGRAD_SGEMM_DIRECT_A_COLUMNS;
+    const int direct_a = n <= (a.cs == 1   ? XGRAD_SGEMM_DIRECT_A_COLUMNS
+                               : a.rs == 1 ? XGRAD_SGEMM_DIRECT_COLUMN_MAJOR_A_COLUMNS
+                                           : 0);
     const xgrad_idx nc_max = direct ? nr : XGRAD_SGEMM_NC_COLUMNS;
     size_t a_floats = (size_t)(s.mc + mr) * kc_max, b_floats = (size_t)(nc_max + nr) * kc_max;
     float* pa = xgrad_sgemm_buffer(a_floats + b_floats + (size_t)mr * nr);
@@ -291,14 +304,14 @@ static int xgrad_sgemm_run(xgrad_sgemm_shape s, xgrad_idx m, xgrad_idx n, xgrad_
                         const float* rows = pa + ir * kc;
                         if (direct_a && mm == mr) {
                             if (nn == nr) {
-                                s.direct(kc, ak.data + ir * a.rs, a.rs, 1, panel, ldb, tile,
+                                s.direct(kc, ak.data + ir * a.rs, a.rs, a.cs, panel, ldb, tile,
                                          ldc, add);
                                 continue;
                             }
-                            s.direct(kc, ak.data + ir * a.rs, a.rs, 1, panel, ldb, edge, nr, 0);
+                            s.direct(kc, ak.data + ir * a.rs, a.rs, a.cs, panel, ldb, edge, nr, 0);
                         } else {
                             if (direct_a) {  /* the last, partial rows */
-                                xgrad_matrix tail = {ak.data + ir * a.rs, a.rs, 1};
+                                xgrad_matrix tail = {ak.data + ir * a.rs, a.rs, a.cs};
                                 xgrad_sgemm_pack_a(tail, mm, kc, mr, pa);
                                 rows = pa;
                             }
