@@ -5,17 +5,21 @@ steps, in paired rounds.
     python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE [--pairs 8]
         [--only elementwise_chain,mlp_step,gradient_penalty] [--out PATH]
     python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE --suite training_steps
+    python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE --suite conv_points \
+        --only conv:8,16,32,56,5,2,conv_transpose:64,16,32,16,5,2
 
 Each tree is an xgrad checkout with its extensions built in place. A pair
 runs the suite once on each tree (in child processes, ``PYTHONPATH`` set to
 the tree, one BLAS/OpenMP thread), the order alternating from pair to pair:
 ``bench/run.py --frameworks xgrad`` (suite ``small_graphs``, the default),
 or ``bench/training_steps.py --threads 1`` (suite ``training_steps``: the
-cnn, lstm, wgan_gp and swish_mlp steps). Reported per benchmark: the median
-of the per-pair ratios candidate/baseline of xgrad's time, and the same for
-xgrad's time over the floor measured in the same process, which cancels
-machine-wide drift between the two processes of a pair: NumPy's forward for
-the small graphs, torch's step for the training steps.
+cnn, lstm, wgan_gp and swish_mlp steps), or ``bench/conv_sweep.py --points``
+(suite ``conv_points``: the convolution steps named by ``--only``, each
+OP:N,C,O,SIZE,K,S). Reported per benchmark: the median of the per-pair
+ratios candidate/baseline of xgrad's time, and the same for xgrad's time
+over the floor measured in the same process, which cancels machine-wide
+drift between the two processes of a pair: NumPy's forward for the small
+graphs, torch's step for the training steps and the convolutions.
 
 It answers "what does this change cost", for a change that cannot be
 switched at run time: issue 13's GC tracking (a baseline built with
@@ -54,6 +58,41 @@ def run_training_steps(tree, only, rounds):
             for name, w in result['workloads'].items()}
 
 
+def conv_point_specs(only):
+    """--only's conv points, 'conv:8,16,32,56,5,2,conv_transpose:...', as a
+    list of OP:N,C,O,SIZE,K,S."""
+    specs, current = [], None
+    for part in only.split(','):
+        if ':' in part:
+            current = [part]
+            specs.append(current)
+        elif current is None:
+            sys.exit('--only: conv points start with conv: or conv_transpose:, got ' + only)
+        else:
+            current.append(part)
+    return [','.join(spec) for spec in specs]
+
+
+def run_conv_points(tree, only, rounds):
+    """xgrad's and torch's median times (us) per conv point on ``tree`` (one
+    thread), named 'OP N,C,O,SIZE,K,S'."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, 'result.json')
+        env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
+        run = subprocess.run([sys.executable, os.path.join(HERE, 'conv_sweep.py'), '--threads',
+                              '1', '--rounds', str(rounds), '--out', out, '--points']
+                             + conv_point_specs(only),
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             universal_newlines=True)
+        if run.returncode:
+            sys.exit('bench/conv_sweep.py failed on {}:\n{}'.format(tree, run.stderr))
+        with open(out) as f:
+            result = json.load(f)
+    return {'{} {}'.format(r['op'], ','.join(str(r[k]) for k in (
+        'batch', 'in_channels', 'out_channels', 'size', 'kernel', 'stride'))):
+            (r['xgrad_us'], r['torch_us']) for r in result['conv']}
+
+
 def run_once(tree, only, rounds):
     """xgrad's and NumPy's median times (us) per benchmark on ``tree``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,16 +120,20 @@ def main():
     parser.add_argument('--pairs', type=int, default=8)
     parser.add_argument('--rounds', type=int, default=10,
                         help='timing rounds inside each run (default 10)')
-    parser.add_argument('--suite', choices=('small_graphs', 'training_steps'),
+    parser.add_argument('--suite', choices=('small_graphs', 'training_steps', 'conv_points'),
                         default='small_graphs')
     parser.add_argument('--only', help='benchmarks of the suite (default: small graphs '
-                        '{}; every training step)'.format(SMALL_GRAPH))
+                        '{}; every training step; conv_points: required)'.format(SMALL_GRAPH))
     parser.add_argument('--out', help='write the per-pair times and ratios as JSON')
     args = parser.parse_args()
     trees = {'baseline': os.path.abspath(args.baseline),
              'candidate': os.path.abspath(args.candidate)}
     if args.suite == 'training_steps':
         run, only = run_training_steps, args.only
+    elif args.suite == 'conv_points':
+        if not args.only:
+            parser.error('--suite conv_points needs --only OP:N,C,O,SIZE,K,S[,OP:...]')
+        run, only = run_conv_points, args.only
     else:
         run, only = run_once, args.only or SMALL_GRAPH
     pairs = []
@@ -112,7 +155,7 @@ def main():
         }
     print('{:<20} {:>12} {:>12} {:>12} {:>18}'.format(
         'benchmark', 'baseline us', 'candidate us', 'cand/base', 'cand/base vs floor'))
-    # (floor: NumPy's forward for the small graphs, torch's step for the training steps)
+    # (floor: NumPy's forward for the small graphs, torch's step for the others)
     for name, s in summary.items():
         print('{:<20} {:>12.1f} {:>12.1f} {:>12.3f} {:>18.3f}'.format(
             name, s['baseline_us'], s['candidate_us'], s['median_pair_ratio'],

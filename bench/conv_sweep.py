@@ -7,6 +7,8 @@ with GFLOP/s against this machine's own sgemm.
     python bench/conv_sweep.py --kernels 3 --strides 1 --transpose --no-pool  # a slice
     python bench/conv_sweep.py --rerun bench/results/conv_sweep_1thread_2026-12-03.json
         # again, the points of an earlier sweep that were slower than torch (--above 1.0)
+    python bench/conv_sweep.py --points conv:8,16,32,56,5,2 conv_transpose:64,16,32,16,5,2
+        # named points: OP:batch,in_channels,out_channels,size,kernel,stride
 
 The sweep (issue 27): batch 1, 8, 64; channels 1->16, 16->32, 64->64,
 128->128, 256->256; spatial 4, 8, 16, 32, 56; kernel 1, 3, 5 with pad
@@ -119,6 +121,16 @@ def _ints(text):
     return tuple(int(v) for v in text.split(','))
 
 
+def _point(text):
+    """OP:batch,in_channels,out_channels,size,kernel,stride as (op, point)."""
+    op, _, numbers = text.partition(':')
+    point = _ints(numbers) if numbers else ()
+    if op not in ('conv', 'conv_transpose') or len(point) != 6:
+        raise argparse.ArgumentTypeError(
+            'expected conv:N,C,O,SIZE,K,S or conv_transpose:N,C,O,SIZE,K,S, got {!r}'.format(text))
+    return op, point
+
+
 def pool_points(args):
     if args.quick:
         return QUICK_POOL
@@ -225,6 +237,8 @@ def main(argv=None):
     ap.add_argument('--rerun', metavar='RESULT_JSON',
                     help='time again the points of an earlier sweep above --above '
                          '(narrowed by --kernels, --strides, --no-pool)')
+    ap.add_argument('--points', type=_point, nargs='+', metavar='OP:N,C,O,SIZE,K,S',
+                    help='time these conv points only (no pooling), e.g. conv:8,16,32,56,5,2')
     ap.add_argument('--above', type=float, default=1.0,
                     help="with --rerun: the earlier paired ratio to exceed (default 1.0)")
     ap.add_argument('--out', help='JSON path (default {}; --quick: none)'.format(DEFAULT_OUT))
@@ -238,7 +252,9 @@ def main(argv=None):
     start = time.time()
     peak = sgemm_gflops(256, 2304, 4096, min_time)
     kinds = ['conv'] + (['conv_transpose'] if args.transpose else [])
-    if args.rerun:
+    if args.points:
+        items, pools, pruned = list(args.points), [], []
+    elif args.rerun:
         items, pools = rerun_items(args.rerun, args.above)
         # --kernels, --strides and --no-pool narrow a rerun too
         items = [(op, pt) for op, pt in items
@@ -261,7 +277,9 @@ def main(argv=None):
                            'max_seconds': args.max_seconds, 'pad': 'k // 2',
                            'kernels': args.kernels, 'strides': args.strides,
                            'rerun': args.rerun and {'of': os.path.basename(args.rerun),
-                                                    'above': args.above}},
+                                                    'above': args.above},
+                           'points': args.points and ['{}:{}'.format(op, ','.join(map(str, pt)))
+                                                      for op, pt in args.points]},
               'sgemm_gflops_large': peak,
               'pruned': [{'point': list(pt), 'why': why} for pt, why in pruned],
               'conv': [], 'pool': []}
@@ -305,7 +323,7 @@ def main(argv=None):
     result['seconds'] = round(time.time() - start, 1)
     print(json.dumps(result['summary'], indent=1))
     out = args.out or (None if args.quick or args.limit or args.rerun or args.kernels
-                       or args.strides else DEFAULT_OUT)
+                       or args.strides or args.points else DEFAULT_OUT)
     if out:
         with open(out, 'w') as f:
             json.dump(result, f, indent=1)

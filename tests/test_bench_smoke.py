@@ -70,3 +70,34 @@ def test_op_overhead_times_registered_ops_against_torch_and_numpy():
     for name in ('| tanh |', '| conv |', '| max_pool |'):
         assert name in result.stdout
     assert 'ERROR' not in result.stderr
+
+
+def test_conv_sweep_times_the_points_it_is_given(tmp_path):
+    out = tmp_path / 'points.json'
+    result = _bench_command(['conv_sweep.py', '--points', 'conv_transpose:2,3,4,6,3,2',
+                             'conv:1,2,4,5,1,1', '--rounds', '1', '--min-time', '0.001',
+                             '--out', str(out)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(out.read_text())['conv']
+    assert [(r['op'], r['batch'], r['in_channels'], r['out_channels'], r['size'], r['kernel'],
+             r['stride']) for r in rows] == [('conv_transpose', 2, 3, 4, 6, 3, 2),
+                                             ('conv', 1, 2, 4, 5, 1, 1)]
+    assert 'max_pool' not in result.stderr
+
+
+def test_conv_sweep_refuses_a_malformed_point():
+    result = _bench_command(['conv_sweep.py', '--points', 'conv:2,3,4'])
+    assert result.returncode == 2
+    assert 'conv:N,C,O,SIZE,K,S' in result.stderr
+
+
+def test_ab_builds_compares_conv_points_over_torch(tmp_path):
+    # the same tree on both sides: one pair, the two named points reported
+    out = tmp_path / 'ab.json'
+    result = _bench_command(['ab_builds.py', str(ROOT), str(ROOT), '--suite', 'conv_points',
+                             '--only', 'conv:1,2,4,5,3,1,conv_transpose:2,3,4,6,3,2',
+                             '--pairs', '1', '--rounds', '1', '--out', str(out)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(out.read_text())['summary']
+    assert sorted(summary) == ['conv 1,2,4,5,3,1', 'conv_transpose 2,3,4,6,3,2']
+    assert all(s['median_pair_ratio_over_floor'] > 0 for s in summary.values())
