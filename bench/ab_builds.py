@@ -73,21 +73,26 @@ def conv_point_specs(only):
     return [','.join(spec) for spec in specs]
 
 
-def run_conv_points(tree, only, rounds):
-    """xgrad's and torch's median times (us) per conv point on ``tree`` (one
-    thread), named 'OP N,C,O,SIZE,K,S'."""
+def run_script(tree, script, args):
+    """The JSON that bench/``script`` writes with ``args`` + ``--out`` when
+    run on ``tree`` (one thread)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, 'result.json')
         env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
-        run = subprocess.run([sys.executable, os.path.join(HERE, 'conv_sweep.py'), '--threads',
-                              '1', '--rounds', str(rounds), '--out', out, '--points']
-                             + conv_point_specs(only),
+        run = subprocess.run([sys.executable, os.path.join(HERE, script), '--out', out] + args,
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              universal_newlines=True)
         if run.returncode:
-            sys.exit('bench/conv_sweep.py failed on {}:\n{}'.format(tree, run.stderr))
+            sys.exit('bench/{} failed on {}:\n{}'.format(script, tree, run.stderr))
         with open(out) as f:
-            result = json.load(f)
+            return json.load(f)
+
+
+def run_conv_points(tree, only, rounds):
+    """xgrad's and torch's median times (us) per conv point on ``tree`` (one
+    thread), named 'OP N,C,O,SIZE,K,S'."""
+    result = run_script(tree, 'conv_sweep.py', ['--threads', '1', '--rounds', str(rounds),
+                                                '--points'] + conv_point_specs(only))
     return {'{} {}'.format(r['op'], ','.join(str(r[k]) for k in (
         'batch', 'in_channels', 'out_channels', 'size', 'kernel', 'stride'))):
             (r['xgrad_us'], r['torch_us']) for r in result['conv']}
@@ -95,17 +100,8 @@ def run_conv_points(tree, only, rounds):
 
 def run_once(tree, only, rounds):
     """xgrad's and NumPy's median times (us) per benchmark on ``tree``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, 'result.json')
-        env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
-        run = subprocess.run([sys.executable, os.path.join(HERE, 'run.py'), '--frameworks',
-                              'xgrad', '--only', only, '--rounds', str(rounds), '--out', out],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             universal_newlines=True)
-        if run.returncode:
-            sys.exit('bench/run.py failed on {}:\n{}'.format(tree, run.stderr))
-        with open(out) as f:
-            result = json.load(f)
+    result = run_script(tree, 'run.py', ['--frameworks', 'xgrad', '--only', only,
+                                         '--rounds', str(rounds)])
     location = result['xgrad_location']
     if not os.path.realpath(location).startswith(os.path.realpath(tree)):
         sys.exit('xgrad was imported from {}, not from {}'.format(location, tree))
