@@ -117,6 +117,37 @@ def test_the_tile_transforms_are_their_matrix_definitions(t, unrolled, h, w, pad
                                   rtol=1e-5)
 
 
+@pytest.mark.parametrize('t', [F4, F5], ids=['4x4-3x3', '5x5'])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_the_written_out_matrices_give_the_matrix_driven_bits(t, dtype):
+    # winograd_block.h computes B^T of the six points and the A^T of F(4x4,
+    # 3x3) and F(2x2, 5x5) by kernels of their own, each sum in the order of
+    # the matrix-driven kernel. That one still runs for the same matrices
+    # with their rows reversed, which reverses the outputs and keeps every
+    # sum: the two must agree bit for bit.
+    k, a, m, pad = winograd_kernels, t.a, t.m, 2
+    n, c, h, w = 2, 3, 11, 9
+    th, tw = t.tile_counts((h + 2 * pad - t.r + 1, w + 2 * pad - t.r + 1))
+    tiles = n * th * tw
+    x = _data((n, c, h, w), 5, dtype)
+    v, v_rev = (numpy.empty((a * a, c, tiles), dtype) for _ in range(2))
+    assert k.input_tiles(x, v, t.b_t, m, pad, pad)
+    assert k.input_tiles(x, v_rev, t.b_t[::-1], m, pad, pad)
+    numpy.testing.assert_array_equal(v_rev.reshape(a, a, c, tiles)[::-1, ::-1],
+                                     v.reshape(a, a, c, tiles))
+
+    y, y_rev = (numpy.empty((n, c, m * th, m * tw), dtype) for _ in range(2))
+    assert k.output_tiles(v, y, t.a_t) and k.output_tiles(v, y_rev, t.a_t[::-1])
+    blocks = (n, c, th, m, tw, m)
+    numpy.testing.assert_array_equal(y_rev.reshape(blocks)[:, :, :, ::-1, :, ::-1],
+                                     y.reshape(blocks))
+
+    g, g_rev = (numpy.empty((a * a, c, tiles), dtype) for _ in range(2))
+    assert k.gradient_tiles(y, g, t.a_t) and k.gradient_tiles(y, g_rev, t.a_t[:, ::-1])
+    numpy.testing.assert_array_equal(g_rev.reshape(a, a, c, tiles)[::-1, ::-1],
+                                     g.reshape(a, a, c, tiles))
+
+
 def test_the_kernels_refuse_operands_they_do_not_take():
     k = winograd_kernels
     x = numpy.zeros((1, 2, 4, 4), numpy.float32)

@@ -33,10 +33,105 @@ typedef struct {
     _Alignas(64) double out[XGRAD_WINOGRAD_VALUES * XGRAD_WINOGRAD_BLOCK];
 } xgrad_winograd_buffers;
 
+/* The matrices with kernels of their own (XGRAD_WINOGRAD_ROWS): B^T of the
+ * six points (F(4x4, 3x3) and F(2x2, 5x5)), A^T of F(4x4, 3x3) and of
+ * F(2x2, 5x5), and their transposes A (the gradient tiles' left matrix).
+ * Why: the matrix-driven combination below reads and writes its output row
+ * once per nonzero coefficient, through memory; these hold a lane's inputs
+ * and outputs in registers (F(4x4, 3x3)'s input tiles took 60-70 ns a tile
+ * on Zen 3's AVX2 with the matrix-driven one). Each output is the same sum
+ * in the same order as the matrix-driven combination (the first nonzero
+ * term, then the others in column order; times 1 and -1 are exact), so
+ * both give the same bits. The caller names the kind (winograd_kernels.pyx
+ * matches the matrix); XGRAD_WINOGRAD_ANY is the matrix-driven path. */
+enum {
+    XGRAD_WINOGRAD_ANY = 0,
+    XGRAD_WINOGRAD_B6 = 1,  /* B^T, 6 x 6 */
+    XGRAD_WINOGRAD_A4 = 2,  /* A^T of F(4x4, 3x3), 4 x 6 */
+    XGRAD_WINOGRAD_A4_T = 3,  /* its transpose, 6 x 4 */
+    XGRAD_WINOGRAD_A2 = 4,  /* A^T of F(2x2, 5x5), 2 x 6 */
+    XGRAD_WINOGRAD_A2_T = 5  /* its transpose, 6 x 2 */
+};
+
+/* The rows of one call never overlap (the caller's strides are whole
+ * rows), which GCC cannot prove from the runtime strides: without this it
+ * vectorizes the loops behind an overlap check that fails and runs them a
+ * lane at a time. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define XGRAD_IVDEP _Pragma("GCC ivdep")
+#else
+#define XGRAD_IVDEP
+#endif
+
+/* out row i (out_stride apart) = row i of the kind's matrix times the
+ * input rows (in_stride apart), each row BLOCK lanes. */
+#define XGRAD_WINOGRAD_ROWS(isa, ATTR, T, sfx)                                     \
+    ATTR static void xgrad_winograd_rows_##sfx##_##isa(                            \
+            int kind, T* restrict out, ptrdiff_t os, const T* restrict in,         \
+            ptrdiff_t is) {                                                        \
+        const ptrdiff_t B = XGRAD_WINOGRAD_BLOCK;                                  \
+        if (kind == XGRAD_WINOGRAD_B6) {                                           \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
+                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
+                const T d5 = in[5 * is + p];                                       \
+                out[p] = (T)4 * d0 - (T)5 * d2 + d4;                               \
+                out[os + p] = (T)4 * d1 + (T)4 * d2 - d3 - d4;                     \
+                out[2 * os + p] = (T)-4 * d1 + (T)4 * d2 + d3 - d4;                \
+                out[3 * os + p] = (T)-2 * d1 - d2 + (T)2 * d3 + d4;                \
+                out[4 * os + p] = (T)2 * d1 - d2 - (T)2 * d3 + d4;                 \
+                out[5 * os + p] = (T)4 * d1 - (T)5 * d3 + d5;                      \
+            }                                                                      \
+        } else if (kind == XGRAD_WINOGRAD_A4) {                                    \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
+                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
+                const T d5 = in[5 * is + p];                                       \
+                out[p] = d0 + d1 + d2 + d3 + d4;                                   \
+                out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4;                     \
+                out[2 * os + p] = d1 + d2 + (T)4 * d3 + (T)4 * d4;                 \
+                out[3 * os + p] = d1 - d2 + (T)8 * d3 - (T)8 * d4 + d5;            \
+            }                                                                      \
+        } else if (kind == XGRAD_WINOGRAD_A4_T) {                                  \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T q0 = in[p], q1 = in[is + p], q2 = in[2 * is + p];         \
+                const T q3 = in[3 * is + p];                                       \
+                out[p] = q0;                                                       \
+                out[os + p] = q0 + q1 + q2 + q3;                                   \
+                out[2 * os + p] = q0 - q1 + q2 - q3;                               \
+                out[3 * os + p] = q0 + (T)2 * q1 + (T)4 * q2 + (T)8 * q3;          \
+                out[4 * os + p] = q0 - (T)2 * q1 + (T)4 * q2 - (T)8 * q3;          \
+                out[5 * os + p] = q3;                                              \
+            }                                                                      \
+        } else if (kind == XGRAD_WINOGRAD_A2) {                                    \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
+                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
+                const T d5 = in[5 * is + p];                                       \
+                out[p] = d0 + d1 + d2 + d3 + d4;                                   \
+                out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4 + d5;                \
+            }                                                                      \
+        } else { /* XGRAD_WINOGRAD_A2_T */                                         \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T q0 = in[p], q1 = in[is + p];                               \
+                out[p] = q0;                                                       \
+                out[os + p] = q0 + q1;                                             \
+                out[2 * os + p] = q0 - q1;                                         \
+                out[3 * os + p] = q0 + (T)2 * q1;                                  \
+                out[4 * os + p] = q0 - (T)2 * q1;                                  \
+                out[5 * os + p] = q1;                                              \
+            }                                                                      \
+        }                                                                          \
+    }
+
 /* out = left . d . right^T for the block: left is (rows_out, rows_in),
  * right (cols_out, cols_in), row-major; t is scratch of rows_out * cols_in
- * rows. Zero coefficients (half of B^T's and A^T's) are skipped. */
+ * rows. With a kind other than XGRAD_WINOGRAD_ANY, left and right are both
+ * that kind's matrix (every transform here multiplies by one matrix on
+ * both sides) and its kernel computes each pass; otherwise zero
+ * coefficients (half of B^T's and A^T's) are skipped. */
 #define XGRAD_WINOGRAD_AT(isa, ATTR, T, sfx)                                       \
+    XGRAD_WINOGRAD_ROWS(isa, ATTR, T, sfx)                                         \
     ATTR static void xgrad_winograd_combine_##sfx##_##isa(                         \
             T* restrict out, const T* restrict rows, ptrdiff_t row_stride,         \
             const T* coeff, ptrdiff_t count_in) {                                  \
@@ -55,10 +150,19 @@ typedef struct {
         if (first) memset(out, 0, XGRAD_WINOGRAD_BLOCK * sizeof(T));               \
     }                                                                              \
     ATTR static void xgrad_winograd_transform_##sfx##_##isa(                       \
-            const T* left, ptrdiff_t rows_out, const T* right, ptrdiff_t cols_out,  \
-            ptrdiff_t rows_in, ptrdiff_t cols_in, const T* restrict d,             \
-            T* restrict t, T* restrict out) {                                      \
+            int kind, const T* left, ptrdiff_t rows_out, const T* right,           \
+            ptrdiff_t cols_out, ptrdiff_t rows_in, ptrdiff_t cols_in,              \
+            const T* restrict d, T* restrict t, T* restrict out) {                 \
         const ptrdiff_t B = XGRAD_WINOGRAD_BLOCK;                                  \
+        if (kind != XGRAD_WINOGRAD_ANY) {                                          \
+            for (ptrdiff_t s = 0; s < cols_in; s++)                                \
+                xgrad_winograd_rows_##sfx##_##isa(kind, t + s * B, cols_in * B,    \
+                                                  d + s * B, cols_in * B);         \
+            for (ptrdiff_t i = 0; i < rows_out; i++)                               \
+                xgrad_winograd_rows_##sfx##_##isa(kind, out + i * cols_out * B, B, \
+                                                  t + i * cols_in * B, B);         \
+            return;                                                                \
+        }                                                                          \
         for (ptrdiff_t i = 0; i < rows_out; i++)                                   \
             for (ptrdiff_t s = 0; s < cols_in; s++)                                \
                 xgrad_winograd_combine_##sfx##_##isa(                              \
@@ -74,10 +178,11 @@ typedef struct {
 #define XGRAD_WINOGRAD(T, sfx)                                                     \
     XGRAD_EACH_PATH(XGRAD_WINOGRAD_AT, T, sfx)                                     \
     static void xgrad_winograd_transform_##sfx(                                    \
-            const T* left, ptrdiff_t rows_out, const T* right, ptrdiff_t cols_out,  \
-            ptrdiff_t rows_in, ptrdiff_t cols_in, const T* d, T* t, T* out) {       \
+            int kind, const T* left, ptrdiff_t rows_out, const T* right,           \
+            ptrdiff_t cols_out, ptrdiff_t rows_in, ptrdiff_t cols_in, const T* d,  \
+            T* t, T* out) {                                                        \
         XGRAD_CALL(xgrad_winograd_transform_##sfx,                                 \
-                   (left, rows_out, right, cols_out, rows_in, cols_in, d, t, out)); \
+                   (kind, left, rows_out, right, cols_out, rows_in, cols_in, d, t, out)); \
     }
 
 XGRAD_WINOGRAD(float, f32)

@@ -62,18 +62,46 @@ cdef extern from "winograd_block.h":
         double d[MAX_VALUES * BLOCK]
         double t[MAX_VALUES * BLOCK]
         double out[MAX_VALUES * BLOCK]
+    enum: XGRAD_WINOGRAD_ANY
+    enum: XGRAD_WINOGRAD_B6
+    enum: XGRAD_WINOGRAD_A4
+    enum: XGRAD_WINOGRAD_A4_T
+    enum: XGRAD_WINOGRAD_A2
+    enum: XGRAD_WINOGRAD_A2_T
     int xgrad_vector_set_path(int path) noexcept nogil
     int xgrad_vector_get_path() noexcept nogil
-    void xgrad_winograd_transform_f32(const float* left, Py_ssize_t rows_out,
+    void xgrad_winograd_transform_f32(int kind, const float* left, Py_ssize_t rows_out,
                                       const float* right, Py_ssize_t cols_out,
                                       Py_ssize_t rows_in, Py_ssize_t cols_in, const float* d,
                                       float* t, float* out) noexcept nogil
-    void xgrad_winograd_transform_f64(const double* left, Py_ssize_t rows_out,
+    void xgrad_winograd_transform_f64(int kind, const double* left, Py_ssize_t rows_out,
                                       const double* right, Py_ssize_t cols_out,
                                       Py_ssize_t rows_in, Py_ssize_t cols_in, const double* d,
                                       double* t, double* out) noexcept nogil
 
 assert XGRAD_WINOGRAD_BLOCK == BLOCK and XGRAD_WINOGRAD_VALUES == MAX_VALUES
+
+# The matrices winograd_block.h has kernels of its own for (its
+# XGRAD_WINOGRAD_ROWS), as (kind, matrix): a transform whose matrix is one of
+# these, entry for entry, runs that kernel (the same sums, in registers).
+_B6 = ((4, 0, -5, 0, 1, 0), (0, 4, 4, -1, -1, 0), (0, -4, 4, 1, -1, 0),
+       (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1))
+_A4 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))
+_A2 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 1))
+_KERNEL_MATRICES = tuple((kind, numpy.array(mat, float)) for kind, mat in (
+    (XGRAD_WINOGRAD_B6, _B6), (XGRAD_WINOGRAD_A4, _A4),
+    (XGRAD_WINOGRAD_A4_T, tuple(zip(*_A4))), (XGRAD_WINOGRAD_A2, _A2),
+    (XGRAD_WINOGRAD_A2_T, tuple(zip(*_A2)))))
+
+
+cdef int _kind(cnp.ndarray mat):
+    """The kernel kind of the transform matrix ``mat`` (2-D), or
+    XGRAD_WINOGRAD_ANY (the matrix-driven kernel)."""
+    for kind, known in _KERNEL_MATRICES:
+        if mat.shape[0] == known.shape[0] and mat.shape[1] == known.shape[1] and (
+                mat == known).all():
+            return kind
+    return XGRAD_WINOGRAD_ANY
 
 
 cdef inline void _follow_path() noexcept nogil:
@@ -88,29 +116,30 @@ def cpu_path():
     return native_kernels.CPU_PATH_NAMES[xgrad_vector_get_path()]
 
 
-cdef inline void _transform(const real* left, Py_ssize_t rows_out, const real* right,
-                            Py_ssize_t cols_out, Py_ssize_t rows_in, Py_ssize_t cols_in,
-                            xgrad_winograd_buffers* b) noexcept nogil:
+cdef inline void _transform(int kind, const real* left, Py_ssize_t rows_out,
+                            const real* right, Py_ssize_t cols_out, Py_ssize_t rows_in,
+                            Py_ssize_t cols_in, xgrad_winograd_buffers* b) noexcept nogil:
     """b.out = left . b.d . right^T for each tile of a block
     (winograd_block.h): b.d holds value (r, s) of tile p at
     d[(r * cols_in + s) * BLOCK + p], b.out the (rows_out x cols_out) result
     likewise. ``left`` is (rows_out, rows_in), ``right`` (cols_out,
-    cols_in), row-major."""
+    cols_in), row-major; ``kind`` is _kind's of them (the same matrix) or
+    XGRAD_WINOGRAD_ANY."""
     if real is float:
-        xgrad_winograd_transform_f32(left, rows_out, right, cols_out, rows_in, cols_in,
+        xgrad_winograd_transform_f32(kind, left, rows_out, right, cols_out, rows_in, cols_in,
                                      <float*>b.d, <float*>b.t, <float*>b.out)
     else:
-        xgrad_winograd_transform_f64(left, rows_out, right, cols_out, rows_in, cols_in,
+        xgrad_winograd_transform_f64(kind, left, rows_out, right, cols_out, rows_in, cols_in,
                                      b.d, b.t, b.out)
 
 
-cdef inline void _emit(const real* left, Py_ssize_t rows_out, Py_ssize_t rows_in,
+cdef inline void _emit(int kind, const real* left, Py_ssize_t rows_out, Py_ssize_t rows_in,
                        xgrad_winograd_buffers* b, real* dst, Py_ssize_t k_stride,
                        Py_ssize_t count) noexcept nogil:
     """left . b.d . left^T of a block of ``count`` tiles, each of the
     rows_out^2 values copied out as one run to its plane (k_stride apart)."""
     cdef Py_ssize_t k
-    _transform(left, rows_out, left, rows_out, rows_in, rows_in, b)
+    _transform(kind, left, rows_out, left, rows_out, rows_in, rows_in, b)
     for k in range(rows_out * rows_out):
         memcpy(dst + k * k_stride, <real*>b.out + k * BLOCK, count * sizeof(real))
 
@@ -183,7 +212,8 @@ cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_
                 dst[r * stride + s] = out[(r * m + s) * BLOCK] + b0
 
 
-cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssize_t side,
+cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t a,
+                 Py_ssize_t side,
                  Py_ssize_t m, Py_ssize_t n_count, Py_ssize_t c_count, Py_ssize_t h,
                  Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw,
                  real* padded, Py_ssize_t ld, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -222,11 +252,12 @@ cdef void _tiles(const real* x, real* v, const real* left, Py_ssize_t a, Py_ssiz
                     _load_tile(padded + m * (i * wp + j), wp, side, d + fill)
                     fill += 1
                     if fill == BLOCK:
-                        _emit(left, a, side, &buffers, v + c * ld + done, k_stride, fill)
+                        _emit(kind, left, a, side, &buffers, v + c * ld + done, k_stride,
+                              fill)
                         done += fill
                         fill = 0
         if fill:
-            _emit(left, a, side, &buffers, v + c * ld + done, k_stride, fill)
+            _emit(kind, left, a, side, &buffers, v + c * ld + done, k_stride, fill)
 
 
 cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,
@@ -236,7 +267,8 @@ cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_
     return numpy.zeros(count * (m * (th - 1) + side) * (m * (tw - 1) + side), dtype)
 
 
-cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py_ssize_t m,
+cdef void _output_tiles(const real* e, real* y, int kind, const real* at, Py_ssize_t a,
+                        Py_ssize_t m,
                         const real* bias, Py_ssize_t n_count, Py_ssize_t o_count,
                         Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t th,
                         Py_ssize_t tw, Py_ssize_t ld, Py_ssize_t lo,
@@ -261,7 +293,7 @@ cdef void _output_tiles(const real* e, real* y, const real* at, Py_ssize_t a, Py
         for p0 in range(0, plane, BLOCK):
             count = min(BLOCK, plane - p0)
             _read_rows(d, BLOCK, e + o * ld + p0, k_stride, a * a, count)
-            _transform(at, m, at, m, a, a, &buffers)
+            _transform(kind, at, m, at, m, a, a, &buffers)
             for p in range(count):
                 _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
                             y + ((n * o_count + o) * ho + m * i) * wo + m * j, wo)
@@ -291,6 +323,7 @@ cdef struct TileJob:
     const void* src
     void* dst
     const void* mat  # TILES: the left matrix; OUTPUT: A^T
+    int mat_kind  # _kind(mat)
     const void* bias
     void* scratch  # TILES: one zeroed plane a chunk (_scratch_planes), scratch_size apart
     Py_ssize_t scratch_size
@@ -306,11 +339,11 @@ cdef void _tile_range(TileJob* j, real* dst, Py_ssize_t chunk, Py_ssize_t lo,
     cdef const real* bias = <const real*>j.bias
     cdef int k = j.kernel
     if k == TILES:
-        _tiles(src, dst, mat, j.a, j.side, j.m, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw,
-               <real*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
+        _tiles(src, dst, j.mat_kind, mat, j.a, j.side, j.m, j.n, j.c, j.h, j.w, j.ph, j.pw,
+               j.th, j.tw, <real*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
     elif k == OUTPUT:
-        _output_tiles(src, dst, mat, j.a, j.m, bias, j.n, j.c, j.h, j.w, j.th, j.tw, j.ld, lo,
-                      hi)
+        _output_tiles(src, dst, j.mat_kind, mat, j.a, j.m, bias, j.n, j.c, j.h, j.w, j.th,
+                      j.tw, j.ld, lo, hi)
     elif k == INPUT_3X3:
         _input_tiles_3x3(src, dst, j.n, j.c, j.h, j.w, j.ph, j.pw, j.th, j.tw, j.ld, lo, hi)
     elif k == OUTPUT_3X3:
@@ -434,7 +467,7 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
         return False
     cdef Py_ssize_t cth = th, ctw = tw
     cdef TileJob job = _tile_job(TILES, t, x, v)
-    job.mat = cnp.PyArray_DATA(bt)
+    job.mat, job.mat_kind = cnp.PyArray_DATA(bt), _kind(bt)
     job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, a, m, n, c, h, w
     job.ph, job.pw, job.th, job.tw, job.ld = ph, pw, cth, ctw, ld
     cdef Py_ssize_t nt = _tile_threads(c, a * a * c * n * cth * ctw)
@@ -471,7 +504,7 @@ def output_tiles(cnp.ndarray e, cnp.ndarray y, object a_t, object bias=None):
     cdef Py_ssize_t cth = th, ctw = tw
     cdef void* pb = NULL if b is None else cnp.PyArray_DATA(b)
     cdef TileJob job = _tile_job(OUTPUT, t, e, y)
-    job.mat, job.bias = cnp.PyArray_DATA(at), pb
+    job.mat, job.mat_kind, job.bias = cnp.PyArray_DATA(at), _kind(at), pb
     job.a, job.m, job.n, job.c, job.h, job.w = a, m, n, o, ho, wo
     job.th, job.tw, job.ld = cth, ctw, ld
     with nogil:
@@ -499,7 +532,7 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     cdef Py_ssize_t cth = th, ctw = tw
     # (the m x m blocks are tiles of side m with no padding before them)
     cdef TileJob job = _tile_job(TILES, t, gy, g)
-    job.mat = cnp.PyArray_DATA(a_mat)
+    job.mat, job.mat_kind = cnp.PyArray_DATA(a_mat), _kind(a_mat)
     job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, m, m, n, o, ho, wo
     job.th, job.tw, job.ld = cth, ctw, ld
     cdef Py_ssize_t nt = _tile_threads(o, a * a * o * n * cth * ctw)
