@@ -38,7 +38,7 @@ def small(monkeypatch):
     monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
     return record_calls(monkeypatch, _polyphase.Phases,
-                        ('split_input', 'merge_input', 'merge_weight'))
+                        ('split_weight', 'merge_input', 'merge_weight'))
 
 
 # (n, c, o, h, w, k, stride, pad): 5x5 stride 2 (3x3 phases) at several
@@ -66,6 +66,26 @@ def test_the_reshapes_are_each_others_adjoints(small, n, c, o, h, w, k, s, pad):
     # the weights' split loses nothing: merging it back is the identity
     numpy.testing.assert_array_equal(  # exact: copies of the same values
         phases.merge_weight(phases.split_weight(wt, numpy.float64)), wt)
+
+
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_the_input_tiles_gather_the_phases_split_input_makes(small, n, c, o, h, w, k, s, pad,
+                                                             dtype):
+    # conv and its weight gradient read x's phases straight from x (the
+    # input tiles' gather): the same tiles, bit for bit, as those of the
+    # split copy, including the zeros past x and past the phases' size
+    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad)
+    t = phases.transform
+    x = _data((n, c, h, w), 1, dtype)
+    split = phases.split_input(x, dtype)
+    outsize = tuple(size - phases.q + 1 for size in phases.phase_size)
+    th, tw = t.tile_counts(outsize)
+    v_split, v_gathered = (numpy.full((t.a * t.a, c * s * s, n * th * tw), numpy.nan, dtype)
+                           for _ in range(2))
+    t.input_tiles(split, v_split, (0, 0))
+    t.input_tiles(x, v_gathered, None, phases)
+    numpy.testing.assert_array_equal(v_gathered, v_split)
 
 
 @pytest.mark.parametrize('xshape, wshape, k, s, pad, takes', [
@@ -124,7 +144,7 @@ def test_conv_and_its_gradients_go_through_it_and_match_the_references(small, n,
                                                                        k, s, pad):
     x, wt, b = _data((n, c, h, w), 1), _data((o, c, k, k), 2), _data((o,), 3)
     y = xgrad.conv(xgrad.array(x), xgrad.array(wt), xgrad.array(b), stride=s, pad=pad)
-    assert small == ['split_input']
+    assert small == ['split_weight']
     numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x, wt, b, stride=s, pad=pad),
                                   rtol=1e-10, atol=1e-12)
     del small[:]
@@ -132,7 +152,7 @@ def test_conv_and_its_gradients_go_through_it_and_match_the_references(small, n,
     gy = _data(y.shape, 4)
     gx, gw, gb = xgrad.grad([xgrad.conv(*inputs, stride=s, pad=pad)], inputs,
                             grad_outputs=[xgrad.array(gy)])
-    assert sorted(set(small)) == ['merge_input', 'merge_weight', 'split_input']
+    assert sorted(set(small)) == ['merge_input', 'merge_weight', 'split_weight']
     numpy.testing.assert_allclose(
         gx.to_numpy(), _reference_conv_transpose(gy, wt, stride=s, pad=pad, outsize=(h, w)),
         rtol=1e-10, atol=1e-12)
@@ -155,7 +175,7 @@ def test_first_and_second_derivatives_match_numerical_ones(small, n, c, o, h, w,
     check_backward(f, inputs, gy, atol=1e-6, rtol=1e-5)
     ggs = [xgrad.array(_data(a.shape, 5 + i)) for i, a in enumerate(inputs)]
     check_double_backward(f, inputs, gy, ggs, atol=1e-6, rtol=1e-5)
-    assert 'split_input' in small and 'merge_input' in small
+    assert 'split_weight' in small and 'merge_input' in small
 
 
 @pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
@@ -182,7 +202,7 @@ def test_float32_is_within_float32_rounding_of_the_float64_result(small):
     exact = _reference_conv(x, wt, stride=2, pad=2)
     y = xgrad.conv(xgrad.array(x.astype(numpy.float32)), xgrad.array(wt.astype(numpy.float32)),
                    stride=2, pad=2).to_numpy()
-    assert y.dtype == numpy.float32 and small == ['split_input']
+    assert y.dtype == numpy.float32 and small == ['split_weight']
     scale = numpy.abs(x).max() * numpy.abs(wt).sum(axis=(1, 2, 3)).max()
     assert numpy.abs(y - exact).max() <= 256 * numpy.finfo(numpy.float32).eps * scale
 
@@ -191,7 +211,7 @@ def test_float16_goes_through_it_in_float32(small):
     x = _data((1, 2, 9, 9), 1, numpy.float16)
     wt = _data((3, 2, 5, 5), 2, numpy.float16)
     y = xgrad.conv(xgrad.array(x), xgrad.array(wt), stride=2, pad=2)
-    assert y.dtype == numpy.float16 and small == ['split_input']
+    assert y.dtype == numpy.float16 and small == ['split_weight']
     numpy.testing.assert_allclose(
         y.to_numpy(), _reference_conv(x.astype(numpy.float64), wt.astype(numpy.float64),
                                       stride=2, pad=2), rtol=1e-2, atol=1e-2)

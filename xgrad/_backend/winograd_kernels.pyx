@@ -212,15 +212,51 @@ cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_
                 dst[r * stride + s] = out[(r * m + s) * BLOCK] + b0
 
 
+cdef void _phase_plane(real* padded, Py_ssize_t hp, Py_ssize_t wp, const real* src,
+                       Py_ssize_t h, Py_ssize_t w, Py_ssize_t s, Py_ssize_t a_h,
+                       Py_ssize_t a_w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hq,
+                       Py_ssize_t wq) noexcept nogil:
+    """padded (hp x wp) = phase (a_h, a_w) of the plane src (h x w) padded
+    by (ph, pw): padded[j, k] = src[s j + a_h - ph, s k + a_w - pw] for j <
+    hq, k < wq, zeros elsewhere (outside src or the phase's hq x wq), every
+    element written (_polyphase.Phases.split_input's values)."""
+    cdef Py_ssize_t j, k, xr, k0, k1
+    cdef real* row
+    cdef const real* xs
+    # the columns k with 0 <= s k + a_w - pw < w, within wq
+    k0 = min(wq, (max(0, pw - a_w) + s - 1) // s)
+    k1 = min(wq, (w - 1 + pw - a_w) // s + 1) if w - 1 + pw - a_w >= 0 else 0
+    k1 = max(k0, k1)
+    for j in range(hp):
+        row = padded + j * wp
+        xr = s * j + a_h - ph
+        if j >= hq or xr < 0 or xr >= h:
+            memset(row, 0, wp * sizeof(real))
+            continue
+        xs = src + xr * w + a_w - pw
+        for k in range(k0):
+            row[k] = 0
+        for k in range(k0, k1):
+            row[k] = xs[s * k]
+        for k in range(k1, wp):
+            row[k] = 0
+
+
 cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t a,
                  Py_ssize_t side,
                  Py_ssize_t m, Py_ssize_t n_count, Py_ssize_t c_count, Py_ssize_t h,
                  Py_ssize_t w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t th, Py_ssize_t tw,
+                 Py_ssize_t s, Py_ssize_t hq, Py_ssize_t wq,
                  real* padded, Py_ssize_t ld, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     """v (a^2, C, N * th * tw), rows ``ld`` apart, from x (N, C, h, w): L d L^T of the side x
     side tile d at rows m i - ph, columns m j - pw of each plane, zeros
     outside x; ``left`` is L (a x side). The input transform is this with
     side a and L = B^T; the gradient blocks with side m, L = A, no padding.
+
+    With ``s`` > 1 the planes are the phases of x (_polyphase): x is (N,
+    C / s^2, h, w), plane (c, a_h, a_w) (channel c s^2 + a_h s + a_w) its
+    phase of x[c] padded by (ph, pw), hq x wq, whose tiles have no padding
+    of their own. Gathered here, the phases need no copy of the batch.
 
     Each plane is first copied into ``padded``: zeros of the size the tiles
     cover, (m (th - 1) + side) x (m (tw - 1) + side), whose border the
@@ -232,8 +268,8 @@ cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t 
     phase was slower (F(4x4, 3x3) 1.1-3.7x: the runs are as short as one
     tile on small images)."""
     cdef Py_ssize_t k_stride = c_count * ld
-    cdef Py_ssize_t wp = m * (tw - 1) + side
-    cdef Py_ssize_t n, c, i, j, r, fill, done
+    cdef Py_ssize_t wp = m * (tw - 1) + side, hp = m * (th - 1) + side
+    cdef Py_ssize_t n, c, i, j, r, fill, done, ss = s * s
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
     cdef const real* src
@@ -244,9 +280,13 @@ cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t 
         fill = 0
         done = 0
         for n in range(n_count):
-            src = x + (n * c_count + c) * h * w
-            for r in range(h):
-                memcpy(padded + (ph + r) * wp + pw, src + r * w, w * sizeof(real))
+            if s > 1:
+                src = x + (n * (c_count // ss) + c // ss) * h * w
+                _phase_plane(padded, hp, wp, src, h, w, s, c // s % s, c % s, ph, pw, hq, wq)
+            else:
+                src = x + (n * c_count + c) * h * w
+                for r in range(h):
+                    memcpy(padded + (ph + r) * wp + pw, src + r * w, w * sizeof(real))
             for i in range(th):
                 for j in range(tw):
                     _load_tile(padded + m * (i * wp + j), wp, side, d + fill)
@@ -328,6 +368,7 @@ cdef struct TileJob:
     void* scratch  # TILES: one zeroed plane a chunk (_scratch_planes), scratch_size apart
     Py_ssize_t scratch_size
     Py_ssize_t a, side, m, n, c, h, w, ph, pw, th, tw, ld  # c: the channels split
+    Py_ssize_t s, hq, wq  # TILES: the phases' stride (1: none) and size
     Py_ssize_t per_chunk
 
 
@@ -340,7 +381,7 @@ cdef void _tile_range(TileJob* j, real* dst, Py_ssize_t chunk, Py_ssize_t lo,
     cdef int k = j.kernel
     if k == TILES:
         _tiles(src, dst, j.mat_kind, mat, j.a, j.side, j.m, j.n, j.c, j.h, j.w, j.ph, j.pw,
-               j.th, j.tw, <real*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
+               j.th, j.tw, j.s, j.hq, j.wq, <real*>j.scratch + chunk * j.scratch_size, j.ld, lo, hi)
     elif k == OUTPUT:
         _output_tiles(src, dst, j.mat_kind, mat, j.a, j.m, bias, j.n, j.c, j.h, j.w, j.th,
                       j.tw, j.ld, lo, hi)
@@ -445,21 +486,27 @@ def tile_counts(Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t m=2):
 
 
 def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize_t ph,
-                Py_ssize_t pw):
+                Py_ssize_t pw, Py_ssize_t s=1, Py_ssize_t hq=0, Py_ssize_t wq=0):
     """Fill ``v`` (a^2, C, N * th * tw) with B^T d B of the a x a input tiles
     of ``x`` (N, C, h, w) for an r x r convolution (r = a - m + 1) with
-    padding (ph, pw); ``b_t`` is B^T (a x a). Returns False (writing
-    nothing) when the operands do not qualify (float32/64, one dtype,
-    C-contiguous, aligned, shapes)."""
+    padding (ph, pw); ``b_t`` is B^T (a x a). With ``s`` > 1, of the tiles
+    of x's phases instead (_polyphase.Phases.split_input's planes, hq x wq,
+    x padded by (ph, pw); C = s^2 times x's channels; the tiles unpadded).
+    Returns False (writing nothing) when the operands do not qualify
+    (float32/64, one dtype, C-contiguous, aligned, shapes)."""
     cdef int t = _float_type(x)
     if t < 0 or not _plain(x, 4, t):
         return False
     cdef Py_ssize_t a = len(b_t)
     cdef cnp.ndarray bt = _matrix(b_t, t, a, a)
-    if bt is None or not 1 <= m < a:
+    if bt is None or not 1 <= m < a or s < 1:
         return False
     cdef Py_ssize_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3], r = a - m + 1
-    th, tw = tile_counts(h + 2 * ph - r + 1, w + 2 * pw - r + 1, m)
+    if s > 1:
+        th, tw = tile_counts(hq - r + 1, wq - r + 1, m)
+        c *= s * s
+    else:
+        th, tw = tile_counts(h + 2 * ph - r + 1, w + 2 * pw - r + 1, m)
     if th <= 0 or tw <= 0 or ph < 0 or pw < 0:
         return False
     cdef Py_ssize_t ld = _tile_rows(v, t, a * a, c, n * th * tw)
@@ -470,6 +517,7 @@ def input_tiles(cnp.ndarray x, cnp.ndarray v, object b_t, Py_ssize_t m, Py_ssize
     job.mat, job.mat_kind = cnp.PyArray_DATA(bt), _kind(bt)
     job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, a, m, n, c, h, w
     job.ph, job.pw, job.th, job.tw, job.ld = ph, pw, cth, ctw, ld
+    job.s, job.hq, job.wq = s, hq, wq
     cdef Py_ssize_t nt = _tile_threads(c, a * a * c * n * cth * ctw)
     cdef cnp.ndarray padded = _padded_plane(a, m, cth, ctw, x.dtype, _scratch_planes(nt))
     job.scratch = cnp.PyArray_DATA(padded)
@@ -534,7 +582,7 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     cdef TileJob job = _tile_job(TILES, t, gy, g)
     job.mat, job.mat_kind = cnp.PyArray_DATA(a_mat), _kind(a_mat)
     job.a, job.side, job.m, job.n, job.c, job.h, job.w = a, m, m, n, o, ho, wo
-    job.th, job.tw, job.ld = cth, ctw, ld
+    job.th, job.tw, job.ld, job.s = cth, ctw, ld, 1
     cdef Py_ssize_t nt = _tile_threads(o, a * a * o * n * cth * ctw)
     cdef cnp.ndarray padded = _padded_plane(m, m, cth, ctw, gy.dtype, _scratch_planes(nt))
     job.scratch = cnp.PyArray_DATA(padded)

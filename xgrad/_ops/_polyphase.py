@@ -15,7 +15,11 @@ a 3x3 convolution Winograd F(4x4, 3x3) does 2.25 per output and phase
 channel: 9 per output and input channel against im2col's 25. The gradients
 are the same reshapes' adjoints around the stride-1 kernels (the input
 gradient a stride-1 conv_transpose, which is the flipped Winograd
-convolution; the weight gradient Winograd's). Taken only where the
+convolution; the weight gradient Winograd's). conv and its weight gradient
+never make the phases: the Winograd input tiles gather them from x
+(winograd_kernels.input_tiles with s > 1), which saved the copy's 0.32 ms
+each of a 16->32, 56x56, batch 8 forward and weight gradient (one thread);
+``split_input`` is their definition, which the tests hold the gather to. Taken only where the
 stride-1 equivalent is a Winograd one with enough tiles (below); 3x3
 with stride 2 would be 2x2, which has no transform here, and stays with
 im2col.
@@ -63,14 +67,15 @@ _MIN_TILES = 128
 # 56x56 at batch 8 1.11, on 16x16 at batch 64 1.78; 128->128 on 32x32 and
 # 56x56 at batch 8 1.00-1.02. (The AVX-512 measurements above keep it.)
 
-_Plan = collections.namedtuple('_Plan', 's q r pad phase_size geom')
+_Plan = collections.namedtuple('_Plan', 's q r pad phase_size geom transform')
 
 
 class Phases(_Plan):
     """The stride-1 equivalent of one strided convolution: stride ``s``,
     phase kernel ``q``, kernel ``r``, the convolution's padding ``pad``, the
-    phases' size ``phase_size`` (output + q - 1 on each axis) and the
-    stride-1 Geometry ``geom``."""
+    phases' size ``phase_size`` (output + q - 1 on each axis), the
+    stride-1 Geometry ``geom`` and the Winograd ``transform`` that computes
+    it (_winograd.Transform)."""
 
     def split_input(self, x, work):
         """x (N, C, h, w) -> its phases (N, C s^2, hq, wq) in ``work``."""
@@ -143,16 +148,15 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
             and gemm_kernels.tile_rows() == gemm_kernels.AVX2_TILE_ROWS):
         return None
     size = (outsize[0] + q - 1, outsize[1] + q - 1)
-    phases = Phases(s, q, r, tuple(geom.pad), size,
-                    geom._replace(ksize=(q, q), stride=(1, 1), pad=(0, 0)))
+    phase_geom = geom._replace(ksize=(q, q), stride=(1, 1), pad=(0, 0))
     n, c, o = xshape[0], xshape[1] * s * s, wshape[0]
     if transposed:  # the flipped convolution: gy (N, O, *outsize) -> (N, C s^2, *size)
-        full = phases.geom._replace(pad=(q - 1, q - 1))
+        full = phase_geom._replace(pad=(q - 1, q - 1))
         t = _winograd.transform_for_shape((n, o) + tuple(outsize), (c, o, q, q), full, size,
                                           work)
         out = size
     else:
-        t = _winograd.transform_for_shape((n, c) + size, (o, c, q, q), phases.geom, outsize,
+        t = _winograd.transform_for_shape((n, c) + size, (o, c, q, q), phase_geom, outsize,
                                           work)
         out = outsize
     if t is None or t.m < _MIN_BLOCK:
@@ -164,4 +168,4 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
         return None
     if th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS:
         return None
-    return phases
+    return Phases(s, q, r, tuple(geom.pad), size, phase_geom, t)

@@ -78,9 +78,15 @@ class Transform:
     def tile_counts(self, outsize):
         return winograd_kernels.tile_counts(outsize[0], outsize[1], self.m)
 
-    def input_tiles(self, x, v, pad):
-        """v = B^T d B of x's tiles (winograd_kernels.input_tiles)."""
-        if self.unrolled:
+    def input_tiles(self, x, v, pad, phases=None):
+        """v = B^T d B of x's tiles (winograd_kernels.input_tiles); with
+        ``phases`` (a _polyphase.Phases), of the tiles of x's phases."""
+        if phases is not None:
+            if self.unrolled:
+                raise ValueError('the phases take a transform of 4x4 blocks or larger')
+            done = winograd_kernels.input_tiles(x, v, self.b_t, self.m, phases.pad[0],
+                                                phases.pad[1], phases.s, *phases.phase_size)
+        elif self.unrolled:
             done = winograd_kernels.input_tiles_3x3(x, v, pad[0], pad[1])
         else:
             done = winograd_kernels.input_tiles(x, v, self.b_t, self.m, pad[0], pad[1])
@@ -264,11 +270,13 @@ def _sample_chunks(n, tiles, per_tile):
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
 
-def conv(t, x, w, b, geom, outsize, work, keep=None):
+def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
     """y = conv(x, w) + b by the Transform t in ``work`` (x contiguous in
     ``work``); ``keep`` (a list) receives the batch's Tiles when they are at
-    most _KEEP_ELEMENTS."""
-    n, c = x.shape[:2]
+    most _KEEP_ELEMENTS. With ``phases`` (a _polyphase.Phases) the
+    convolution is over x's phases (w is the phases' weights, ``geom``
+    their geometry), which the input tiles gather from x."""
+    n, c = x.shape[0], w.shape[1]
     o = w.shape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(outsize)
@@ -288,7 +296,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None):
             products = products if products is not None else numpy.empty(
                 _gemm_layout.padded_size(values * o, widest, work), work)
         v = _gemm_layout.padded(flat, (values, c, tiles))
-        t.input_tiles(x[lo:hi], v, geom.pad)
+        t.input_tiles(x[lo:hi], v, geom.pad, phases)
         e = _gemm_layout.padded(products, (values, o, tiles))
         numpy.matmul(u, v, out=e)
         t.output_tiles(e, y[lo:hi], bias)
@@ -299,11 +307,12 @@ def conv(t, x, w, b, geom, outsize, work, keep=None):
     return y
 
 
-def grad_weight(t, x, gy, wshape, geom, work, tiles=None):
+def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
     """gw = d<conv(x, w), gy>/dw (O, C, r, r) by the Transform t in
     ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
-    Tiles of x."""
-    n, c = x.shape[:2]
+    Tiles of x. With ``phases``, of the convolution over x's phases (as
+    conv's)."""
+    n, c = x.shape[0], wshape[1]
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
@@ -322,7 +331,7 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None):
             if flat_v is None:
                 flat_v = numpy.empty(_gemm_layout.padded_size(values * c, widest, work), work)
             v = _gemm_layout.padded(flat_v, (values, c, count))
-            t.input_tiles(x[lo:hi], v, geom.pad)
+            t.input_tiles(x[lo:hi], v, geom.pad, phases)
         if flat_g is None:
             flat_g = numpy.empty(_gemm_layout.padded_size(values * o, widest, work), work)
         g = _gemm_layout.padded(flat_g, (values, o, count))
