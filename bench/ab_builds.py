@@ -6,7 +6,7 @@ steps, in paired rounds.
         [--only elementwise_chain,mlp_step,gradient_penalty] [--out PATH]
     python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE --suite training_steps
     python bench/ab_builds.py BASELINE_TREE CANDIDATE_TREE --suite conv_points \
-        --only conv:8,16,32,56,5,2,conv_transpose:64,16,32,16,5,2
+        --only conv:8,16,32,56,5,2,conv_transpose:64,16,32,16,5,2 [--threads 0]
 
 Each tree is an xgrad checkout with its extensions built in place. A pair
 runs the suite once on each tree (in child processes, ``PYTHONPATH`` set to
@@ -15,7 +15,8 @@ the tree, one BLAS/OpenMP thread), the order alternating from pair to pair:
 or ``bench/training_steps.py --threads 1`` (suite ``training_steps``: the
 cnn, lstm, wgan_gp and swish_mlp steps), or ``bench/conv_sweep.py --points``
 (suite ``conv_points``: the convolution steps named by ``--only``, each
-OP:N,C,O,SIZE,K,S). Reported per benchmark: the median of the per-pair
+OP:N,C,O,SIZE,K,S; with ``--threads 0`` the convolutions run with
+default threads, the thread variables unset). Reported per benchmark: the median of the per-pair
 ratios candidate/baseline of xgrad's time, and the same for xgrad's time
 over the floor measured in the same process, which cancels machine-wide
 drift between the two processes of a pair: NumPy's forward for the small
@@ -28,6 +29,7 @@ bench/results/gc_tracking_cost_ab_2026-12-01.json.
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -73,12 +75,16 @@ def conv_point_specs(only):
     return [','.join(spec) for spec in specs]
 
 
-def run_script(tree, script, args):
+def run_script(tree, script, args, one_thread=True):
     """The JSON that bench/``script`` writes with ``args`` + ``--out`` when
-    run on ``tree`` (one thread)."""
+    run on ``tree`` (one thread, or with the thread variables unset)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, 'result.json')
-        env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
+        env = dict(os.environ, PYTHONPATH=tree)
+        for name in ONE_THREAD:
+            env.pop(name, None)
+        if one_thread:
+            env.update(ONE_THREAD)
         run = subprocess.run([sys.executable, os.path.join(HERE, script), '--out', out] + args,
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              universal_newlines=True)
@@ -88,11 +94,12 @@ def run_script(tree, script, args):
             return json.load(f)
 
 
-def run_conv_points(tree, only, rounds):
-    """xgrad's and torch's median times (us) per conv point on ``tree`` (one
-    thread), named 'OP N,C,O,SIZE,K,S'."""
-    result = run_script(tree, 'conv_sweep.py', ['--threads', '1', '--rounds', str(rounds),
-                                                '--points'] + conv_point_specs(only))
+def run_conv_points(tree, only, rounds, threads=1):
+    """xgrad's and torch's median times (us) per conv point on ``tree``
+    (``threads``: 1, or 0 for the default), named 'OP N,C,O,SIZE,K,S'."""
+    result = run_script(tree, 'conv_sweep.py',
+                        ['--threads', str(threads), '--rounds', str(rounds),
+                         '--points'] + conv_point_specs(only), one_thread=threads == 1)
     return {'{} {}'.format(r['op'], ','.join(str(r[k]) for k in (
         'batch', 'in_channels', 'out_channels', 'size', 'kernel', 'stride'))):
             (r['xgrad_us'], r['torch_us']) for r in result['conv']}
@@ -120,8 +127,12 @@ def main():
                         default='small_graphs')
     parser.add_argument('--only', help='benchmarks of the suite (default: small graphs '
                         '{}; every training step; conv_points: required)'.format(SMALL_GRAPH))
+    parser.add_argument('--threads', type=int, choices=(0, 1), default=1,
+                        help='conv_points: 1 (default) or 0, the default threads')
     parser.add_argument('--out', help='write the per-pair times and ratios as JSON')
     args = parser.parse_args()
+    if args.threads != 1 and args.suite != 'conv_points':
+        parser.error('--threads 0 is for --suite conv_points (the others run one thread)')
     trees = {'baseline': os.path.abspath(args.baseline),
              'candidate': os.path.abspath(args.candidate)}
     if args.suite == 'training_steps':
@@ -129,7 +140,7 @@ def main():
     elif args.suite == 'conv_points':
         if not args.only:
             parser.error('--suite conv_points needs --only OP:N,C,O,SIZE,K,S[,OP:...]')
-        run, only = run_conv_points, args.only
+        run, only = functools.partial(run_conv_points, threads=args.threads), args.only
     else:
         run, only = run_once, args.only or SMALL_GRAPH
     pairs = []
@@ -160,7 +171,8 @@ def main():
         with open(args.out, 'w') as f:
             json.dump({'suite': args.suite, 'trees': trees, 'pairs': args.pairs,
                        'rounds': args.rounds,
-                       'threads': ONE_THREAD, 'summary': summary, 'runs': pairs}, f,
+                       'threads': ONE_THREAD if args.threads == 1 else 'default',
+                       'summary': summary, 'runs': pairs}, f,
                       indent=1)
 
 

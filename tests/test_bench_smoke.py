@@ -101,3 +101,15 @@ def test_ab_builds_compares_conv_points_over_torch(tmp_path):
     summary = json.loads(out.read_text())['summary']
     assert sorted(summary) == ['conv 1,2,4,5,3,1', 'conv_transpose 2,3,4,6,3,2']
     assert all(s['median_pair_ratio_over_floor'] > 0 for s in summary.values())
+
+
+def test_ab_builds_runs_conv_points_with_default_threads(tmp_path):
+    out = tmp_path / 'ab.json'
+    result = _bench_command(['ab_builds.py', str(ROOT), str(ROOT), '--suite', 'conv_points',
+                             '--only', 'conv:1,2,4,5,3,1', '--threads', '0', '--pairs', '1',
+                             '--rounds', '1', '--out', str(out)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(out.read_text())['threads'] == 'default'
+    # the other suites run one thread only
+    refused = _bench_command(['ab_builds.py', str(ROOT), str(ROOT), '--threads', '0'])
+    assert refused.returncode == 2 and '--threads 0 is for --suite conv_points' in refused.stderr
