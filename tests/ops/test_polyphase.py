@@ -35,6 +35,9 @@ def small(monkeypatch):
         monkeypatch.setattr(t, 'min_channels', 1)
         monkeypatch.setattr(t, 'min_tiles', 1)
     monkeypatch.setattr(_polyphase, '_MIN_SAMPLE_TILES', 1)
+    monkeypatch.setattr(_polyphase, '_FORWARD_MIN_SAMPLE_TILES', 1)
+    monkeypatch.setattr(_polyphase, '_FORWARD_MIN_TILES', 1)
+    monkeypatch.setattr(_polyphase, '_MIN_TILE_USE', 0)
     monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
     return record_calls(monkeypatch, _polyphase.Phases,
@@ -90,10 +93,13 @@ def test_the_input_tiles_gather_the_phases_split_input_makes(small, n, c, o, h, 
 
 @pytest.mark.parametrize('xshape, wshape, k, s, pad, takes', [
     ((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, True),   # 64 phase channels, 8 x 25 tiles
-    ((5, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, False),  # 125 tiles
-    ((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, False),  # 16 tiles a plane, 16 channels
-    ((8, 64, 32, 32), (64, 64, 5, 5), 5, 2, 2, True),   # 16 tiles a plane, 64 channels
-    ((64, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 4 tiles a plane
+    ((4, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, True),   # 100 tiles
+    ((3, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, False),  # 75 tiles
+    ((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, True),   # 16 tiles a plane
+    ((64, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, True),  # 4 tiles a plane
+    ((64, 16, 8, 8), (32, 16, 5, 5), 5, 2, 2, False),   # one tile a plane
+    ((32, 16, 20, 20), (32, 16, 5, 5), 5, 2, 2, False),  # 10x10 out of 12x12: 69% used
+    ((32, 16, 36, 36), (32, 16, 5, 5), 5, 2, 2, True),  # 18x18 out of 20x20: 81%
     ((1, 16, 64, 64), (32, 16, 5, 5), 5, 2, 2, False),  # 64 tiles in the batch
     ((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 8x8 out: 4 tiles, 16 of 2x2
     ((8, 1, 32, 32), (16, 1, 5, 5), 5, 2, 2, False),    # 4 phase channels
@@ -101,8 +107,8 @@ def test_the_input_tiles_gather_the_phases_split_input_makes(small, n, c, o, h, 
     ((8, 16, 32, 32), (32, 16, 3, 3), 3, 2, 1, False),  # 2x2 phases: no transform
     ((8, 16, 32, 32), (32, 16, 5, 5), 5, 1, 2, False),  # stride 1: Winograd itself
     ((16, 16, 64, 64), (32, 16, 7, 7), 7, 3, 3, True),  # 3x3 phases, 16 x 36 tiles
-    ((16, 16, 48, 48), (32, 16, 7, 7), 7, 3, 3, False),  # 16 tiles a plane
-    ((16, 16, 32, 32), (32, 16, 7, 7), 7, 3, 3, False),  # 9 tiles a plane
+    ((16, 16, 48, 48), (32, 16, 7, 7), 7, 3, 3, True),  # 16 tiles a plane
+    ((4, 16, 48, 48), (32, 16, 7, 7), 7, 3, 3, False),  # 64 tiles
 ])
 def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
     assert (_plan(xshape, wshape, k, s, pad) is not None) is takes

@@ -32,28 +32,42 @@ import numpy
 from xgrad._backend import gemm_kernels
 from xgrad._ops import _winograd
 
-# Where the phases pay (one thread, forward + both gradients, against
-# im2col; 5x5 with stride 2): their convolution does 1.44x the products
-# with zeros and gathers each phase plane separately, so they pay only with
-# a transform of 4x4 output blocks (F(4x4, 3x3): 9 products per output and
-# channel against 25; F(2x2, 3x3) would do 16), at least 16 tiles a plane
-# and 128 in the batch. 16->32 on 32x32, batch 8 (16 tiles a plane, 128):
-# 4.58 -> 3.07 ms; 16->32 on 56x56, batch 8: 10.7 -> 8.2 ms; 64->64 on
-# 56x56, batch 8: 61.2 -> 46.7 ms; 128->128 on 32x32, batch 8: 66.5 -> 59.2
-# ms; conv_transpose 16->32 from 28x28, batch 8: 76.5 -> 57.7 ms. Below:
+# Where the phases pay. Their convolution does 1.44x the products with
+# zeros (5x5, stride 2: 3x3 over 4 phases), so they pay only with a
+# transform of 4x4 output blocks (F(4x4, 3x3): 9 products per output and
+# channel against im2col's 25; F(2x2, 3x3) would do 16), and only where the
+# 36 products have columns enough and the blocks are whole.
+#
+# conv and its weight gradient (one thread, Zen 3 AVX2, forward + weight
+# gradient, phases' time over the other route's, paired medians, at
+# 22bb95a: input tiles written out and gathered from x): at least
+# _FORWARD_MIN_SAMPLE_TILES blocks a plane, _FORWARD_MIN_TILES in the batch
+# and _MIN_TILE_USE of the blocks' outputs inside the output. 4 blocks a
+# plane (16x16 images): 64->64 at batch 64 0.69, 16->32 0.77, 128->128 at
+# batch 16 0.88, 256->256 at batch 64 0.67; 16 a plane: 16->32 on 32x32 at
+# batch 8 0.82, at batch 64 0.69; 49 (56x56): 64->64 at batch 2 (98
+# blocks) 0.76, 16->32 at batch 8 0.68; 18x18 outputs (81% of 5x5 blocks)
+# 0.81-0.91, 30x30 (88%) 0.76-0.80. Not: one block a plane (4x4 or 2x2
+# outputs) 1.24-5.2; 64 blocks in the batch 1.02-1.06 (but 64->64 on 16x16
+# at batch 16, 0.90); blocks cut to 77% and less 0.97-1.34 (14x14, 10x10,
+# 6x6 outputs). 7x7 with stride 3 (3x3 phases) alike: 32->32 on 48x48 at
+# batch 8 0.75; 16->32 on 32x32 at batch 16 (9 blocks a plane, 84%) 1.00.
+_MIN_BLOCK = 4
+_FORWARD_MIN_SAMPLE_TILES = 4
+_FORWARD_MIN_TILES = 96
+_MIN_TILE_USE = 0.8
+# conv_transpose and conv's input gradient (the transposed plan), measured
+# before the tiles were gathered from x (AVX-512, forward + both gradients,
+# against im2col): at least 16 tiles a plane and 128 in the batch. 16->32
+# on 32x32, batch 8 (16 tiles a plane, 128): 4.58 -> 3.07 ms; on 56x56,
+# batch 8: 10.7 -> 8.2 ms; 64->64 on 56x56, batch 8: 61.2 -> 46.7 ms;
+# conv_transpose 16->32 from 28x28, batch 8: 76.5 -> 57.7 ms. Below:
 # conv_transpose 128->128 from 8x8, batch 64 (9 tiles of a 10x10 plane, a
 # third of their outputs cut off): 1.14x im2col's time; 64->64 on 16x16,
-# batch 64 (4 tiles a plane): 1.12x; on 8x8 (one tile a plane): 1.62x;
-# with F(2x2, 3x3) (32x32, batch 1: 16 of its 4x4 tiles): 1.6-2.1x.
-# Since im2col reads strided windows through the phases and its products
-# run on xgrad's own GEMM (gemm_kernels), planes of fewer than
-# _MANY_SAMPLE_TILES tiles (32x32 images: 16) pay only with
-# _FEW_TILES_MIN_CHANNELS input channels: 16->32 on 32x32, batch 8, 2.93 ms
-# with the phases, 2.42 with im2col (batch 64: 23.3 against 20.7 ms); but
-# 64->64, batch 8, 17.3 against 18.5 ms, and 128->128 and 256->256 within 2%
-# either way. 49 tiles a plane (56x56) still pay at 16 channels: 16->32,
-# batch 8, 7.35 against 9.30 ms.
-_MIN_BLOCK = 4
+# batch 64 (4 tiles a plane): 1.12x. Planes of fewer than
+# _MANY_SAMPLE_TILES tiles pay only with _FEW_TILES_MIN_CHANNELS input
+# channels (16->32 on 32x32, batch 8, 2.93 ms with the phases, 2.42 with
+# im2col; 64->64 17.3 against 18.5 ms).
 _MIN_SAMPLE_TILES = 16
 _MANY_SAMPLE_TILES = 25
 _FEW_TILES_MIN_CHANNELS = 64
@@ -154,18 +168,19 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
         full = phase_geom._replace(pad=(q - 1, q - 1))
         t = _winograd.transform_for_shape((n, o) + tuple(outsize), (c, o, q, q), full, size,
                                           work)
-        out = size
     else:
         t = _winograd.transform_for_shape((n, c) + size, (o, c, q, q), phase_geom, outsize,
                                           work)
-        out = outsize
     if t is None or t.m < _MIN_BLOCK:
         return None
-    # (counted over the forward convolution's output in both directions, so
-    # that conv and conv_transpose of one layer decide alike)
+    # (the blocks counted over the forward convolution's output both ways)
     th, tw = t.tile_counts(outsize)
-    if th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES:
-        return None
-    if th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS:
+    if not transposed:
+        used = outsize[0] * outsize[1] / (t.m * th * t.m * tw)
+        if (th * tw < _FORWARD_MIN_SAMPLE_TILES or n * th * tw < _FORWARD_MIN_TILES
+                or used < _MIN_TILE_USE):
+            return None
+    elif th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES or (
+            th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS):
         return None
     return Phases(s, q, r, tuple(geom.pad), size, phase_geom, t)
