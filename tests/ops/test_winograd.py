@@ -117,11 +117,11 @@ def test_the_tile_transforms_are_their_matrix_definitions(t, unrolled, h, w, pad
                                   rtol=1e-5)
 
 
-@pytest.mark.parametrize('t', [F4, F5], ids=['4x4-3x3', '5x5'])
+@pytest.mark.parametrize('t', [F4, F5, F45], ids=['4x4-3x3', '5x5', '4x4-5x5'])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_the_written_out_matrices_give_the_matrix_driven_bits(t, dtype):
-    # winograd_block.h computes B^T of the six points and the A^T of F(4x4,
-    # 3x3) and F(2x2, 5x5) by kernels of their own, each sum in the order of
+    # winograd_block.h computes the B^T and A^T of F(4x4, 3x3), F(2x2, 5x5)
+    # and F(4x4, 5x5) by kernels of their own, each sum in the order of
     # the matrix-driven kernel. That one still runs for the same matrices
     # with their rows reversed, which reverses the outputs and keeps every
     # sum: the two must agree bit for bit.

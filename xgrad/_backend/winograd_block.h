@@ -34,8 +34,9 @@ typedef struct {
 } xgrad_winograd_buffers;
 
 /* The matrices with kernels of their own (XGRAD_WINOGRAD_ROWS): B^T of the
- * six points (F(4x4, 3x3) and F(2x2, 5x5)), A^T of F(4x4, 3x3) and of
- * F(2x2, 5x5), and their transposes A (the gradient tiles' left matrix).
+ * six points (F(4x4, 3x3) and F(2x2, 5x5)) and of the eight (F(4x4, 5x5)),
+ * A^T of F(4x4, 3x3), F(2x2, 5x5) and F(4x4, 5x5), and their transposes A
+ * (the gradient tiles' left matrix).
  * Why: the matrix-driven combination below reads and writes its output row
  * once per nonzero coefficient, through memory; these hold a lane's inputs
  * and outputs in registers (F(4x4, 3x3)'s input tiles took 60-70 ns a tile
@@ -50,7 +51,10 @@ enum {
     XGRAD_WINOGRAD_A4 = 2,  /* A^T of F(4x4, 3x3), 4 x 6 */
     XGRAD_WINOGRAD_A4_T = 3,  /* its transpose, 6 x 4 */
     XGRAD_WINOGRAD_A2 = 4,  /* A^T of F(2x2, 5x5), 2 x 6 */
-    XGRAD_WINOGRAD_A2_T = 5  /* its transpose, 6 x 2 */
+    XGRAD_WINOGRAD_A2_T = 5,  /* its transpose, 6 x 2 */
+    XGRAD_WINOGRAD_B8 = 6,  /* B^T of F(4x4, 5x5), 8 x 8 */
+    XGRAD_WINOGRAD_A48 = 7,  /* A^T of F(4x4, 5x5), 4 x 8 */
+    XGRAD_WINOGRAD_A48_T = 8  /* its transpose, 8 x 4 */
 };
 
 /* The rows of one call never overlap (the caller's strides are whole
@@ -110,6 +114,52 @@ enum {
                 const T d5 = in[5 * is + p];                                       \
                 out[p] = d0 + d1 + d2 + d3 + d4;                                   \
                 out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4 + d5;                \
+            }                                                                      \
+        } else if (kind == XGRAD_WINOGRAD_B8) {                                    \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
+                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
+                const T d5 = in[5 * is + p], d6 = in[6 * is + p];                  \
+                const T d7 = in[7 * is + p];                                       \
+                out[p] = d0 - (T)5.25 * d2 + (T)5.25 * d4 - d6;                    \
+                out[os + p] = d1 + d2 - (T)4.25 * d3 - (T)4.25 * d4 + d5 + d6;     \
+                out[2 * os + p] = -d1 + d2 + (T)4.25 * d3 - (T)4.25 * d4 - d5 + d6; \
+                out[3 * os + p] = (T)0.5 * d1 + (T)0.25 * d2 - (T)2.5 * d3        \
+                                  - (T)1.25 * d4 + (T)2 * d5 + d6;                 \
+                out[4 * os + p] = (T)-0.5 * d1 + (T)0.25 * d2 + (T)2.5 * d3       \
+                                  - (T)1.25 * d4 - (T)2 * d5 + d6;                 \
+                out[5 * os + p] = (T)2 * d1 + (T)4 * d2 - (T)2.5 * d3             \
+                                  - (T)5 * d4 + (T)0.5 * d5 + d6;                  \
+                out[6 * os + p] = (T)-2 * d1 + (T)4 * d2 + (T)2.5 * d3            \
+                                  - (T)5 * d4 - (T)0.5 * d5 + d6;                  \
+                out[7 * os + p] = -d1 + (T)5.25 * d3 - (T)5.25 * d5 + d7;          \
+            }                                                                      \
+        } else if (kind == XGRAD_WINOGRAD_A48) {                                   \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
+                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
+                const T d5 = in[5 * is + p], d6 = in[6 * is + p];                  \
+                const T d7 = in[7 * is + p];                                       \
+                out[p] = d0 + d1 + d2 + d3 + d4 + d5 + d6;                         \
+                out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4 + (T)0.5 * d5        \
+                              - (T)0.5 * d6;                                       \
+                out[2 * os + p] = d1 + d2 + (T)4 * d3 + (T)4 * d4 + (T)0.25 * d5   \
+                                  + (T)0.25 * d6;                                  \
+                out[3 * os + p] = d1 - d2 + (T)8 * d3 - (T)8 * d4 + (T)0.125 * d5  \
+                                  - (T)0.125 * d6 + d7;                            \
+            }                                                                      \
+        } else if (kind == XGRAD_WINOGRAD_A48_T) {                                 \
+            XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
+                const T q0 = in[p], q1 = in[is + p], q2 = in[2 * is + p];         \
+                const T q3 = in[3 * is + p];                                       \
+                out[p] = q0;                                                       \
+                out[os + p] = q0 + q1 + q2 + q3;                                   \
+                out[2 * os + p] = q0 - q1 + q2 - q3;                               \
+                out[3 * os + p] = q0 + (T)2 * q1 + (T)4 * q2 + (T)8 * q3;          \
+                out[4 * os + p] = q0 - (T)2 * q1 + (T)4 * q2 - (T)8 * q3;          \
+                out[5 * os + p] = q0 + (T)0.5 * q1 + (T)0.25 * q2 + (T)0.125 * q3; \
+                out[6 * os + p] = q0 - (T)0.5 * q1 + (T)0.25 * q2 - (T)0.125 * q3; \
+                out[7 * os + p] = q3;                                              \
             }                                                                      \
         } else { /* XGRAD_WINOGRAD_A2_T */                                         \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \

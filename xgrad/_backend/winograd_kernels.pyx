@@ -68,6 +68,9 @@ cdef extern from "winograd_block.h":
     enum: XGRAD_WINOGRAD_A4_T
     enum: XGRAD_WINOGRAD_A2
     enum: XGRAD_WINOGRAD_A2_T
+    enum: XGRAD_WINOGRAD_B8
+    enum: XGRAD_WINOGRAD_A48
+    enum: XGRAD_WINOGRAD_A48_T
     int xgrad_vector_set_path(int path) noexcept nogil
     int xgrad_vector_get_path() noexcept nogil
     void xgrad_winograd_transform_f32(int kind, const float* left, Py_ssize_t rows_out,
@@ -88,10 +91,17 @@ _B6 = ((4, 0, -5, 0, 1, 0), (0, 4, 4, -1, -1, 0), (0, -4, 4, 1, -1, 0),
        (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1))
 _A4 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))
 _A2 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 1))
+_B8 = ((1, 0, -5.25, 0, 5.25, 0, -1, 0), (0, 1, 1, -4.25, -4.25, 1, 1, 0),
+       (0, -1, 1, 4.25, -4.25, -1, 1, 0), (0, 0.5, 0.25, -2.5, -1.25, 2, 1, 0),
+       (0, -0.5, 0.25, 2.5, -1.25, -2, 1, 0), (0, 2, 4, -2.5, -5, 0.5, 1, 0),
+       (0, -2, 4, 2.5, -5, -0.5, 1, 0), (0, -1, 0, 5.25, 0, -5.25, 0, 1))
+_A48 = ((1, 1, 1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0.5, -0.5, 0),
+        (0, 1, 1, 4, 4, 0.25, 0.25, 0), (0, 1, -1, 8, -8, 0.125, -0.125, 1))
 _KERNEL_MATRICES = tuple((kind, numpy.array(mat, float)) for kind, mat in (
     (XGRAD_WINOGRAD_B6, _B6), (XGRAD_WINOGRAD_A4, _A4),
     (XGRAD_WINOGRAD_A4_T, tuple(zip(*_A4))), (XGRAD_WINOGRAD_A2, _A2),
-    (XGRAD_WINOGRAD_A2_T, tuple(zip(*_A2)))))
+    (XGRAD_WINOGRAD_A2_T, tuple(zip(*_A2))), (XGRAD_WINOGRAD_B8, _B8),
+    (XGRAD_WINOGRAD_A48, _A48), (XGRAD_WINOGRAD_A48_T, tuple(zip(*_A48)))))
 
 
 cdef int _kind(cnp.ndarray mat):
