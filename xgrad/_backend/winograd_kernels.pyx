@@ -76,11 +76,16 @@ cdef extern from "winograd_block.h":
     void xgrad_winograd_transform_f32(int kind, const float* left, Py_ssize_t rows_out,
                                       const float* right, Py_ssize_t cols_out,
                                       Py_ssize_t rows_in, Py_ssize_t cols_in, const float* d,
-                                      float* t, float* out) noexcept nogil
+                                      Py_ssize_t d_stride, float* t, float* out) noexcept nogil
     void xgrad_winograd_transform_f64(int kind, const double* left, Py_ssize_t rows_out,
                                       const double* right, Py_ssize_t cols_out,
                                       Py_ssize_t rows_in, Py_ssize_t cols_in, const double* d,
-                                      double* t, double* out) noexcept nogil
+                                      Py_ssize_t d_stride, double* t,
+                                      double* out) noexcept nogil
+    void xgrad_winograd_load4_f32(const float* p, Py_ssize_t stride, Py_ssize_t side,
+                                  float* d) noexcept nogil
+    void xgrad_winograd_store4_f32(const float* out, float* dst, Py_ssize_t stride,
+                                   float b0) noexcept nogil
 
 assert XGRAD_WINOGRAD_BLOCK == BLOCK and XGRAD_WINOGRAD_VALUES == MAX_VALUES
 
@@ -128,19 +133,22 @@ def cpu_path():
 
 cdef inline void _transform(int kind, const real* left, Py_ssize_t rows_out,
                             const real* right, Py_ssize_t cols_out, Py_ssize_t rows_in,
-                            Py_ssize_t cols_in, xgrad_winograd_buffers* b) noexcept nogil:
-    """b.out = left . b.d . right^T for each tile of a block
-    (winograd_block.h): b.d holds value (r, s) of tile p at
-    d[(r * cols_in + s) * BLOCK + p], b.out the (rows_out x cols_out) result
-    likewise. ``left`` is (rows_out, rows_in), ``right`` (cols_out,
-    cols_in), row-major; ``kind`` is _kind's of them (the same matrix) or
-    XGRAD_WINOGRAD_ANY."""
+                            Py_ssize_t cols_in, xgrad_winograd_buffers* b,
+                            const real* d=NULL, Py_ssize_t d_stride=BLOCK) noexcept nogil:
+    """b.out = left . d . right^T for each tile of a block
+    (winograd_block.h): d (b.d unless given) holds value (r, s) of tile p at
+    d[(r * cols_in + s) * d_stride + p], b.out the (rows_out x cols_out)
+    result with rows BLOCK apart. ``left`` is (rows_out, rows_in), ``right``
+    (cols_out, cols_in), row-major; ``kind`` is _kind's of them (the same
+    matrix) or XGRAD_WINOGRAD_ANY."""
+    if d == NULL:
+        d = <real*>b.d
     if real is float:
         xgrad_winograd_transform_f32(kind, left, rows_out, right, cols_out, rows_in, cols_in,
-                                     <float*>b.d, <float*>b.t, <float*>b.out)
+                                     d, d_stride, <float*>b.t, <float*>b.out)
     else:
         xgrad_winograd_transform_f64(kind, left, rows_out, right, cols_out, rows_in, cols_in,
-                                     b.d, b.t, b.out)
+                                     d, d_stride, b.t, b.out)
 
 
 cdef inline void _emit(int kind, const real* left, Py_ssize_t rows_out, Py_ssize_t rows_in,
@@ -298,9 +306,18 @@ cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t 
                 for r in range(h):
                     memcpy(padded + (ph + r) * wp + pw, src + r * w, w * sizeof(real))
             for i in range(th):
-                for j in range(tw):
-                    _load_tile(padded + m * (i * wp + j), wp, side, d + fill)
-                    fill += 1
+                j = 0
+                while j < tw:
+                    if real is float and m == 4 and j + 4 <= tw and fill + 4 <= BLOCK:
+                        # four tiles of a row by transposes (winograd_block.h)
+                        xgrad_winograd_load4_f32(<const float*>padded + m * (i * wp + j), wp,
+                                                 side, <float*>d + fill)
+                        fill += 4
+                        j += 4
+                    else:
+                        _load_tile(padded + m * (i * wp + j), wp, side, d + fill)
+                        fill += 1
+                        j += 1
                     if fill == BLOCK:
                         _emit(kind, left, a, side, &buffers, v + c * ld + done, k_stride,
                               fill)
@@ -310,11 +327,17 @@ cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t 
             _emit(kind, left, a, side, &buffers, v + c * ld + done, k_stride, fill)
 
 
+# Elements past each padded plane: xgrad_winograd_load4_f32 reads a row of
+# four side-6 tiles to its 20th element, 2 past the last tile.
+DEF PLANE_SLACK = 4
+
+
 cdef cnp.ndarray _padded_plane(Py_ssize_t side, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,
                                object dtype, Py_ssize_t count):
     """The zeros _tiles copies each plane into, ``count`` of them (one a
-    thread)."""
-    return numpy.zeros(count * (m * (th - 1) + side) * (m * (tw - 1) + side), dtype)
+    thread), each PLANE_SLACK elements longer than the tiles cover."""
+    return numpy.zeros(count * ((m * (th - 1) + side) * (m * (tw - 1) + side) + PLANE_SLACK),
+                       dtype)
 
 
 cdef void _output_tiles(const real* e, real* y, int kind, const real* at, Py_ssize_t a,
@@ -342,12 +365,25 @@ cdef void _output_tiles(const real* e, real* y, int kind, const real* at, Py_ssi
         j = 0
         for p0 in range(0, plane, BLOCK):
             count = min(BLOCK, plane - p0)
-            _read_rows(d, BLOCK, e + o * ld + p0, k_stride, a * a, count)
-            _transform(kind, at, m, at, m, a, a, &buffers)
-            for p in range(count):
+            if count == BLOCK:  # whole blocks straight from the planes
+                _transform(kind, at, m, at, m, a, a, &buffers, e + o * ld + p0, k_stride)
+            else:  # (a partial one through the zeroed buffer: its lanes past the
+                _read_rows(d, BLOCK, e + o * ld + p0, k_stride, a * a, count)  # planes)
+                _transform(kind, at, m, at, m, a, a, &buffers)
+            p = 0
+            while p < count:
+                if (real is float and m == 4 and p + 4 <= count and j + 4 <= tw
+                        and m * i + 4 <= ho and m * (j + 4) <= wo):
+                    xgrad_winograd_store4_f32(<const float*>out + p, <float*>y + (
+                        (n * o_count + o) * ho + m * i) * wo + m * j, wo, b0)
+                    p += 4
+                    j += 3
+                    _next_tile(&n, &i, &j, th, tw)
+                    continue
                 _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
                             y + ((n * o_count + o) * ho + m * i) * wo + m * j, wo)
                 _next_tile(&n, &i, &j, th, tw)
+                p += 1
 
 
 # -- The tile kernels over the worker pool -------------------------------------
