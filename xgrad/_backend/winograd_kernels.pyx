@@ -17,9 +17,11 @@ back to the m x m outputs, plus the bias) and ``gradient_tiles`` (A q A^T,
 the adjoint of ``output_tiles``, which the weight gradient needs). The
 filter transform G g G^T is one small GEMM, done in NumPy. The matrices
 B^T (a x a) and A^T (m x a) are arguments: one set of kernels serves every
-F(m, r) (their arithmetic in winograd_block.h, per dispatch path).
-F(2x2, 3x3) also has kernels with its matrices written out (the
-``*_3x3`` functions at the end), faster on its tiles.
+F(m, r) (their arithmetic in winograd_block.h, per dispatch path, with
+the matrices of F(4x4, 3x3), F(2x2, 5x5) and F(4x4, 5x5) written out
+there and recognized here by _kind). F(2x2, 3x3) also has whole kernels
+with its matrices written out (the ``*_3x3`` functions at the end),
+faster on its tiles.
 
 The a^2 transformed values of a tile go to a^2 planes, ``(a^2, C, P)``
 with P = N * tiles_h * tiles_w tiles in (sample, row, column) order, so
