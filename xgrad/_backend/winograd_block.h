@@ -67,6 +67,24 @@ enum {
 #define XGRAD_IVDEP
 #endif
 
+/* The rows' inputs, lane p: d0..d5 (or d7) of the six (eight) input rows,
+ * q0..q3 of the four; and the first five rows of A (A^T transposed), the
+ * same for F(4x4, 3x3) and F(4x4, 5x5), whose points 0, 1, -1, 2, -2 come
+ * first. */
+#define XGRAD_WINOGRAD_IN6(T)                                                      \
+    const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];                      \
+    const T d3 = in[3 * is + p], d4 = in[4 * is + p], d5 = in[5 * is + p];
+#define XGRAD_WINOGRAD_IN8(T)                                                      \
+    XGRAD_WINOGRAD_IN6(T)                                                          \
+    const T d6 = in[6 * is + p], d7 = in[7 * is + p];
+#define XGRAD_WINOGRAD_A_T_FIRST5(T)                                               \
+    const T q0 = in[p], q1 = in[is + p], q2 = in[2 * is + p], q3 = in[3 * is + p]; \
+    out[p] = q0;                                                                   \
+    out[os + p] = q0 + q1 + q2 + q3;                                               \
+    out[2 * os + p] = q0 - q1 + q2 - q3;                                           \
+    out[3 * os + p] = q0 + (T)2 * q1 + (T)4 * q2 + (T)8 * q3;                      \
+    out[4 * os + p] = q0 - (T)2 * q1 + (T)4 * q2 - (T)8 * q3;
+
 /* out row i (out_stride apart) = row i of the kind's matrix times the
  * input rows (in_stride apart), each row BLOCK lanes. */
 #define XGRAD_WINOGRAD_ROWS(isa, ATTR, T, sfx)                                     \
@@ -76,9 +94,7 @@ enum {
         const ptrdiff_t B = XGRAD_WINOGRAD_BLOCK;                                  \
         if (kind == XGRAD_WINOGRAD_B6) {                                           \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
-                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
-                const T d5 = in[5 * is + p];                                       \
+                XGRAD_WINOGRAD_IN6(T)                                              \
                 out[p] = (T)4 * d0 - (T)5 * d2 + d4;                               \
                 out[os + p] = (T)4 * d1 + (T)4 * d2 - d3 - d4;                     \
                 out[2 * os + p] = (T)-4 * d1 + (T)4 * d2 + d3 - d4;                \
@@ -88,9 +104,7 @@ enum {
             }                                                                      \
         } else if (kind == XGRAD_WINOGRAD_A4) {                                    \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
-                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
-                const T d5 = in[5 * is + p];                                       \
+                XGRAD_WINOGRAD_IN6(T)                                              \
                 out[p] = d0 + d1 + d2 + d3 + d4;                                   \
                 out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4;                     \
                 out[2 * os + p] = d1 + d2 + (T)4 * d3 + (T)4 * d4;                 \
@@ -98,29 +112,18 @@ enum {
             }                                                                      \
         } else if (kind == XGRAD_WINOGRAD_A4_T) {                                  \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T q0 = in[p], q1 = in[is + p], q2 = in[2 * is + p];         \
-                const T q3 = in[3 * is + p];                                       \
-                out[p] = q0;                                                       \
-                out[os + p] = q0 + q1 + q2 + q3;                                   \
-                out[2 * os + p] = q0 - q1 + q2 - q3;                               \
-                out[3 * os + p] = q0 + (T)2 * q1 + (T)4 * q2 + (T)8 * q3;          \
-                out[4 * os + p] = q0 - (T)2 * q1 + (T)4 * q2 - (T)8 * q3;          \
+                XGRAD_WINOGRAD_A_T_FIRST5(T)                                       \
                 out[5 * os + p] = q3;                                              \
             }                                                                      \
         } else if (kind == XGRAD_WINOGRAD_A2) {                                    \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
-                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
-                const T d5 = in[5 * is + p];                                       \
+                XGRAD_WINOGRAD_IN6(T)                                              \
                 out[p] = d0 + d1 + d2 + d3 + d4;                                   \
                 out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4 + d5;                \
             }                                                                      \
         } else if (kind == XGRAD_WINOGRAD_B8) {                                    \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
-                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
-                const T d5 = in[5 * is + p], d6 = in[6 * is + p];                  \
-                const T d7 = in[7 * is + p];                                       \
+                XGRAD_WINOGRAD_IN8(T)                                              \
                 out[p] = d0 - (T)5.25 * d2 + (T)5.25 * d4 - d6;                    \
                 out[os + p] = d1 + d2 - (T)4.25 * d3 - (T)4.25 * d4 + d5 + d6;     \
                 out[2 * os + p] = -d1 + d2 + (T)4.25 * d3 - (T)4.25 * d4 - d5 + d6; \
@@ -136,10 +139,7 @@ enum {
             }                                                                      \
         } else if (kind == XGRAD_WINOGRAD_A48) {                                   \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T d0 = in[p], d1 = in[is + p], d2 = in[2 * is + p];         \
-                const T d3 = in[3 * is + p], d4 = in[4 * is + p];                  \
-                const T d5 = in[5 * is + p], d6 = in[6 * is + p];                  \
-                const T d7 = in[7 * is + p];                                       \
+                XGRAD_WINOGRAD_IN8(T)                                              \
                 out[p] = d0 + d1 + d2 + d3 + d4 + d5 + d6;                         \
                 out[os + p] = d1 - d2 + (T)2 * d3 - (T)2 * d4 + (T)0.5 * d5        \
                               - (T)0.5 * d6;                                       \
@@ -150,13 +150,7 @@ enum {
             }                                                                      \
         } else if (kind == XGRAD_WINOGRAD_A48_T) {                                 \
             XGRAD_IVDEP for (ptrdiff_t p = 0; p < B; p++) {                        \
-                const T q0 = in[p], q1 = in[is + p], q2 = in[2 * is + p];         \
-                const T q3 = in[3 * is + p];                                       \
-                out[p] = q0;                                                       \
-                out[os + p] = q0 + q1 + q2 + q3;                                   \
-                out[2 * os + p] = q0 - q1 + q2 - q3;                               \
-                out[3 * os + p] = q0 + (T)2 * q1 + (T)4 * q2 + (T)8 * q3;          \
-                out[4 * os + p] = q0 - (T)2 * q1 + (T)4 * q2 - (T)8 * q3;          \
+                XGRAD_WINOGRAD_A_T_FIRST5(T)                                       \
                 out[5 * os + p] = q0 + (T)0.5 * q1 + (T)0.25 * q2 + (T)0.125 * q3; \
                 out[6 * os + p] = q0 - (T)0.5 * q1 + (T)0.25 * q2 - (T)0.125 * q3; \
                 out[7 * os + p] = q3;                                              \
@@ -178,10 +172,11 @@ enum {
  * right (cols_out, cols_in), row-major; value (r, s) of the block's tiles
  * is the row d + (r * cols_in + s) * d_stride (XGRAD_WINOGRAD_BLOCK for a
  * gathered block; the planes' distance when read in place), t is scratch
- * of rows_out * cols_in rows. With a kind other than XGRAD_WINOGRAD_ANY, left and right are both
- * that kind's matrix (every transform here multiplies by one matrix on
- * both sides) and its kernel computes each pass; otherwise zero
- * coefficients (half of B^T's and A^T's) are skipped. */
+ * of rows_out * cols_in rows. With a kind other than XGRAD_WINOGRAD_ANY,
+ * left and right are both that kind's matrix (every transform here
+ * multiplies by one matrix on both sides) and its kernel computes each
+ * pass; otherwise zero coefficients (half of B^T's and A^T's) are
+ * skipped. */
 #define XGRAD_WINOGRAD_AT(isa, ATTR, T, sfx)                                       \
     XGRAD_WINOGRAD_ROWS(isa, ATTR, T, sfx)                                         \
     ATTR static void xgrad_winograd_combine_##sfx##_##isa(                         \
