@@ -19,10 +19,10 @@ convolution; the weight gradient Winograd's). conv and its weight gradient
 never make the phases: the Winograd input tiles gather them from x
 (winograd_kernels.input_tiles with s > 1), which saved the copy's 0.32 ms
 each of a 16->32, 56x56, batch 8 forward and weight gradient (one thread);
-``split_input`` is their definition, which the tests hold the gather to. Taken only where the
-stride-1 equivalent is a Winograd one with enough tiles (below); 3x3
-with stride 2 would be 2x2, which has no transform here, and stays with
-im2col.
+``split_input`` is their definition, which the tests hold the gather to.
+Taken only where the stride-1 equivalent is a Winograd one with enough
+tiles (below); 3x3 with stride 2 would be 2x2, which has no transform
+here, and stays with im2col.
 """
 
 import collections
