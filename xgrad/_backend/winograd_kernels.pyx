@@ -254,12 +254,10 @@ cdef void _phase_plane(real* padded, Py_ssize_t hp, Py_ssize_t wp, const real* s
             memset(row, 0, wp * sizeof(real))
             continue
         xs = src + xr * w + a_w - pw
-        for k in range(k0):
-            row[k] = 0
+        memset(row, 0, k0 * sizeof(real))
         for k in range(k0, k1):
             row[k] = xs[s * k]
-        for k in range(k1, wp):
-            row[k] = 0
+        memset(row + k1, 0, (wp - k1) * sizeof(real))
 
 
 cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t a,
@@ -380,7 +378,7 @@ cdef void _output_tiles(const real* e, real* y, int kind, const real* at, Py_ssi
                     xgrad_winograd_store4_f32(<const float*>out + p, <float*>y + (
                         (n * o_count + o) * ho + m * i) * wo + m * j, wo, b0)
                     p += 4
-                    j += 3
+                    j += 3  # (and _next_tile the fourth, to the next row at its end)
                     _next_tile(&n, &i, &j, th, tw)
                     continue
                 _store_tile(out + p, m, min(m, ho - m * i), min(m, wo - m * j), b0,
