@@ -21,17 +21,18 @@ def assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kw):
                                   numpy.vdot(ref(x64, v, **kw), gy64), rtol=1e-4)
 
 
-def record_calls(monkeypatch, cls, names):
-    """Wrap the methods ``names`` of ``cls`` so that each call appends its
-    name to the returned list (the methods still run)."""
-    seen = []
+def record_calls(monkeypatch, owner, names, seen=None):
+    """Wrap the methods or functions ``names`` of ``owner`` (a class or a
+    module) so that each call appends its name to ``seen`` (a new list when
+    not given), which is returned; they still run."""
+    seen = [] if seen is None else seen
     for name in names:
-        original = getattr(cls, name)
+        original = getattr(owner, name)
 
-        def spy(self, *args, _name=name, _original=original):
+        def spy(*args, _name=name, _original=original):
             seen.append(_name)
-            return _original(self, *args)
-        monkeypatch.setattr(cls, name, spy)
+            return _original(*args)
+        monkeypatch.setattr(owner, name, spy)
     return seen
 
 

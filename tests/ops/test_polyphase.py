@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 import xgrad
-from xgrad._backend import gemm_kernels
+from xgrad._backend import gemm_kernels, winograd_kernels
 from xgrad._ops import _polyphase, _winograd, convolution
 from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
 from xgrad.testing import check_backward, check_double_backward
@@ -37,11 +37,13 @@ def small(monkeypatch):
     monkeypatch.setattr(_polyphase, '_MIN_SAMPLE_TILES', 1)
     monkeypatch.setattr(_polyphase, '_FORWARD_MIN_SAMPLE_TILES', 1)
     monkeypatch.setattr(_polyphase, '_FORWARD_MIN_TILES', 1)
+    monkeypatch.setattr(_polyphase, '_FORWARD_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILE_USE', 0)
     monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
-    return record_calls(monkeypatch, _polyphase.Phases,
-                        ('split_weight', 'merge_input', 'merge_weight'))
+    seen = record_calls(monkeypatch, _polyphase.Phases, ('split_weight', 'merge_input'))
+    return record_calls(monkeypatch, winograd_kernels, ('filter_tiles', 'filter_gradients'),
+                        seen)
 
 
 # (n, c, o, h, w, k, stride, pad): 5x5 stride 2 (3x3 phases) at several
@@ -91,6 +93,33 @@ def test_the_input_tiles_gather_the_phases_split_input_makes(small, n, c, o, h, 
     numpy.testing.assert_array_equal(v_gathered, v_split)
 
 
+@pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_the_filter_transform_gathers_the_phases_split_weight_makes(small, n, c, o, h, w, k, s,
+                                                                    pad, dtype):
+    # conv transforms the phases of its weights straight from w
+    # (filter_tiles), and its weight gradient adds the transformed
+    # gradients back into w's taps (filter_gradients): against G g G^T of
+    # the split weights and its adjoint, G^T du G merged back
+    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad)
+    t, a = phases.transform, phases.transform.a
+    wt = _data((o, c, k, k), 3, dtype)
+    split = phases.split_weight(wt, numpy.float64)
+    want = numpy.einsum('ik,ockl,jl->ijoc', t.g, split, t.g).reshape(a * a, o, -1)
+    u = numpy.full((a * a, o, c * s * s), numpy.nan, dtype)
+    assert winograd_kernels.filter_tiles(wt, u, t.g, s)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == numpy.float64 else dict(rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(u, want, **tol)
+    du = _data(u.shape, 4, dtype)
+    gw = numpy.full(wt.shape, numpy.nan, dtype)
+    assert winograd_kernels.filter_gradients(du, gw, t.g, s)
+    gsplit = numpy.einsum('ik,ijoc,jl->ockl', t.g, du.astype(float).reshape(a, a, o, -1), t.g)
+    numpy.testing.assert_allclose(gw, phases.merge_weight(gsplit), **tol)
+    # the adjoint: <filter_tiles(w), du> == <w, filter_gradients(du)>
+    numpy.testing.assert_allclose((want * du).sum(), (wt.astype(float) * gw).sum(),
+                                  rtol=1e-12 if dtype == numpy.float64 else 1e-5)
+
+
 @pytest.mark.parametrize('xshape, wshape, k, s, pad, takes', [
     ((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, True),   # 64 phase channels, 8 x 25 tiles
     ((4, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, True),   # 100 tiles
@@ -101,6 +130,10 @@ def test_the_input_tiles_gather_the_phases_split_input_makes(small, n, c, o, h, 
     ((32, 16, 20, 20), (32, 16, 5, 5), 5, 2, 2, False),  # 10x10 out of 12x12: 69% used
     ((32, 16, 36, 36), (32, 16, 5, 5), 5, 2, 2, True),  # 18x18 out of 20x20: 81%
     ((1, 16, 64, 64), (32, 16, 5, 5), 5, 2, 2, False),  # 64 tiles in the batch
+    ((1, 32, 56, 56), (32, 32, 5, 5), 5, 2, 2, True),   # 49 tiles, but 32 channels
+    ((12, 64, 16, 16), (64, 64, 5, 5), 5, 2, 2, True),  # 48 tiles, 64 channels
+    ((8, 64, 16, 16), (64, 64, 5, 5), 5, 2, 2, False),  # 32 tiles
+    ((1, 24, 56, 56), (24, 24, 5, 5), 5, 2, 2, False),  # 49 tiles of 24 channels
     ((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 8x8 out: 4 tiles, 16 of 2x2
     ((8, 1, 32, 32), (16, 1, 5, 5), 5, 2, 2, False),    # 4 phase channels
     ((8, 16, 32, 32), (8, 16, 5, 5), 5, 2, 2, False),   # 8 outputs
@@ -150,7 +183,7 @@ def test_conv_and_its_gradients_go_through_it_and_match_the_references(small, n,
                                                                        k, s, pad):
     x, wt, b = _data((n, c, h, w), 1), _data((o, c, k, k), 2), _data((o,), 3)
     y = xgrad.conv(xgrad.array(x), xgrad.array(wt), xgrad.array(b), stride=s, pad=pad)
-    assert small == ['split_weight']
+    assert small == ['filter_tiles']
     numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x, wt, b, stride=s, pad=pad),
                                   rtol=1e-10, atol=1e-12)
     del small[:]
@@ -158,7 +191,9 @@ def test_conv_and_its_gradients_go_through_it_and_match_the_references(small, n,
     gy = _data(y.shape, 4)
     gx, gw, gb = xgrad.grad([xgrad.conv(*inputs, stride=s, pad=pad)], inputs,
                             grad_outputs=[xgrad.array(gy)])
-    assert sorted(set(small)) == ['merge_input', 'merge_weight', 'split_weight']
+    # (the input gradient: the transposed plan, with the weights' phases split)
+    assert sorted(set(small)) == ['filter_gradients', 'filter_tiles', 'merge_input',
+                                  'split_weight']
     numpy.testing.assert_allclose(
         gx.to_numpy(), _reference_conv_transpose(gy, wt, stride=s, pad=pad, outsize=(h, w)),
         rtol=1e-10, atol=1e-12)
@@ -181,7 +216,7 @@ def test_first_and_second_derivatives_match_numerical_ones(small, n, c, o, h, w,
     check_backward(f, inputs, gy, atol=1e-6, rtol=1e-5)
     ggs = [xgrad.array(_data(a.shape, 5 + i)) for i, a in enumerate(inputs)]
     check_double_backward(f, inputs, gy, ggs, atol=1e-6, rtol=1e-5)
-    assert 'split_weight' in small and 'merge_input' in small
+    assert 'filter_tiles' in small and 'filter_gradients' in small and 'merge_input' in small
 
 
 @pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
@@ -208,7 +243,7 @@ def test_float32_is_within_float32_rounding_of_the_float64_result(small):
     exact = _reference_conv(x, wt, stride=2, pad=2)
     y = xgrad.conv(xgrad.array(x.astype(numpy.float32)), xgrad.array(wt.astype(numpy.float32)),
                    stride=2, pad=2).to_numpy()
-    assert y.dtype == numpy.float32 and small == ['split_weight']
+    assert y.dtype == numpy.float32 and small == ['filter_tiles']
     scale = numpy.abs(x).max() * numpy.abs(wt).sum(axis=(1, 2, 3)).max()
     assert numpy.abs(y - exact).max() <= 256 * numpy.finfo(numpy.float32).eps * scale
 
@@ -217,7 +252,7 @@ def test_float16_goes_through_it_in_float32(small):
     x = _data((1, 2, 9, 9), 1, numpy.float16)
     wt = _data((3, 2, 5, 5), 2, numpy.float16)
     y = xgrad.conv(xgrad.array(x), xgrad.array(wt), stride=2, pad=2)
-    assert y.dtype == numpy.float16 and small == ['split_weight']
+    assert y.dtype == numpy.float16 and small == ['filter_tiles']
     numpy.testing.assert_allclose(
         y.to_numpy(), _reference_conv(x.astype(numpy.float64), wt.astype(numpy.float64),
                                       stride=2, pad=2), rtol=1e-2, atol=1e-2)

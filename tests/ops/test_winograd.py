@@ -148,6 +148,26 @@ def test_the_written_out_matrices_give_the_matrix_driven_bits(t, dtype):
                                      g.reshape(a, a, c, tiles))
 
 
+@pytest.mark.parametrize('t', ALL, ids=ALL_IDS)
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+# 70 input channels: a block of 64 and a partial one; 16 x 200 filters: the
+# output channels split over the pool's threads where it has several
+@pytest.mark.parametrize('o, c', [(3, 70), (16, 200)])
+def test_the_filter_transforms_are_their_matrix_definitions(t, dtype, o, c):
+    a = t.a
+    w = _data((o, c, t.r, t.r), 6, dtype)
+    u = numpy.full((a * a, o, c), numpy.nan, dtype)
+    assert winograd_kernels.filter_tiles(w, u, t.g)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == numpy.float64 else dict(rtol=1e-5, atol=1e-6)
+    want = numpy.einsum('ik,ockl,jl->ijoc', t.g, w.astype(float), t.g).reshape(a * a, o, c)
+    numpy.testing.assert_allclose(u, want, **tol)
+    du = _data(u.shape, 7, dtype)
+    gw = numpy.full(w.shape, numpy.nan, dtype)
+    assert winograd_kernels.filter_gradients(du, gw, t.g)
+    want = numpy.einsum('ik,ijoc,jl->ockl', t.g, du.astype(float).reshape(a, a, o, c), t.g)
+    numpy.testing.assert_allclose(gw, want, **tol)
+
+
 def test_the_kernels_refuse_operands_they_do_not_take():
     k = winograd_kernels
     x = numpy.zeros((1, 2, 4, 4), numpy.float32)
@@ -178,6 +198,22 @@ def test_the_kernels_refuse_operands_they_do_not_take():
     assert not k.gradient_tiles(y[:, :, :, ::2], v5, F5.a_t)
     assert not k.gradient_tiles(y, v5, F3.a_t)  # 16 planes, not 36
     assert k.output_tiles(v5, y, F5.a_t) and k.gradient_tiles(y, v5, F5.a_t)
+    # the filter transforms (refusing, they write nothing)
+    w3 = numpy.ones((2, 3, 3, 3), numpy.float32)
+    u = numpy.full((36, 2, 3), numpy.nan, numpy.float32)
+    assert not k.filter_tiles(w3.astype(numpy.float64), u, F4.g)  # dtypes differ
+    assert not k.filter_tiles(w3.astype(numpy.int32), numpy.zeros(u.shape, numpy.int32), F4.g)
+    assert not k.filter_tiles(w3, numpy.full((36, 2, 4), 0, numpy.float32)[:, :, :3], F4.g)
+    assert not k.filter_tiles(w3, numpy.empty((16, 2, 3), numpy.float32), F4.g)  # a is 6
+    assert not k.filter_tiles(w3, u, F45.g)  # G of 5x5 filters
+    assert not k.filter_tiles(w3, u, F4.g, 2)  # 2x2 phases: u would be (36, 2, 12)
+    assert not k.filter_tiles(numpy.ones((2, 3, 3, 2), numpy.float32), u, F4.g)  # not square
+    assert not k.filter_tiles(w3, u, numpy.eye(9)[:, :3])  # beyond the buffers
+    assert numpy.isnan(u).all()
+    assert not k.filter_gradients(u, w3[:, :2], F4.g)
+    assert not k.filter_gradients(u, w3[:, :, :, ::-1], F4.g)  # not contiguous
+    assert (w3 == 1).all()
+    assert k.filter_tiles(w3, u, F4.g) and k.filter_gradients(u, w3, F4.g)
 
 
 @pytest.mark.parametrize('xshape, wshape, geom, outsize, takes', [

@@ -13,9 +13,10 @@ over the channels by a^2 GEMMs, one per tile position
 
 These kernels move the data into and out of that domain in one pass each:
 ``input_tiles`` (B^T d B of every input tile), ``output_tiles`` (A^T e A
-back to the m x m outputs, plus the bias) and ``gradient_tiles`` (A q A^T,
-the adjoint of ``output_tiles``, which the weight gradient needs). The
-filter transform G g G^T is one small GEMM, done in NumPy. The matrices
+back to the m x m outputs, plus the bias), ``gradient_tiles`` (A q A^T,
+the adjoint of ``output_tiles``, which the weight gradient needs),
+``filter_tiles`` (G g G^T of every filter, or of its phases for a strided
+convolution, _polyphase) and ``filter_gradients`` (its adjoint). The matrices
 B^T (a x a) and A^T (m x a) are arguments: one set of kernels serves every
 F(m, r) (their arithmetic in winograd_block.h, per dispatch path, with
 the matrices of F(4x4, 3x3), F(2x2, 5x5) and F(4x4, 5x5) written out
@@ -638,6 +639,168 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
     with nogil:
         _run_tiles(&job, nt)
     return True
+
+# -- The filter transform -------------------------------------------------------
+#
+# U = G g G^T of every filter g (a^2 values from r^2), and its adjoint G^T dU
+# G for the weight gradient, by the same block transform as the tiles: the
+# filters of one output channel in blocks of BLOCK input channels, value k of
+# each in one row. The filter side in NumPy (kron(G, G) times the filters,
+# one GEMM) cost 1.4 ms for 256->256 3x3 filters, one thread; through a
+# strided convolution's phases (a 6-D transposing copy of the weights into
+# their phases first) 3.3 ms for 128->128 5x5 filters, a third of the
+# whole forward at batch 1.
+
+
+cdef inline void _next_phase_channel(Py_ssize_t s, Py_ssize_t* c, Py_ssize_t* a_h,
+                                     Py_ssize_t* a_w) noexcept nogil:
+    """(c, a_h, a_w) of phase channel k = c s^2 + a_h s + a_w -> those of k +
+    1 (counted, not divided: three divisions a filter took most of the
+    transform's time)."""
+    a_w[0] += 1
+    if a_w[0] == s:
+        a_w[0] = 0
+        a_h[0] += 1
+        if a_h[0] == s:
+            a_h[0] = 0
+            c[0] += 1
+
+
+cdef void _filter_tiles(const real* w, real* u, const real* g, Py_ssize_t a, Py_ssize_t q,
+                        Py_ssize_t r, Py_ssize_t s, Py_ssize_t o_count, Py_ssize_t c_count,
+                        Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """u[(i, j), o, k] = (G g_k G^T)[i, j] for output channels lo..hi, g_k
+    the q x q phase (a_h, a_w) of filter w[o, c] (k = c s^2 + a_h s + a_w):
+    g_k[t_h, t_w] = w[o, c, s t_h + a_h, s t_w + a_w], zero past r."""
+    cdef Py_ssize_t kc = c_count * s * s, o, k0, p, count, c, a_h, a_w, th, tw, y, x, v
+    cdef xgrad_winograd_buffers buffers
+    cdef real* d = <real*>buffers.d
+    cdef const real* f
+    memset(buffers.d, 0, sizeof(buffers.d))  # (a partial block's other lanes: zeros)
+    for o in range(lo, hi):
+        for k0 in range(0, kc, BLOCK):
+            count = min(BLOCK, kc - k0)
+            c, a_h, a_w = k0 // (s * s), k0 // s % s, k0 % s
+            for p in range(count):
+                f = w + (o * c_count + c) * r * r
+                for th in range(q):
+                    y = s * th + a_h
+                    for tw in range(q):
+                        x = s * tw + a_w
+                        d[(th * q + tw) * BLOCK + p] = f[y * r + x] if y < r and x < r else 0
+                _next_phase_channel(s, &c, &a_h, &a_w)
+            _transform(XGRAD_WINOGRAD_ANY, g, a, g, a, q, q, &buffers)
+            for v in range(a * a):
+                memcpy(u + (v * o_count + o) * kc + k0, <real*>buffers.out + v * BLOCK,
+                       count * sizeof(real))
+
+
+cdef void _filter_gradients(const real* du, real* gw, const real* g_t, Py_ssize_t a,
+                            Py_ssize_t q, Py_ssize_t r, Py_ssize_t s, Py_ssize_t o_count,
+                            Py_ssize_t c_count, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """The adjoint of _filter_tiles: gw[o, c, s t_h + a_h, s t_w + a_w] =
+    (G^T du_k G)[t_h, t_w] for output channels lo..hi, du_k the a x a
+    values du[:, o, k] (k = c s^2 + a_h s + a_w); each element of gw is
+    written once, by its one phase (taps past r, zero in every g_k, are
+    dropped)."""
+    cdef Py_ssize_t kc = c_count * s * s, o, k0, p, count, c, a_h, a_w, th, tw, y, x
+    cdef xgrad_winograd_buffers buffers
+    cdef real* out = <real*>buffers.out
+    cdef real* f
+    memset(buffers.d, 0, sizeof(buffers.d))
+    for o in range(lo, hi):
+        for k0 in range(0, kc, BLOCK):
+            count = min(BLOCK, kc - k0)
+            _read_rows(<real*>buffers.d, BLOCK, du + o * kc + k0, o_count * kc, a * a, count)
+            _transform(XGRAD_WINOGRAD_ANY, g_t, q, g_t, q, a, a, &buffers)
+            c, a_h, a_w = k0 // (s * s), k0 // s % s, k0 % s
+            for p in range(count):
+                f = gw + (o * c_count + c) * r * r
+                for th in range(q):
+                    y = s * th + a_h
+                    for tw in range(q):
+                        x = s * tw + a_w
+                        if y < r and x < r:
+                            f[y * r + x] = out[(th * q + tw) * BLOCK + p]
+                _next_phase_channel(s, &c, &a_h, &a_w)
+
+
+cdef struct FilterJob:
+    bint f32, adjoint
+    const void* src  # w (adjoint: du)
+    void* dst  # u (adjoint: gw)
+    const void* mat  # G (adjoint: G^T)
+    Py_ssize_t a, q, r, s, o, c, per_chunk
+
+
+cdef void _filter_chunk(void* ctx, Py_ssize_t chunk) noexcept nogil:
+    cdef FilterJob* j = <FilterJob*>ctx
+    cdef Py_ssize_t lo = chunk * j.per_chunk
+    cdef Py_ssize_t hi = min(lo + j.per_chunk, j.o)
+    if j.f32 and j.adjoint:
+        _filter_gradients(<const float*>j.src, <float*>j.dst, <const float*>j.mat, j.a, j.q,
+                          j.r, j.s, j.o, j.c, lo, hi)
+    elif j.f32:
+        _filter_tiles(<const float*>j.src, <float*>j.dst, <const float*>j.mat, j.a, j.q, j.r,
+                      j.s, j.o, j.c, lo, hi)
+    elif j.adjoint:
+        _filter_gradients(<const double*>j.src, <double*>j.dst, <const double*>j.mat, j.a,
+                          j.q, j.r, j.s, j.o, j.c, lo, hi)
+    else:
+        _filter_tiles(<const double*>j.src, <double*>j.dst, <const double*>j.mat, j.a, j.q,
+                      j.r, j.s, j.o, j.c, lo, hi)
+
+
+cdef bint _run_filters(bint adjoint, cnp.ndarray w, cnp.ndarray u, object g, Py_ssize_t s):
+    """filter_tiles (adjoint: filter_gradients) on w (O, C, r, r) and u (a^2,
+    O, C s^2); False, with nothing written, when they do not qualify."""
+    cdef int t = _float_type(w)
+    if t < 0 or not _plain(w, 4, t) or not _plain(u, 3, t) or s < 1:
+        return False
+    cdef Py_ssize_t a = len(g), q = len(g[0]) if a else 0
+    cdef cnp.ndarray mat = _matrix(g, t, a, q)
+    if mat is None or q < 1 or a < q:
+        return False
+    cdef Py_ssize_t o = w.shape[0], c = w.shape[1], r = w.shape[2]
+    if (w.shape[3] != r or (r + s - 1) // s != q or u.shape[0] != a * a or u.shape[1] != o
+            or u.shape[2] != c * s * s):
+        return False
+    if adjoint:
+        mat = cnp.PyArray_FROMANY(mat.T, t, 2, 2, cnp.NPY_ARRAY_CARRAY)
+    cdef FilterJob job
+    job.f32, job.adjoint = t == cnp.NPY_FLOAT, adjoint
+    job.src = cnp.PyArray_DATA(u if adjoint else w)
+    job.dst = cnp.PyArray_DATA(w if adjoint else u)
+    job.mat = cnp.PyArray_DATA(mat)
+    job.a, job.q, job.r, job.s, job.o, job.c = a, q, r, s, o, c
+    cdef Py_ssize_t nt = _tile_threads(o, a * a * o * c * s * s)
+    with nogil:
+        _follow_path()
+        job.per_chunk = (o + nt - 1) // nt
+        if nt <= 1:
+            _filter_chunk(&job, 0)
+        else:
+            run_chunks(_filter_chunk, &job, (o + job.per_chunk - 1) // job.per_chunk)
+    return True
+
+
+def filter_tiles(cnp.ndarray w, cnp.ndarray u, object g, Py_ssize_t s=1):
+    """Fill ``u`` (a^2, O, C) with G g G^T of each r x r filter g = w[o, c]
+    of ``w`` (O, C, r, r); ``g`` is G (a x r). With ``s`` > 1, of each
+    filter's s^2 phases instead (_polyphase.Phases.split_weight's filters,
+    q x q, q = ceil(r / s); u (a^2, O, C s^2), G (a x q)). Returns False
+    (writing nothing) when the operands do not qualify (float32/64, one
+    dtype, C-contiguous, aligned, shapes)."""
+    return _run_filters(False, w, u, g, s)
+
+
+def filter_gradients(cnp.ndarray du, cnp.ndarray gw, object g, Py_ssize_t s=1):
+    """Fill ``gw`` (O, C, r, r) with the adjoint of filter_tiles at ``du``
+    (a^2, O, C s^2): G^T du G of each filter (of each phase, written to the
+    taps of w it came from). Returns False (writing nothing) when the
+    operands do not qualify."""
+    return _run_filters(True, gw, du, g, s)
+
 
 # ---------------------------------------------------------------------------
 # F(2x2, 3x3) unrolled: the same transforms with its matrices written out

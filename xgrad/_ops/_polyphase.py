@@ -18,8 +18,11 @@ gradient a stride-1 conv_transpose, which is the flipped Winograd
 convolution; the weight gradient Winograd's). conv and its weight gradient
 never make the phases: the Winograd input tiles gather them from x
 (winograd_kernels.input_tiles with s > 1), which saved the copy's 0.32 ms
-each of a 16->32, 56x56, batch 8 forward and weight gradient (one thread);
-``split_input`` is their definition, which the tests hold the gather to.
+each of a 16->32, 56x56, batch 8 forward and weight gradient (one thread),
+and the filter transform gathers the weights' phases from w
+(winograd_kernels.filter_tiles and, for the weight gradient, its adjoint
+filter_gradients). ``split_input`` and ``split_weight`` are their
+definitions, which the tests hold the kernels to.
 Taken only where the stride-1 equivalent is a Winograd one with enough
 tiles (below); 3x3 with stride 2 would be 2x2, which has no transform
 here, and stays with im2col.
@@ -52,9 +55,18 @@ from xgrad._ops import _winograd
 # at batch 16, 0.90); blocks cut to 77% and less 0.97-1.34 (14x14, 10x10,
 # 6x6 outputs). 7x7 with stride 3 (3x3 phases) alike: 32->32 on 48x48 at
 # batch 8 0.75; 16->32 on 32x32 at batch 16 (9 blocks a plane, 84%) 1.00.
+# Since the filter transform gathers the weights' phases itself
+# (winograd_kernels.filter_tiles, no copy of them first), fewer blocks pay
+# where the channels are many: 48-95 blocks in the batch with at least
+# _FORWARD_FEW_TILES_MIN_CHANNELS channels of x. 49 blocks (56x56, batch
+# 1): 32->32 0.95, 32->64 0.85, 64->64 0.82, 128->128 0.83, 256->256 0.95;
+# 48 (16x16, batch 12) 64->64 0.81; but 16->32 and 24->24 at 49 1.04-1.18,
+# and 32 blocks 0.95-1.33 (64->64 to 256->256 on 16x16 at batch 8).
 _MIN_BLOCK = 4
 _FORWARD_MIN_SAMPLE_TILES = 4
-_FORWARD_MIN_TILES = 96
+_FORWARD_MIN_TILES = 48
+_FORWARD_FEW_TILES = 96
+_FORWARD_FEW_TILES_MIN_CHANNELS = 32
 _MIN_TILE_USE = 0.8
 # conv_transpose and conv's input gradient (the transposed plan), measured
 # before the tiles were gathered from x (AVX-512, forward + both gradients,
@@ -168,9 +180,9 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
         full = phase_geom._replace(pad=(q - 1, q - 1))
         t = _winograd.transform_for_shape((n, o) + tuple(outsize), (c, o, q, q), full, size,
                                           work)
-    else:
+    else:  # (the blocks counted below, by the phases' own rule)
         t = _winograd.transform_for_shape((n, c) + size, (o, c, q, q), phase_geom, outsize,
-                                          work)
+                                          work, count_tiles=False)
     if t is None or t.m < _MIN_BLOCK:
         return None
     # (the blocks counted over the forward convolution's output both ways)
@@ -178,7 +190,8 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
     if not transposed:
         used = outsize[0] * outsize[1] / (t.m * th * t.m * tw)
         if (th * tw < _FORWARD_MIN_SAMPLE_TILES or n * th * tw < _FORWARD_MIN_TILES
-                or used < _MIN_TILE_USE):
+                or used < _MIN_TILE_USE or (n * th * tw < _FORWARD_FEW_TILES
+                                            and xshape[1] < _FORWARD_FEW_TILES_MIN_CHANNELS)):
             return None
     elif th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES or (
             th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS):

@@ -224,12 +224,13 @@ def transform_for(x, wshape, geom, outsize, work):
     return transform_for_shape(x.shape, wshape, geom, outsize, work)
 
 
-def transform_for_shape(xshape, wshape, geom, outsize, work):
+def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True):
     """The Transform that computes a conv of x of ``xshape`` (N, C, h, w)
     with w of ``wshape``, or None: a float32/float64 2-D 3x3 or 5x5
     convolution with stride and dilation 1, one group, the stride-1 output
     size; the first of the kernel size's transforms with at least its
-    channels in and out and its tiles in the batch."""
+    channels in and out and (``count_tiles``: unless the caller counts
+    them itself) its tiles in the batch."""
     ksize = tuple(geom.ksize)
     if (len(ksize) != 2 or ksize[0] != ksize[1] or ksize[0] not in TRANSFORMS
             or tuple(geom.stride) != (1, 1) or tuple(geom.dilate) != (1, 1)
@@ -245,7 +246,8 @@ def transform_for_shape(xshape, wshape, geom, outsize, work):
     channels = min(xshape[1], wshape[0])
     for t in TRANSFORMS[r]:
         th, tw = t.tile_counts(outsize)
-        if channels >= t.min_channels and xshape[0] * th * tw >= t.min_tiles:
+        if channels >= t.min_channels and (not count_tiles
+                                           or xshape[0] * th * tw >= t.min_tiles):
             return t
     return None
 
@@ -255,11 +257,35 @@ def applies(x, wshape, geom, outsize, work):
     return transform_for(x, wshape, geom, outsize, work) is not None
 
 
-def _filters(t, w, work):
-    """U = G g G^T of each filter: (a^2, O, C)."""
+def _filters(t, w, work, phases=None):
+    """U = G g G^T of each filter of w (O, C, r, r): (a^2, O, C). With
+    ``phases`` (a _polyphase.Phases), of each filter's s^2 phases, (a^2, O,
+    C s^2), gathered from w by winograd_kernels.filter_tiles: the phases'
+    weights as an array are a 6-D transposing copy, which with this GEMM
+    took 3.9 ms for 128->128 5x5 filters (one thread), 1.9 ms in the
+    kernel. Without phases the GEMM (kron(G, G) times the filters) is as
+    fast as that kernel (256->256 3x3, 1.7 against 1.8 ms)."""
     o, c = w.shape[:2]
+    if phases is not None:
+        u = numpy.empty((t.a * t.a, o, c * phases.s ** 2), work)
+        if not winograd_kernels.filter_tiles(numpy.ascontiguousarray(w, dtype=work), u, t.g,
+                                             phases.s):
+            raise RuntimeError('winograd filter_tiles refused {}'.format(w.shape))
+        return u
     flat = w.astype(work, copy=False).reshape(o * c, t.r * t.r)
     return (t.gg.astype(work) @ flat.T).reshape(t.a * t.a, o, c)
+
+
+def _filter_gradients(t, du, wshape, work, phases=None):
+    """The adjoint of _filters: w's gradient (O, C, r, r) from U's, ``du``."""
+    if phases is not None:
+        gw = numpy.empty(wshape, work)
+        if not winograd_kernels.filter_gradients(du, gw, t.g, phases.s):
+            raise RuntimeError('winograd filter_gradients refused {}'.format(du.shape))
+        return gw
+    # G^T dU G of each (o, c): the transpose of _filters' product
+    o, c = wshape[:2]
+    return (du.reshape(t.a * t.a, o * c).T @ t.gg.astype(work)).reshape(o, c, t.r, t.r)
 
 
 def _sample_chunks(n, tiles, per_tile):
@@ -274,13 +300,14 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
     """y = conv(x, w) + b by the Transform t in ``work`` (x contiguous in
     ``work``); ``keep`` (a list) receives the batch's Tiles when they are at
     most _KEEP_ELEMENTS. With ``phases`` (a _polyphase.Phases) the
-    convolution is over x's phases (w is the phases' weights, ``geom``
-    their geometry), which the input tiles gather from x."""
-    n, c = x.shape[0], w.shape[1]
+    convolution is over x's phases (``geom`` their geometry, ``w`` conv's
+    own weights): the input tiles gather x's phases from x, the filter
+    transform w's from w."""
+    n, c = x.shape[0], w.shape[1] * (1 if phases is None else phases.s ** 2)
     o = w.shape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(outsize)
-    u = _filters(t, w, work)
+    u = _filters(t, w, work, phases)
     bias = None if b is None else numpy.ascontiguousarray(b, dtype=work)
     y = numpy.empty((n, o) + tuple(outsize), work)
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
@@ -311,8 +338,8 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
     """gw = d<conv(x, w), gy>/dw (O, C, r, r) by the Transform t in
     ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
     Tiles of x. With ``phases``, of the convolution over x's phases (as
-    conv's)."""
-    n, c = x.shape[0], wshape[1]
+    conv's; ``wshape`` conv's own)."""
+    n, c = x.shape[0], wshape[1] * (1 if phases is None else phases.s ** 2)
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
@@ -337,5 +364,4 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
         g = _gemm_layout.padded(flat_g, (values, o, count))
         t.gradient_tiles(gy[lo:hi], g)
         du += numpy.matmul(g, v.transpose(0, 2, 1))
-    # G^T dU G of each (o, c): the transpose of _filters' product
-    return (du.reshape(values, o * c).T @ t.gg.astype(work)).reshape(o, c, t.r, t.r)
+    return _filter_gradients(t, du, tuple(wshape), work, phases)

@@ -640,10 +640,9 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
         y = _winograd.conv(plan, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
                            outsize, work, keep_columns)
         return y.astype(dtype, copy=False)
-    if how == 'phases':  # Winograd over x's phases, gathered by its input tiles
-        y = _winograd.conv(plan.transform, numpy.ascontiguousarray(x, dtype=work),
-                           plan.split_weight(w, work), b, plan.geom, outsize, work,
-                           keep_columns, phases=plan)
+    if how == 'phases':  # Winograd over x's phases, gathered by its tile transforms
+        y = _winograd.conv(plan.transform, numpy.ascontiguousarray(x, dtype=work), w, b,
+                           plan.geom, outsize, work, keep_columns, phases=plan)
         return y.astype(dtype, copy=False)
     # (a copy when w is the flipped view of conv_transpose_kernel)
     wm = w.astype(work, copy=False).reshape(g, o // g, _prod(w.shape[1:]))
@@ -735,11 +734,10 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         return gw.astype(dtype, copy=False)
     if how == 'phases':  # 5x5, stride 2 (see conv_kernel)
         tiles = columns if isinstance(columns, _winograd.Tiles) else None
-        gwq = _winograd.grad_weight(plan.transform, numpy.ascontiguousarray(x, dtype=work),
-                                    numpy.ascontiguousarray(gy, dtype=work),
-                                    plan.weight_shape(wshape), plan.geom, work, tiles,
-                                    phases=plan)
-        return plan.merge_weight(gwq).astype(dtype, copy=False)
+        gw = _winograd.grad_weight(plan.transform, numpy.ascontiguousarray(x, dtype=work),
+                                   numpy.ascontiguousarray(gy, dtype=work), wshape, plan.geom,
+                                   work, tiles, phases=plan)
+        return gw.astype(dtype, copy=False)
     if how == 'taps':
         return plan.grad_weight(x, gy).astype(dtype, copy=False)
     n, g = x.shape[0], geom.groups
