@@ -236,11 +236,13 @@ cdef inline void _store_tile(const real* out, Py_ssize_t m, Py_ssize_t rows, Py_
 cdef void _phase_plane(real* padded, Py_ssize_t hp, Py_ssize_t wp, const real* src,
                        Py_ssize_t h, Py_ssize_t w, Py_ssize_t s, Py_ssize_t a_h,
                        Py_ssize_t a_w, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hq,
-                       Py_ssize_t wq) noexcept nogil:
+                       Py_ssize_t wq, bint zeros_written) noexcept nogil:
     """padded (hp x wp) = phase (a_h, a_w) of the plane src (h x w) padded
     by (ph, pw): padded[j, k] = src[s j + a_h - ph, s k + a_w - pw] for j <
     hq, k < wq, zeros elsewhere (outside src or the phase's hq x wq), every
-    element written (_polyphase.Phases.split_input's values)."""
+    element written (_polyphase.Phases.split_input's values); with
+    ``zeros_written``, only the elements read from src (the zeros are where
+    the same phase of another plane of this size left them)."""
     cdef Py_ssize_t j, k, xr, k0, k1
     cdef real* row
     cdef const real* xs
@@ -252,13 +254,19 @@ cdef void _phase_plane(real* padded, Py_ssize_t hp, Py_ssize_t wp, const real* s
         row = padded + j * wp
         xr = s * j + a_h - ph
         if j >= hq or xr < 0 or xr >= h:
-            memset(row, 0, wp * sizeof(real))
+            if not zeros_written:
+                memset(row, 0, wp * sizeof(real))
             continue
         xs = src + xr * w + a_w - pw
-        memset(row, 0, k0 * sizeof(real))
-        for k in range(k0, k1):
-            row[k] = xs[s * k]
-        memset(row + k1, 0, (wp - k1) * sizeof(real))
+        if not zeros_written:
+            memset(row, 0, k0 * sizeof(real))
+            memset(row + k1, 0, (wp - k1) * sizeof(real))
+        if s == 2:  # (a constant stride: the compiler vectorizes the gather)
+            for k in range(k0, k1):
+                row[k] = xs[2 * k]
+        else:
+            for k in range(k0, k1):
+                row[k] = xs[s * k]
 
 
 cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t a,
@@ -302,7 +310,9 @@ cdef void _tiles(const real* x, real* v, int kind, const real* left, Py_ssize_t 
         for n in range(n_count):
             if s > 1:
                 src = x + (n * (c_count // ss) + c // ss) * h * w
-                _phase_plane(padded, hp, wp, src, h, w, s, c // s % s, c % s, ph, pw, hq, wq)
+                # (a channel's samples share its phase, and so its zeros)
+                _phase_plane(padded, hp, wp, src, h, w, s, c // s % s, c % s, ph, pw, hq, wq,
+                             n > 0)
             else:
                 src = x + (n * c_count + c) * h * w
                 for r in range(h):

@@ -56,12 +56,15 @@ from xgrad._ops import _winograd
 # 6x6 outputs). 7x7 with stride 3 (3x3 phases) alike: 32->32 on 48x48 at
 # batch 8 0.75; 16->32 on 32x32 at batch 16 (9 blocks a plane, 84%) 1.00.
 # Since the filter transform gathers the weights' phases itself
-# (winograd_kernels.filter_tiles, no copy of them first), fewer blocks pay
-# where the channels are many: 48-95 blocks in the batch with at least
+# (winograd_kernels.filter_tiles, no copy of them first) and a channel's
+# samples share its phase planes' zeros, fewer blocks pay where the
+# channels are many: 48-95 blocks in the batch with at least
 # _FORWARD_FEW_TILES_MIN_CHANNELS channels of x. 49 blocks (56x56, batch
-# 1): 32->32 0.95, 32->64 0.85, 64->64 0.82, 128->128 0.83, 256->256 0.95;
-# 48 (16x16, batch 12) 64->64 0.81; but 16->32 and 24->24 at 49 1.04-1.18,
-# and 32 blocks 0.95-1.33 (64->64 to 256->256 on 16x16 at batch 8).
+# 1): 32->32 0.87, 64->64 0.79, 128->128 0.83, 256->256 0.91; 48 (16x16,
+# batch 12) 64->64 0.78. Fewer channels gain little or lose: 16->32 0.95,
+# 24->24 0.88, 20->20 1.04, 16->16 1.17. 32 blocks in the batch: 64->64
+# 0.93-0.95, but 128->128 1.13, 256->256 1.19, 16->32 1.21 (16x16 at
+# batch 8: the weight gradient's thin products).
 _MIN_BLOCK = 4
 _FORWARD_MIN_SAMPLE_TILES = 4
 _FORWARD_MIN_TILES = 48
