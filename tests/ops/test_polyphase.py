@@ -38,6 +38,7 @@ def small(monkeypatch):
     monkeypatch.setattr(_polyphase, '_FORWARD_MIN_SAMPLE_TILES', 1)
     monkeypatch.setattr(_polyphase, '_FORWARD_MIN_TILES', 1)
     monkeypatch.setattr(_polyphase, '_FORWARD_FEW_TILES_MIN_CHANNELS', 1)
+    monkeypatch.setattr(_polyphase, '_FORWARD_FEW_TILES_MAX_CHANNELS', 1 << 30)
     monkeypatch.setattr(_polyphase, '_MIN_TILE_USE', 0)
     monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
     monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
@@ -134,6 +135,8 @@ def test_the_filter_transform_gathers_the_phases_split_weight_makes(small, n, c,
     ((12, 64, 16, 16), (64, 64, 5, 5), 5, 2, 2, True),  # 48 tiles, 64 channels
     ((8, 64, 16, 16), (64, 64, 5, 5), 5, 2, 2, False),  # 32 tiles
     ((1, 24, 56, 56), (24, 24, 5, 5), 5, 2, 2, False),  # 49 tiles of 24 channels
+    ((1, 256, 56, 56), (256, 256, 5, 5), 5, 2, 2, False),  # 49 tiles of 256 channels
+    ((2, 256, 56, 56), (256, 256, 5, 5), 5, 2, 2, True),  # 98 tiles
     ((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, False),  # 8x8 out: 4 tiles, 16 of 2x2
     ((8, 1, 32, 32), (16, 1, 5, 5), 5, 2, 2, False),    # 4 phase channels
     ((8, 16, 32, 32), (8, 16, 5, 5), 5, 2, 2, False),   # 8 outputs

@@ -167,7 +167,8 @@ cdef inline void _emit(int kind, const real* left, Py_ssize_t rows_out, Py_ssize
 
 cdef inline void _next_tile(Py_ssize_t* n, Py_ssize_t* i, Py_ssize_t* j, Py_ssize_t th,
                             Py_ssize_t tw) noexcept nogil:
-    """(n, i, j) -> the next tile in (sample, row, column) order."""
+    """(n, i, j) -> the next tile in (sample, row, column) order; with th =
+    tw = s, (c, a_h, a_w) -> the next phase channel, c s^2 + a_h s + a_w."""
     j[0] += 1
     if j[0] == tw:
         j[0] = 0
@@ -655,25 +656,30 @@ def gradient_tiles(cnp.ndarray gy, cnp.ndarray g, object a_t):
 # U = G g G^T of every filter g (a^2 values from r^2), and its adjoint G^T dU
 # G for the weight gradient, by the same block transform as the tiles: the
 # filters of one output channel in blocks of BLOCK input channels, value k of
-# each in one row. The filter side in NumPy (kron(G, G) times the filters,
-# one GEMM) cost 1.4 ms for 256->256 3x3 filters, one thread; through a
-# strided convolution's phases (a 6-D transposing copy of the weights into
-# their phases first) 3.3 ms for 128->128 5x5 filters, a third of the
-# whole forward at batch 1.
+# each in one row. Through a strided convolution's phases, the NumPy way (a
+# 6-D transposing copy of the weights into their phases, then kron(G, G)
+# times the filters, one GEMM) took 3.3 ms for 128->128 5x5 filters, one
+# thread, a third of the whole forward at batch 1; here about 2 ms. For
+# stride 1 that GEMM alone is about as fast, and _winograd keeps it.
 
 
-cdef inline void _next_phase_channel(Py_ssize_t s, Py_ssize_t* c, Py_ssize_t* a_h,
-                                     Py_ssize_t* a_w) noexcept nogil:
-    """(c, a_h, a_w) of phase channel k = c s^2 + a_h s + a_w -> those of k +
-    1 (counted, not divided: three divisions a filter took most of the
-    transform's time)."""
-    a_w[0] += 1
-    if a_w[0] == s:
-        a_w[0] = 0
-        a_h[0] += 1
-        if a_h[0] == s:
-            a_h[0] = 0
-            c[0] += 1
+cdef void _phase_taps(Py_ssize_t* at, Py_ssize_t o, Py_ssize_t k0, Py_ssize_t count,
+                      Py_ssize_t q, Py_ssize_t r, Py_ssize_t s,
+                      Py_ssize_t c_count) noexcept nogil:
+    """at[(t_h q + t_w) BLOCK + p] = where in w (O, C, r, r) tap (t_h, t_w)
+    of the q x q phase channel k0 + p of filter row o lies: w[o, c, s t_h +
+    a_h, s t_w + a_w] for k = c s^2 + a_h s + a_w, or -1 past r (a zero of
+    that phase)."""
+    cdef Py_ssize_t p, th, tw, y, x
+    cdef Py_ssize_t c = k0 // (s * s), a_h = k0 // s % s, a_w = k0 % s
+    for p in range(count):
+        for th in range(q):
+            y = s * th + a_h
+            for tw in range(q):
+                x = s * tw + a_w
+                at[(th * q + tw) * BLOCK + p] = (((o * c_count + c) * r + y) * r + x
+                                                 if y < r and x < r else -1)
+        _next_tile(&c, &a_h, &a_w, s, s)  # (the next phase channel)
 
 
 cdef void _filter_tiles(const real* w, real* u, const real* g, Py_ssize_t a, Py_ssize_t q,
@@ -682,23 +688,19 @@ cdef void _filter_tiles(const real* w, real* u, const real* g, Py_ssize_t a, Py_
     """u[(i, j), o, k] = (G g_k G^T)[i, j] for output channels lo..hi, g_k
     the q x q phase (a_h, a_w) of filter w[o, c] (k = c s^2 + a_h s + a_w):
     g_k[t_h, t_w] = w[o, c, s t_h + a_h, s t_w + a_w], zero past r."""
-    cdef Py_ssize_t kc = c_count * s * s, o, k0, p, count, c, a_h, a_w, th, tw, y, x, v
+    cdef Py_ssize_t kc = c_count * s * s, o, k0, count, t, p, v, i
+    cdef Py_ssize_t at[MAX_VALUES * BLOCK]
     cdef xgrad_winograd_buffers buffers
     cdef real* d = <real*>buffers.d
-    cdef const real* f
     memset(buffers.d, 0, sizeof(buffers.d))  # (a partial block's other lanes: zeros)
     for o in range(lo, hi):
         for k0 in range(0, kc, BLOCK):
             count = min(BLOCK, kc - k0)
-            c, a_h, a_w = k0 // (s * s), k0 // s % s, k0 % s
-            for p in range(count):
-                f = w + (o * c_count + c) * r * r
-                for th in range(q):
-                    y = s * th + a_h
-                    for tw in range(q):
-                        x = s * tw + a_w
-                        d[(th * q + tw) * BLOCK + p] = f[y * r + x] if y < r and x < r else 0
-                _next_phase_channel(s, &c, &a_h, &a_w)
+            _phase_taps(at, o, k0, count, q, r, s, c_count)
+            for t in range(0, q * q * BLOCK, BLOCK):
+                for p in range(count):
+                    i = at[t + p]
+                    d[t + p] = w[i] if i >= 0 else 0
             _transform(XGRAD_WINOGRAD_ANY, g, a, g, a, q, q, &buffers)
             for v in range(a * a):
                 memcpy(u + (v * o_count + o) * kc + k0, <real*>buffers.out + v * BLOCK,
@@ -713,26 +715,22 @@ cdef void _filter_gradients(const real* du, real* gw, const real* g_t, Py_ssize_
     values du[:, o, k] (k = c s^2 + a_h s + a_w); each element of gw is
     written once, by its one phase (taps past r, zero in every g_k, are
     dropped)."""
-    cdef Py_ssize_t kc = c_count * s * s, o, k0, p, count, c, a_h, a_w, th, tw, y, x
+    cdef Py_ssize_t kc = c_count * s * s, o, k0, count, t, p, i
+    cdef Py_ssize_t at[MAX_VALUES * BLOCK]
     cdef xgrad_winograd_buffers buffers
     cdef real* out = <real*>buffers.out
-    cdef real* f
     memset(buffers.d, 0, sizeof(buffers.d))
     for o in range(lo, hi):
         for k0 in range(0, kc, BLOCK):
             count = min(BLOCK, kc - k0)
             _read_rows(<real*>buffers.d, BLOCK, du + o * kc + k0, o_count * kc, a * a, count)
             _transform(XGRAD_WINOGRAD_ANY, g_t, q, g_t, q, a, a, &buffers)
-            c, a_h, a_w = k0 // (s * s), k0 // s % s, k0 % s
-            for p in range(count):
-                f = gw + (o * c_count + c) * r * r
-                for th in range(q):
-                    y = s * th + a_h
-                    for tw in range(q):
-                        x = s * tw + a_w
-                        if y < r and x < r:
-                            f[y * r + x] = out[(th * q + tw) * BLOCK + p]
-                _next_phase_channel(s, &c, &a_h, &a_w)
+            _phase_taps(at, o, k0, count, q, r, s, c_count)
+            for t in range(0, q * q * BLOCK, BLOCK):
+                for p in range(count):
+                    i = at[t + p]
+                    if i >= 0:
+                        gw[i] = out[t + p]
 
 
 cdef struct FilterJob:

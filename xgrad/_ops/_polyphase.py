@@ -58,11 +58,14 @@ from xgrad._ops import _winograd
 # Since the filter transform gathers the weights' phases itself
 # (winograd_kernels.filter_tiles, no copy of them first) and a channel's
 # samples share its phase planes' zeros, fewer blocks pay where the
-# channels are many: 48-95 blocks in the batch with at least
-# _FORWARD_FEW_TILES_MIN_CHANNELS channels of x. 49 blocks (56x56, batch
-# 1): 32->32 0.87, 64->64 0.79, 128->128 0.83, 256->256 0.91; 48 (16x16,
-# batch 12) 64->64 0.78. Fewer channels gain little or lose: 16->32 0.95,
-# 24->24 0.88, 20->20 1.04, 16->16 1.17. 32 blocks in the batch: 64->64
+# channels are many: 48-95 blocks in the batch with
+# _FORWARD_FEW_TILES_MIN_CHANNELS to _FORWARD_FEW_TILES_MAX_CHANNELS
+# channels of x. 49 blocks (56x56, batch 1): 32->32 0.87, 64->64 0.79,
+# 128->128 0.83; 48 (16x16, batch 12) 64->64 0.78. Fewer channels gain
+# little or lose: 16->32 0.95, 24->24 0.88, 20->20 1.04, 16->16 1.17.
+# 256->256 at 49 blocks took 0.91x in one process, but 1.08-1.20x over
+# torch's time in three runs of paired builds (its 36 transformed filters
+# and their gradient are 38 MB each). 32 blocks in the batch: 64->64
 # 0.93-0.95, but 128->128 1.13, 256->256 1.19, 16->32 1.21 (16x16 at
 # batch 8: the weight gradient's thin products).
 _MIN_BLOCK = 4
@@ -70,6 +73,7 @@ _FORWARD_MIN_SAMPLE_TILES = 4
 _FORWARD_MIN_TILES = 48
 _FORWARD_FEW_TILES = 96
 _FORWARD_FEW_TILES_MIN_CHANNELS = 32
+_FORWARD_FEW_TILES_MAX_CHANNELS = 128
 _MIN_TILE_USE = 0.8
 # conv_transpose and conv's input gradient (the transposed plan), measured
 # before the tiles were gathered from x (AVX-512, forward + both gradients,
@@ -193,8 +197,9 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
     if not transposed:
         used = outsize[0] * outsize[1] / (t.m * th * t.m * tw)
         if (th * tw < _FORWARD_MIN_SAMPLE_TILES or n * th * tw < _FORWARD_MIN_TILES
-                or used < _MIN_TILE_USE or (n * th * tw < _FORWARD_FEW_TILES
-                                            and xshape[1] < _FORWARD_FEW_TILES_MIN_CHANNELS)):
+                or used < _MIN_TILE_USE or (n * th * tw < _FORWARD_FEW_TILES and not (
+                    _FORWARD_FEW_TILES_MIN_CHANNELS <= xshape[1]
+                    <= _FORWARD_FEW_TILES_MAX_CHANNELS))):
             return None
     elif th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES or (
             th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS):

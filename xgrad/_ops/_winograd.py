@@ -262,9 +262,10 @@ def _filters(t, w, work, phases=None):
     ``phases`` (a _polyphase.Phases), of each filter's s^2 phases, (a^2, O,
     C s^2), gathered from w by winograd_kernels.filter_tiles: the phases'
     weights as an array are a 6-D transposing copy, which with this GEMM
-    took 3.9 ms for 128->128 5x5 filters (one thread), 1.9 ms in the
-    kernel. Without phases the GEMM (kron(G, G) times the filters) is as
-    fast as that kernel (256->256 3x3, 1.7 against 1.8 ms)."""
+    took 3.9-4.1 ms for 128->128 5x5 filters (one thread), 1.9-2.1 ms in
+    the kernel. Without phases the GEMM (kron(G, G) times the filters) is
+    about as fast as that kernel (256->256 3x3, 1.7-2.4 against 1.8-2.9
+    ms)."""
     o, c = w.shape[:2]
     if phases is not None:
         u = numpy.empty((t.a * t.a, o, c * phases.s ** 2), work)
