@@ -109,6 +109,8 @@ def test_the_filter_transform_gathers_the_phases_split_weight_makes(small, n, c,
     want = numpy.einsum('ik,ockl,jl->ijoc', t.g, split, t.g).reshape(a * a, o, -1)
     u = numpy.full((a * a, o, c * s * s), numpy.nan, dtype)
     assert winograd_kernels.filter_tiles(wt, u, t.g, s)
+    # each value a sum of at most 64 products of |w| < 1 with G's entries (< 1),
+    # rounded in the dtype, on any vector path (FMA or not): well inside these
     tol = dict(rtol=1e-12, atol=1e-13) if dtype == numpy.float64 else dict(rtol=1e-5, atol=1e-6)
     numpy.testing.assert_allclose(u, want, **tol)
     du = _data(u.shape, 4, dtype)

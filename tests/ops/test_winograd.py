@@ -158,6 +158,8 @@ def test_the_filter_transforms_are_their_matrix_definitions(t, dtype, o, c):
     w = _data((o, c, t.r, t.r), 6, dtype)
     u = numpy.full((a * a, o, c), numpy.nan, dtype)
     assert winograd_kernels.filter_tiles(w, u, t.g)
+    # each value a sum of at most 64 products of |w| < 1 with G's entries (< 1),
+    # rounded in the dtype, on any vector path (FMA or not): well inside these
     tol = dict(rtol=1e-12, atol=1e-13) if dtype == numpy.float64 else dict(rtol=1e-5, atol=1e-6)
     want = numpy.einsum('ik,ockl,jl->ijoc', t.g, w.astype(float), t.g).reshape(a * a, o, c)
     numpy.testing.assert_allclose(u, want, **tol)
