@@ -21,8 +21,9 @@ never make the phases: the Winograd input tiles gather them from x
 each of a 16->32, 56x56, batch 8 forward and weight gradient (one thread),
 and the filter transform gathers the weights' phases from w
 (winograd_kernels.filter_tiles and, for the weight gradient, its adjoint
-filter_gradients). ``split_input`` and ``split_weight`` are their
-definitions, which the tests hold the kernels to.
+filter_gradients). ``split_input``, ``split_weight`` and
+``merge_weight`` are their definitions, which the tests hold the kernels
+to.
 Taken only where the stride-1 equivalent is a Winograd one with enough
 tiles (below); 3x3 with stride 2 would be 2x2, which has no transform
 here, and stays with im2col.
@@ -195,11 +196,12 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
     # (the blocks counted over the forward convolution's output both ways)
     th, tw = t.tile_counts(outsize)
     if not transposed:
+        blocks = n * th * tw
         used = outsize[0] * outsize[1] / (t.m * th * t.m * tw)
-        if (th * tw < _FORWARD_MIN_SAMPLE_TILES or n * th * tw < _FORWARD_MIN_TILES
-                or used < _MIN_TILE_USE or (n * th * tw < _FORWARD_FEW_TILES and not (
-                    _FORWARD_FEW_TILES_MIN_CHANNELS <= xshape[1]
-                    <= _FORWARD_FEW_TILES_MAX_CHANNELS))):
+        few_pay = (_FORWARD_FEW_TILES_MIN_CHANNELS <= xshape[1]
+                   <= _FORWARD_FEW_TILES_MAX_CHANNELS)
+        if (th * tw < _FORWARD_MIN_SAMPLE_TILES or blocks < _FORWARD_MIN_TILES
+                or used < _MIN_TILE_USE or (blocks < _FORWARD_FEW_TILES and not few_pay)):
             return None
     elif th * tw < _MIN_SAMPLE_TILES or n * th * tw < _MIN_TILES or (
             th * tw < _MANY_SAMPLE_TILES and xshape[1] < _FEW_TILES_MIN_CHANNELS):

@@ -257,6 +257,12 @@ def applies(x, wshape, geom, outsize, work):
     return transform_for(x, wshape, geom, outsize, work) is not None
 
 
+def _channels(wshape, phases):
+    """The channels the a^2 products sum over: w's, or with ``phases`` (a
+    _polyphase.Phases) those of w's phases, C s^2."""
+    return wshape[1] if phases is None else phases.weight_shape(wshape)[1]
+
+
 def _filters(t, w, work, phases=None):
     """U = G g G^T of each filter of w (O, C, r, r): (a^2, O, C). With
     ``phases`` (a _polyphase.Phases), of each filter's s^2 phases, (a^2, O,
@@ -268,7 +274,7 @@ def _filters(t, w, work, phases=None):
     ms)."""
     o, c = w.shape[:2]
     if phases is not None:
-        u = numpy.empty((t.a * t.a, o, c * phases.s ** 2), work)
+        u = numpy.empty((t.a * t.a, o, _channels(w.shape, phases)), work)
         if not winograd_kernels.filter_tiles(numpy.ascontiguousarray(w, dtype=work), u, t.g,
                                              phases.s):
             raise RuntimeError('winograd filter_tiles refused {}'.format(w.shape))
@@ -304,7 +310,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
     convolution is over x's phases (``geom`` their geometry, ``w`` conv's
     own weights): the input tiles gather x's phases from x, the filter
     transform w's from w."""
-    n, c = x.shape[0], w.shape[1] * (1 if phases is None else phases.s ** 2)
+    n, c = x.shape[0], _channels(w.shape, phases)
     o = w.shape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(outsize)
@@ -340,7 +346,7 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
     ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
     Tiles of x. With ``phases``, of the convolution over x's phases (as
     conv's; ``wshape`` conv's own)."""
-    n, c = x.shape[0], wshape[1] * (1 if phases is None else phases.s ** 2)
+    n, c = x.shape[0], _channels(wshape, phases)
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
