@@ -163,12 +163,13 @@ class Phases(_Plan):
         return (max(0, min(spatial[0], s * hq - ph)), max(0, min(spatial[1], s * wq - pw)))
 
 
-def plan(xshape, wshape, geom, outsize, work, transposed=False):
+def plan(xshape, wshape, geom, outsize, work, transposed=False, any_size=False):
     """The Phases of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
     ``wshape`` (O, C, r, r), output ``outsize``) when its stride-1
     equivalent is a Winograd convolution, else None. ``transposed``: for
     its adjoint (conv_transpose), whose stride-1 equivalent is the flipped
-    convolution of the output's gradient."""
+    convolution of the output's gradient. ``any_size``: wherever the phases
+    can compute it, whether or not they pay (a forced algorithm)."""
     if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
             or tuple(geom.dilate) != (1, 1)):
         return None
@@ -178,7 +179,7 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
     q = -(-r // s)
     if q not in _winograd.TRANSFORMS:
         return None
-    if (transposed and numpy.dtype(work) == numpy.float32
+    if (transposed and not any_size and numpy.dtype(work) == numpy.float32
             and gemm_kernels.tile_rows() == gemm_kernels.AVX2_TILE_ROWS):
         return None
     size = (outsize[0] + q - 1, outsize[1] + q - 1)
@@ -187,12 +188,14 @@ def plan(xshape, wshape, geom, outsize, work, transposed=False):
     if transposed:  # the flipped convolution: gy (N, O, *outsize) -> (N, C s^2, *size)
         full = phase_geom._replace(pad=(q - 1, q - 1))
         t = _winograd.transform_for_shape((n, o) + tuple(outsize), (c, o, q, q), full, size,
-                                          work)
+                                          work, any_size=any_size)
     else:  # (the blocks counted below, by the phases' own rule)
         t = _winograd.transform_for_shape((n, c) + size, (o, c, q, q), phase_geom, outsize,
-                                          work, count_tiles=False)
+                                          work, count_tiles=False, any_size=any_size)
     if t is None or t.m < _MIN_BLOCK:
         return None
+    if any_size:
+        return Phases(s, q, r, tuple(geom.pad), size, phase_geom, t)
     # (the blocks counted over the forward convolution's output both ways)
     th, tw = t.tile_counts(outsize)
     if not transposed:

@@ -393,7 +393,8 @@ def _blocks(groups, n, c, o, kw):
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(n, c, o, spatial, ksize, stride, pad, outsize, tile=_DEFAULT_TILE_ROWS):
+def _plan(n, c, o, spatial, ksize, stride, pad, outsize, tile=_DEFAULT_TILE_ROWS,
+          any_size=False):
     groups, order = _groups(n, spatial, ksize, stride, pad, outsize, tile), None
     fraction = _work_fraction(groups, n, ksize, outsize, tile)
     classed = min((_class_groups(n, spatial, ksize, stride, pad, outsize, by, tile)
@@ -406,7 +407,7 @@ def _plan(n, c, o, spatial, ksize, stride, pad, outsize, tile=_DEFAULT_TILE_ROWS
         groups[:, 5] - groups[:, 4])
     forward, input_grad, weight_grad = _blocks(groups, n, c, o, ksize[1])
     # (the forward leaves the columns of a group without taps unwritten)
-    if fraction > _MAX_WORK_FRACTION or not area.all():
+    if (fraction > _MAX_WORK_FRACTION and not any_size) or not area.all():
         return None
     return TapPlan(n, c, o, spatial, ksize, stride, pad, outsize, groups, order, forward,
                    input_grad, weight_grad, fraction)
@@ -428,13 +429,20 @@ def _tile_rows():
     return gemm_kernels.tile_rows()
 
 
-def plan(xshape, wshape, geom, outsize, work):
+def plan(xshape, wshape, geom, outsize, work, any_size=False):
     """The TapPlan of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
-    ``wshape``) with output ``outsize`` where it pays, else None."""
+    ``wshape``) with output ``outsize`` where it pays, else None.
+    ``any_size``: wherever the tap groups can compute it, whether or not
+    they pay (a forced algorithm)."""
     if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
             or tuple(geom.dilate) != (1, 1) or numpy.dtype(work) != numpy.float32
-            or xshape[0] < _MIN_BATCH or min(wshape[:2]) < _MIN_CHANNELS
-            or wshape[1] != xshape[1] or not gemm_kernels.available()
+            or wshape[1] != xshape[1] or not gemm_kernels.available()):
+        return None
+    if any_size:
+        return _plan(xshape[0], xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
+                     tuple(geom.stride), tuple(geom.pad), tuple(outsize), _tile_rows(),
+                     any_size=True)
+    if (xshape[0] < _MIN_BATCH or min(wshape[:2]) < _MIN_CHANNELS
             or not _pays_on_these_threads(xshape, wshape, outsize)):
         return None
     n = xshape[0]

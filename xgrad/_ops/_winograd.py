@@ -216,21 +216,22 @@ class Tiles:
         self.chunks = chunks
 
 
-def transform_for(x, wshape, geom, outsize, work):
+def transform_for(x, wshape, geom, outsize, work, any_size=False):
     """The Transform that computes conv(x, w) here, or None: host
     float32/float64 data (see transform_for_shape)."""
     if type(x) is not numpy.ndarray or x.ndim != 4:
         return None
-    return transform_for_shape(x.shape, wshape, geom, outsize, work)
+    return transform_for_shape(x.shape, wshape, geom, outsize, work, any_size=any_size)
 
 
-def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True):
+def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True, any_size=False):
     """The Transform that computes a conv of x of ``xshape`` (N, C, h, w)
     with w of ``wshape``, or None: a float32/float64 2-D 3x3 or 5x5
     convolution with stride and dilation 1, one group, the stride-1 output
     size; the first of the kernel size's transforms with at least its
     channels in and out and (``count_tiles``: unless the caller counts
-    them itself) its tiles in the batch."""
+    them itself) its tiles in the batch. ``any_size``: the first transform
+    whatever the channels and tiles (a forced algorithm)."""
     ksize = tuple(geom.ksize)
     if (len(ksize) != 2 or ksize[0] != ksize[1] or ksize[0] not in TRANSFORMS
             or tuple(geom.stride) != (1, 1) or tuple(geom.dilate) != (1, 1)
@@ -243,6 +244,8 @@ def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True):
     ph, pw = geom.pad
     if tuple(outsize) != (h + 2 * ph - r + 1, w + 2 * pw - r + 1) or min(outsize) <= 0:
         return None
+    if any_size:
+        return TRANSFORMS[r][0]
     channels = min(xshape[1], wshape[0])
     for t in TRANSFORMS[r]:
         th, tw = t.tile_counts(outsize)

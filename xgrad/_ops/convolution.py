@@ -36,6 +36,8 @@ arrays (double backprop).
 """
 
 import collections
+import contextlib
+import contextvars
 import functools
 import itertools
 
@@ -46,6 +48,7 @@ from xgrad import _dtypes
 from xgrad._backend import cuda
 from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._backend.gemm_kernels import sgemm
+from xgrad._backend.operands import kernel_operands
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args, _gemm_layout, _polyphase, _tap_groups, _winograd
 from xgrad._ops._linear import run
@@ -384,6 +387,15 @@ _PHASE_MIN_POSITIONS = 1024    # a phase's positions in the batch
 _PHASE_MAX_CHANNELS = 128      # of x
 
 
+def _output_phases_apply(x, geom, outsize, work):
+    """Whether _conv_transpose_phases can compute conv_transpose(x, w)."""
+    if (type(x) is not numpy.ndarray or x.ndim != 4 or geom.groups != 1
+            or tuple(geom.dilate) != (1, 1) or work not in (numpy.float32, numpy.float64)):
+        return False
+    return all(_phase_taps(size, out, k, s, p) is not None for size, out, k, s, p in zip(
+        x.shape[2:], outsize, geom.ksize, geom.stride, geom.pad))
+
+
 def _output_phases_pay(x, wshape, geom, outsize, work):
     """Whether conv_transpose_kernel takes _conv_transpose_phases (above)."""
     if (type(x) is not numpy.ndarray or x.ndim != 4 or geom.groups != 1
@@ -487,21 +499,22 @@ def _pointwise_product(wm, x, b, g, work, outsize):
     return y.reshape((n, wm.shape[0] * wm.shape[1]) + tuple(outsize))
 
 
-def _host_phases(x, wshape, geom, outsize, work, transposed=False):
+def _host_phases(x, wshape, geom, outsize, work, transposed=False, any_size=False):
     """_polyphase.plan for host data (the GPU keeps its own path)."""
     if type(x) is not numpy.ndarray or any(s == 1 for s in geom.stride):
         return None
     if transposed:  # x is the output's gradient: the convolution's input is outsize
         xshape = (x.shape[0], wshape[1]) + tuple(outsize)
-        return _polyphase.plan(xshape, wshape, geom, x.shape[2:], work, transposed=True)
-    return _polyphase.plan(x.shape, wshape, geom, outsize, work)
+        return _polyphase.plan(xshape, wshape, geom, x.shape[2:], work, transposed=True,
+                               any_size=any_size)
+    return _polyphase.plan(x.shape, wshape, geom, outsize, work, any_size=any_size)
 
 
-def _host_tap_plan(x, wshape, geom, outsize, work):
+def _host_tap_plan(x, wshape, geom, outsize, work, any_size=False):
     """_tap_groups.plan for host data."""
     if type(x) is not numpy.ndarray:
         return None
-    return _tap_groups.plan(x.shape, wshape, geom, outsize, work)
+    return _tap_groups.plan(x.shape, wshape, geom, outsize, work, any_size=any_size)
 
 
 # ---------------------------------------------------------------------------
@@ -526,17 +539,78 @@ def clear_choices():
 
 
 def _choice(route, x, *shapes):
-    """route(x, *shapes), worked out once for each key: the route, whether x
-    is a NumPy array, x's shape, ``shapes`` (hashable: shapes, geometry,
-    dtype), the thread count and the GEMM kernel's tile."""
+    """route(x, *shapes, forced), worked out once for each key: the route,
+    whether x is a NumPy array, x's shape, ``shapes`` (hashable: shapes,
+    geometry, dtype), the thread count, the GEMM kernel's tile and the
+    algorithm forced (force_algorithm)."""
+    forced = _forced.get()
     key = (route, type(x) is numpy.ndarray, x.shape) + shapes + (
-        native_kernels.max_threads(), gemm_kernels.tile_rows())
+        native_kernels.max_threads(), gemm_kernels.tile_rows(), forced)
     found = _choices.get(key)
     if found is None:
         if len(_choices) >= _MAX_CHOICES:
             _choices.clear()
-        found = _choices[key] = route(x, *shapes)
+        found = _choices[key] = route(x, *shapes, forced and forced.name)
+    if forced is not None:
+        how = 'output_phases' if found[0] is True else found[-2]
+        forced.taken.append((route.__name__[1:-6], how))  # (kernel, algorithm)
     return found
+
+
+# ---------------------------------------------------------------------------
+# Forcing an algorithm (tests and benchmarks: xgrad.testing.force_conv_algorithm)
+
+CONV_ALGORITHMS = ('winograd', 'phases', 'taps', 'pointwise', 'im2col')
+CONV_TRANSPOSE_ALGORITHMS = ('output_phases', 'phases', 'taps', 'pointwise', 'flip', 'col2im',
+                             'col2im_add')
+GRAD_WEIGHT_ALGORITHMS = CONV_ALGORITHMS
+ALGORITHMS = tuple(dict.fromkeys(CONV_ALGORITHMS + CONV_TRANSPOSE_ALGORITHMS))
+
+
+class ForcedAlgorithm:
+    """One force_algorithm block: the algorithm asked for, and what each
+    kernel call inside it took, as (kernel, algorithm) pairs in call order
+    (kernel: 'conv', 'conv_transpose' or 'grad_weight')."""
+
+    def __init__(self, name):
+        self.name = name
+        self.taken = []
+
+
+_forced = contextvars.ContextVar('xgrad_forced_conv_algorithm', default=None)
+
+
+@contextlib.contextmanager
+def force_algorithm(name):
+    """Inside this block, each host convolution kernel (conv,
+    conv_transpose, the weight gradient; also those that the gradients and
+    the algorithms themselves call) that has the algorithm ``name`` and can
+    compute its shape with it takes it, whether or not it pays there; the
+    others choose as usual. Yields a ForcedAlgorithm whose ``taken`` lists
+    what ran."""
+    if name not in ALGORITHMS:
+        raise ValueError('force_conv_algorithm: unknown algorithm {!r}; the algorithms are '
+                         '{}'.format(name, ', '.join(ALGORITHMS)))
+    forced = ForcedAlgorithm(name)
+    token = _forced.set(forced)
+    try:
+        yield forced
+    finally:
+        _forced.reset(token)
+
+
+def _forced_planned(forced, x, wshape, geom, outsize, work):
+    """The forced algorithm of conv or its weight gradient, (how, plan), or
+    None where it cannot compute this convolution."""
+    if forced == 'winograd':
+        plan = _winograd.transform_for(x, wshape, geom, outsize, work, any_size=True)
+    elif forced == 'phases':
+        plan = _host_phases(x, wshape, geom, outsize, work, any_size=True)
+    elif forced == 'taps':
+        plan = _host_tap_plan(x, wshape, geom, outsize, work, any_size=True)
+    else:
+        return None
+    return None if plan is None else (forced, plan)
 
 
 def _planned(x, wshape, geom, outsize, work):
@@ -556,8 +630,15 @@ def _planned(x, wshape, geom, outsize, work):
     return None
 
 
-def _conv_route(x, wshape, geom, outsize, work):
+def _conv_route(x, wshape, geom, outsize, work, forced=None):
     """conv_kernel's algorithm: (how, plan)."""
+    planned = _forced_planned(forced, x, wshape, geom, outsize, work)
+    if planned is not None:
+        return planned
+    if forced == 'im2col':
+        return 'im2col', geom.groups == 1 and _own_forward_gemm(wshape[0])
+    if forced == 'pointwise' and _pointwise(geom, x.shape[2:], outsize):
+        return 'pointwise', None
     planned = _planned(x, wshape, geom, outsize, work)
     if planned is not None:
         return planned
@@ -566,12 +647,15 @@ def _conv_route(x, wshape, geom, outsize, work):
     return 'im2col', geom.groups == 1 and _own_forward_gemm(wshape[0])
 
 
-def _conv_transpose_route(x, wshape, geom, outsize, work):
+def _conv_transpose_route(x, wshape, geom, outsize, work, forced=None):
     """conv_transpose_kernel's algorithm: (whether the output's phases come
     first, how, plan)."""
     n, c, g = x.shape[0], x.shape[1], geom.groups
     o = wshape[1] * g
     spatial = x.shape[2:]
+    found = _forced_transpose_route(forced, x, wshape, geom, outsize, work)
+    if found is not None:
+        return found
     if _pointwise(geom, spatial, outsize):
         return False, 'pointwise', None
     output_phases = _output_phases_pay(x, wshape, geom, outsize, work)
@@ -615,9 +699,48 @@ def _conv_transpose_route(x, wshape, geom, outsize, work):
     return output_phases, 'col2im_add', None
 
 
-def _grad_weight_route(x, gyshape, wshape, geom, work):
+def _forced_transpose_route(forced, x, wshape, geom, outsize, work):
+    """The forced algorithm of conv_transpose_kernel (as its route returns
+    it), or None where it cannot compute this convolution."""
+    if forced == 'output_phases':
+        if _output_phases_apply(x, geom, outsize, work):
+            return (True,) + _conv_transpose_route(x, wshape, geom, outsize, work)[1:]
+    elif forced == 'phases':
+        plan = _host_phases(x, wshape, geom, outsize, work, transposed=True, any_size=True)
+        if plan is not None:
+            return False, 'phases', plan
+    elif forced == 'taps':
+        if type(x) is numpy.ndarray:
+            plan = _tap_groups.plan((x.shape[0], wshape[1] * geom.groups) + tuple(outsize),
+                                    wshape, geom, x.shape[2:], work, any_size=True)
+            if plan is not None:
+                return False, 'taps', plan
+    elif forced == 'pointwise':
+        if _pointwise(geom, x.shape[2:], outsize):
+            return False, 'pointwise', None
+    elif forced == 'flip':
+        if all(s == 1 for s in geom.stride) and all(
+                p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate)):
+            return False, 'flip', geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
+                geom.ksize, geom.pad, geom.dilate)))
+    elif forced == 'col2im':
+        if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
+            return False, 'col2im', None
+    elif forced == 'col2im_add':
+        return False, 'col2im_add', None
+    return None
+
+
+def _grad_weight_route(x, gyshape, wshape, geom, work, forced=None):
     """conv_grad_weight_kernel's algorithm: (how, plan)."""
     outsize = gyshape[2:]
+    planned = _forced_planned(forced, x, wshape, geom, outsize, work)
+    if planned is not None:
+        return planned
+    if forced == 'im2col':
+        return 'im2col', None
+    if forced == 'pointwise' and _pointwise(geom, x.shape[2:], outsize):
+        return 'pointwise', None
     planned = _planned(x, wshape, geom, outsize, work)
     if planned is not None:
         return planned
@@ -634,6 +757,7 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     chunk (for the weight gradient, which needs the same columns)."""
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
+    x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     how, plan = _choice(_conv_route, x, w.shape, geom, tuple(outsize), work)
     if how == 'winograd':
@@ -685,6 +809,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     spatial = x.shape[2:]
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
+    x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     output_phases, how, plan = _choice(_conv_transpose_route, x, w.shape, geom,
                                        tuple(outsize), work)
     if how == 'pointwise':  # y[n] = w^T x[n]
@@ -703,7 +828,8 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     if how == 'flip':  # plan: the flipped convolution's geometry
         flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
         flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
-        return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, plan, outsize)
+        return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, plan,
+                           outsize).astype(dtype, copy=False)
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
     if how == 'col2im':
@@ -725,6 +851,7 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
     kept them (saves building them again)."""
     work = _args.compute_dtype(numpy.dtype(dtype))
+    x, gy = kernel_operands(work, x, gy)  # (what every algorithm's kernels read)
     how, plan = _choice(_grad_weight_route, x, tuple(gy.shape), tuple(wshape), geom, work)
     if how == 'winograd':
         tiles = columns if isinstance(columns, _winograd.Tiles) else None

@@ -33,3 +33,4 @@ from xgrad.testing.dtypes import (  # NOQA
 from xgrad.testing._numpy_comparison import (  # NOQA
     _DeviceBuffer, _fromnumpy, assert_allclose_ex, assert_array_equal_ex, ignore,
     numpy_chainerx_allclose, numpy_chainerx_array_equal)
+from xgrad._ops.convolution import force_algorithm as force_conv_algorithm  # NOQA
