@@ -38,6 +38,15 @@ MODULES = [
     'xgrad._ops._args',
 ]
 
+# Every module: -O3, and -ffp-contract=off: no a * b + c fused into one FMA
+# (GCC's default where the target has FMA: aarch64, and the AVX-512 path of
+# every kernel that cpu_paths.h compiles per path), so that each kernel
+# rounds each operation as written, as NumPy's ufuncs do, on every machine
+# and path alike (the Winograd transforms' written-out and matrix-driven
+# kernels differed in the last bits on AVX-512 only). Explicit FMA
+# intrinsics (sgemm.h) still fuse.
+COMMON_FLAGS = ['-O3', '-ffp-contract=off']
+
 # The backward pass uses C++ containers (a heap of ops) from Cython.
 CPP_MODULES = {'xgrad._backward'}
 # Kernels whose long sums may be reordered (vectorized); NaN and inf still
@@ -64,11 +73,8 @@ def _has_libmvec():
 # never read), -fno-trapping-math lets both sides of a select be computed
 # (FP exception flags are never read; NaN and inf are unchanged). No -march: the header
 # compiles each kernel for AVX-512, AVX2 and SSE2 and picks one at import (XGRAD_CPU_PATH).
-# -ffp-contract=off: no a * b + c fused into one FMA (GCC's default where the
-# target has FMA: aarch64, the AVX-512 path), so that the fused loops round
-# each operation as NumPy's ufuncs do, on every machine and path alike.
 VECTOR_MODULES = {'xgrad._backend.native_kernels'}
-VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math', '-ffp-contract=off']
+VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math']
 VECTOR_MACROS = [('XGRAD_OPENMP_SIMD', '1')] + ([('XGRAD_LIBMVEC', '1')] if _has_libmvec() else [])
 VECTOR_LIBS = ['mvec', 'm'] if _has_libmvec() else ['m']
 
@@ -88,7 +94,7 @@ extensions = [
               define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')] + (
                   VECTOR_MACROS if name in VECTOR_MODULES else []),
               libraries=VECTOR_LIBS if name in VECTOR_MODULES else [],
-              extra_compile_args=['-O3'] + (
+              extra_compile_args=COMMON_FLAGS + (
                   REASSOCIATE_FLAGS if name in REASSOCIATING_MODULES else []) + (
                   VECTOR_FLAGS if name in VECTOR_MODULES else []) + (
                   SEPARATE_LOOP_FLAGS if name in SEPARATE_LOOP_MODULES else []))
