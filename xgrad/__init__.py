@@ -6,7 +6,8 @@ Everything public is exported here; the rest of the package is private.
 import numpy as _numpy
 
 from xgrad import _heap
-_heap.configure()  # freed temporaries stay for the next step (xgrad/_heap.py)
+_heap.configure()  # sets nothing unless XGRAD_HEAP_TOP_PAD asks (xgrad/_heap.py)
+from xgrad._heap import keep_heap_top  # NOQA: opt-in, process-wide
 
 from xgrad._errors import (  # NOQA
     XgradError, ChainerxError, ContextError, BackendError, DeviceError,

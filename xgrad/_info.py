@@ -1,7 +1,8 @@
 """``python -m xgrad info``: what this install of xgrad can use, to check a
 GPU setup in one command: the versions of xgrad, Python, NumPy, CuPy and
 CUDA (runtime, driver, NVRTC), the CPU threads and the dispatch path of the
-vector kernels (sse2, avx2 or avx512: ``XGRAD_CPU_PATH``), the GPUs, and
+vector kernels (sse2, avx2 or avx512: ``XGRAD_CPU_PATH``), whether glibc's
+heap was tuned through xgrad (only on request: ``xgrad.keep_heap_top``), the GPUs, and
 whether xgrad's kernels compile with NVRTC (no GPU needed: they are
 compiled for a virtual architecture, ``compute_90`` unless a GPU says
 otherwise).
@@ -86,6 +87,16 @@ def cpu_path_text(native_kernels):
     return '{} (auto: the widest of {})'.format(native_kernels.cpu_path(), paths)
 
 
+def heap_text():
+    """What xgrad did to the C heap: nothing unless asked
+    (``xgrad.keep_heap_top``, ``XGRAD_HEAP_TOP_PAD``)."""
+    from xgrad import _heap
+    if not _heap.top_pad:
+        return 'as the C library sets it (xgrad sets nothing; xgrad.keep_heap_top opts in)'
+    return ('M_TOP_PAD {} bytes, set through xgrad (XGRAD_HEAP_TOP_PAD or '
+            "xgrad.keep_heap_top): glibc's dynamic mmap threshold is off".format(_heap.top_pad))
+
+
 def report(out=sys.stdout):
     """Prints the report; returns the exit status."""
     import numpy
@@ -103,6 +114,7 @@ def report(out=sys.stdout):
     line('CPU threads', '{} ({})'.format(threads, 'OMP_NUM_THREADS' if 'OMP_NUM_THREADS' in os.environ
                                            else 'the CPUs this process may use'))
     line('CPU path', cpu_path_text(native_kernels))
+    line('C heap', heap_text())
     cp, why = _cupy()
     if cp is None:
         line('CuPy', why)
