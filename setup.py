@@ -22,6 +22,7 @@ MODULES = [
     'xgrad._backend.tap_columns',
     'xgrad._backend.winograd_kernels',
     'xgrad._backend.gemm_kernels',
+    'xgrad._backend.operands',
     'xgrad._context',
     'xgrad._graph',
     'xgrad._array',
