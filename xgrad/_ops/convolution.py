@@ -544,13 +544,14 @@ def _choice(route, x, *shapes):
     geometry, dtype), the thread count, the GEMM kernel's tile and the
     algorithm forced (force_algorithm)."""
     forced = _forced.get()
+    name = None if forced is None else forced.name
     key = (route, type(x) is numpy.ndarray, x.shape) + shapes + (
-        native_kernels.max_threads(), gemm_kernels.tile_rows(), forced)
+        native_kernels.max_threads(), gemm_kernels.tile_rows(), name)
     found = _choices.get(key)
     if found is None:
         if len(_choices) >= _MAX_CHOICES:
             _choices.clear()
-        found = _choices[key] = route(x, *shapes, forced and forced.name)
+        found = _choices[key] = route(x, *shapes, name)
     if forced is not None:
         how = 'output_phases' if found[0] is True else found[-2]
         forced.taken.append((route.__name__[1:-6], how))  # (kernel, algorithm)
@@ -680,10 +681,8 @@ def _conv_transpose_route(x, wshape, geom, outsize, work, forced=None):
     # for stride > 1 (a would need a dilated x). (a) is also taken
     # whenever the flipped convolution is a Winograd one (3x3: 2.25-4x fewer
     # products, 5x5: 2.8x).
-    flip = all(s == 1 for s in geom.stride) and all(
-        p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate))
-    full = geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
-        geom.ksize, geom.pad, geom.dilate))) if flip else None
+    full = _flipped_geometry(geom)
+    flip = full is not None
     winograd = flip and _winograd.applies(x, (o, c // g) + tuple(geom.ksize), full, outsize,
                                           work)
     taps = None if winograd or type(x) is not numpy.ndarray else _tap_groups.plan(
@@ -697,6 +696,17 @@ def _conv_transpose_route(x, wshape, geom, outsize, work, forced=None):
     if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
         return output_phases, 'col2im', None
     return output_phases, 'col2im_add', None
+
+
+def _flipped_geometry(geom):
+    """With stride 1, conv_transpose is conv with the kernel flipped and in
+    and out swapped, padded by span - 1 - p: that conv's geometry, or None
+    (a stride above 1, or a pad past the span)."""
+    if not all(s == 1 for s in geom.stride) or not all(
+            p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate)):
+        return None
+    return geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
+        geom.ksize, geom.pad, geom.dilate)))
 
 
 def _forced_transpose_route(forced, x, wshape, geom, outsize, work):
@@ -719,10 +729,9 @@ def _forced_transpose_route(forced, x, wshape, geom, outsize, work):
         if _pointwise(geom, x.shape[2:], outsize):
             return False, 'pointwise', None
     elif forced == 'flip':
-        if all(s == 1 for s in geom.stride) and all(
-                p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate)):
-            return False, 'flip', geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
-                geom.ksize, geom.pad, geom.dilate)))
+        full = _flipped_geometry(geom)
+        if full is not None:
+            return False, 'flip', full
     elif forced == 'col2im':
         if _native_col2im(x, geom) and work in (numpy.float32, numpy.float64):
             return False, 'col2im', None
