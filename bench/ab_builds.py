@@ -25,7 +25,7 @@ graphs, torch's step for the training steps and the convolutions.
 It answers "what does this change cost", for a change that cannot be
 switched at run time: issue 13's GC tracking (a baseline built with
 ``@cython.no_gc`` on ndarray and ArrayNode) is the example in
-bench/results/gc_tracking_cost_ab_2026-12-01.json.
+bench/results/gc_tracking_cost_ab_2026-12-01.json (in git at 9834f8a).
 """
 
 import argparse
