@@ -8,6 +8,8 @@ import numpy as _numpy
 from xgrad import _heap
 _heap.configure()  # sets nothing unless XGRAD_HEAP_TOP_PAD asks (xgrad/_heap.py)
 from xgrad._heap import keep_heap_top  # NOQA: opt-in, process-wide
+from xgrad._backend.workspace import (  # NOQA: the kernels' kept blocks
+    release_workspace, set_workspace_limit, workspace_limit, workspace_stats)
 
 from xgrad._errors import (  # NOQA
     XgradError, ChainerxError, ContextError, BackendError, DeviceError,

@@ -367,7 +367,8 @@ def test_the_kernels_split_over_threads_as_one_thread_does():
 @needs_gemm
 def test_python_threads_each_have_their_own_scratch():
     """Two Python threads running tap-group convolutions at once (their
-    scratch buffers are per thread) get what each gets alone."""
+    scratch comes from the one workspace, which hands a block to one array
+    at a time) get what each gets alone."""
     import threading
     plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
                             (4, 4), numpy.float32)

@@ -33,7 +33,7 @@ import collections
 
 import numpy
 
-from xgrad._backend import gemm_kernels
+from xgrad._backend import gemm_kernels, workspace
 from xgrad._ops import _winograd
 
 # Where the phases pay. Their convolution does 1.44x the products with
@@ -115,7 +115,7 @@ class Phases(_Plan):
         """x (N, C, h, w) -> its phases (N, C s^2, hq, wq) in ``work``."""
         n, c = x.shape[:2]
         s, (hq, wq) = self.s, self.phase_size
-        xpad = numpy.zeros((n, c, s * hq, s * wq), work)
+        xpad = workspace.zeros((n, c, s * hq, s * wq), work)
         rows, cols = self._inside(x.shape[2:])
         ph, pw = self.pad
         xpad[:, :, ph:ph + rows, pw:pw + cols] = x[:, :, :rows, :cols]
@@ -133,7 +133,7 @@ class Phases(_Plan):
         ph, pw = self.pad
         if (rows, cols) == tuple(spatial):
             return numpy.ascontiguousarray(gpad[:, :, ph:ph + rows, pw:pw + cols])
-        gx = numpy.zeros((n, c) + tuple(spatial), gp.dtype)  # rows no output reads
+        gx = workspace.zeros((n, c) + tuple(spatial), gp.dtype)  # rows no output reads
         gx[:, :, :rows, :cols] = gpad[:, :, ph:ph + rows, pw:pw + cols]
         return gx
 
@@ -141,7 +141,7 @@ class Phases(_Plan):
         """w (O, C, r, r) -> w_q (O, C s^2, q, q) in ``work``."""
         o, c = w.shape[:2]
         s, q, r = self.s, self.q, self.r
-        wpad = numpy.zeros((o, c, s * q, s * q), work)
+        wpad = workspace.zeros((o, c, s * q, s * q), work)
         wpad[:, :, :r, :r] = w
         wq = wpad.reshape(o, c, q, s, q, s).transpose(0, 1, 3, 5, 2, 4)
         return wq.reshape(o, c * s * s, q, q)

@@ -48,11 +48,10 @@ whose columns are at most _MAX_COLUMN_ELEMENTS elements.
 
 import collections
 import functools
-import threading
 
 import numpy
 
-from xgrad._backend import gemm_kernels, native_kernels
+from xgrad._backend import gemm_kernels, native_kernels, workspace
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
 
 # A group's GEMMs have at least a micro-kernel tile of rows (tile_rows());
@@ -162,18 +161,18 @@ class TapPlan(_Plan):
         n, o = self.batch, self.out_channels
         flat = numpy.ascontiguousarray(gy, dtype=numpy.float32).reshape(n, -1)
         if self.order is not None:
-            out = _scratch('gather', (n * o, flat.shape[1] // o))
+            out = _scratch((n * o, flat.shape[1] // o))
             numpy.take(flat.reshape(n * o, -1), self.order, axis=1, out=out, mode='clip')
             flat = out.reshape(n, -1)
-        by_sample = _transposed(flat, _scratch('gy', (flat.shape[1], n)))  # (O, q N)
-        return _transposed(by_sample.reshape(o, -1), _scratch('gyt', (flat.size // o, o)))
+        by_sample = _transposed(flat, _scratch((flat.shape[1], n)))  # (O, q N)
+        return _transposed(by_sample.reshape(o, -1), _scratch((flat.size // o, o)))
 
     def columns(self, x):
         """The columns of x (self.batch, C, h, w) in this thread's scratch:
         only the groups' taps are written."""
         n, c, (h, w) = self.batch, self.channels, self.spatial
-        x_last = _transposed(x.reshape(n, c, h * w), _scratch('x', (n, h * w, c)))
-        cols = _scratch('cols', self._columns_shape)
+        x_last = _transposed(x.reshape(n, c, h * w), _scratch((n, h * w, c)))
+        cols = _scratch(self._columns_shape)
         fill_tap_columns(x_last.reshape(n, h, w, c), cols, self.groups, *self._geometry())
         return cols
 
@@ -188,22 +187,22 @@ class TapPlan(_Plan):
     def _weights_taps_last(self, w):
         """w (O, C, kh, kw) as the matrix (O, kh kw C), in scratch."""
         o, c, kk = self.out_channels, self.channels, self.ksize[0] * self.ksize[1]
-        return _transposed(w.reshape(o, c, kk), _scratch('w', (o, kk, c))).reshape(o, kk * c)
+        return _transposed(w.reshape(o, c, kk), _scratch((o, kk, c))).reshape(o, kk * c)
 
     def conv(self, x, w, b):
         """y = conv(x, w) + b, (N, O, oh, ow) float32."""
         o, (oh, ow), n = self.out_channels, self.outsize, self.batch
-        w_t = _transposed(self._weights_taps_last(w), _scratch('wt', (w.size // o, o)))
-        y = numpy.empty((x.shape[0], o, oh, ow), numpy.float32)
+        w_t = _transposed(self._weights_taps_last(w), _scratch((w.size // o, o)))
+        y = workspace.empty((x.shape[0], o, oh, ow), numpy.float32)
         for lo, hi in self._chunks(x.shape[0]):
-            y_rows = _scratch('y', (oh * ow * n, o))
+            y_rows = _scratch((oh * ow * n, o))
             if not gemm_kernels.sgemm_blocks(self.columns(x[lo:hi]), w_t, y_rows, self.forward):
                 raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-            by_sample = _transposed(y_rows, _scratch('gy', (o, oh * ow * n)))  # (O, q, N)
+            by_sample = _transposed(y_rows, _scratch((o, oh * ow * n)))  # (O, q, N)
             if self.order is None:
                 transpose_into(by_sample.reshape(o * oh * ow, n), y[lo:hi].reshape(n, -1))
                 continue
-            part = _transposed(by_sample.reshape(o * oh * ow, n), _scratch('part', (n, y[0].size)))
+            part = _transposed(by_sample.reshape(o * oh * ow, n), _scratch((n, y[0].size)))
             numpy.take(part.reshape(n * o, oh * ow), self.inverse, axis=1, mode='clip',
                        out=y[lo:hi].reshape(n * o, oh * ow))  # back to row-major positions
         if b is not None:
@@ -214,13 +213,13 @@ class TapPlan(_Plan):
         """The adjoint of conv in x: gx (N, C, h, w) from gy (N, O, oh, ow)."""
         c, n, (h, wd) = self.channels, self.batch, self.spatial
         w_taps = self._weights_taps_last(w)
-        gx = numpy.empty((gy.shape[0], c, h, wd), numpy.float32)
+        gx = workspace.empty((gy.shape[0], c, h, wd), numpy.float32)
         for lo, hi in self._chunks(gy.shape[0]):
-            cols = _scratch('cols', self._columns_shape)
+            cols = _scratch(self._columns_shape)
             if not gemm_kernels.sgemm_blocks(self._rows_of(gy[lo:hi]), w_taps, cols,
                                              self.input_grad):
                 raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-            gx_last = _scratch('x', (n, h, wd, c))
+            gx_last = _scratch((n, h, wd, c))
             gx_last.fill(0)
             add_tap_columns(cols, gx_last, self.groups, *self._geometry())
             transpose_into(gx_last.reshape(n, h * wd, c), gx[lo:hi].reshape(n, c, h * wd))
@@ -229,35 +228,26 @@ class TapPlan(_Plan):
     def grad_weight(self, x, gy):
         """gw (O, C, kh, kw) of conv(x, w) for the output gradient gy."""
         o, c, (kh, kw) = self.out_channels, self.channels, self.ksize
-        gw_t = _scratch('wt', (kh * kw * c, o))
+        gw_t = _scratch((kh * kw * c, o))
         gw_t.fill(0)
         for lo, hi in self._chunks(x.shape[0]):
             if not gemm_kernels.sgemm_blocks(self.columns(x[lo:hi]).T, self._rows_of(gy[lo:hi]),
                                              gw_t, self.weight_grad):
                 raise RuntimeError('sgemm_blocks declined a tap-group convolution')
-        gw = _transposed(gw_t, _scratch('w', (o, kh * kw * c))).reshape(o, kh * kw, c)
+        gw = _transposed(gw_t, _scratch((o, kh * kw * c))).reshape(o, kh * kw, c)
         return _transposed(gw).reshape(o, c, kh, kw)
 
 
-# Each thread's buffers for the temporaries, kept between calls: freshly
-# allocated, a plan's columns (up to 16 MiB) came from new pages every call,
-# and faulting them in cost more than the products saved (128->128 5x5
-# stride 2 on 8x8 at batch 64, two threads: 24.8 ms a step against 13.8
-# with the pages reused). The results are new arrays.
-_buffers = threading.local()
+# The temporaries come from the workspace (xgrad/_backend/workspace.py):
+# freshly allocated, a plan's columns (up to 16 MiB) came from new pages
+# every call, and faulting them in cost more than the products saved
+# (128->128 5x5 stride 2 on 8x8 at batch 64, two threads: 24.8 ms a step
+# against 13.8 with the pages reused). The results are new arrays.
 
 
-def _scratch(name, shape):
-    """This thread's float32 buffer ``name`` as an array of ``shape``
-    (contents undefined), grown when too small."""
-    size = 1
-    for d in shape:
-        size *= d
-    held = getattr(_buffers, name, None)
-    if held is None or held.size < size:
-        held = numpy.empty(size, numpy.float32)
-        setattr(_buffers, name, held)
-    return held[:size].reshape(shape)
+def _scratch(shape):
+    """A float32 array of ``shape`` (contents undefined) from the workspace."""
+    return workspace.empty(shape, numpy.float32)
 
 
 def _transposed(a, out=None):
@@ -266,7 +256,7 @@ def _transposed(a, out=None):
     a new one."""
     a = numpy.ascontiguousarray(a, dtype=numpy.float32)
     if out is None:
-        out = numpy.empty(a.shape[:-2] + a.shape[:-3:-1], numpy.float32)
+        out = workspace.empty(a.shape[:-2] + a.shape[:-3:-1], numpy.float32)
     transpose_into(a, out)
     return out
 

@@ -36,7 +36,7 @@ its 25-term sums. Host float32/float64 only (the GPU keeps its own path).
 
 import numpy
 
-from xgrad._backend import winograd_kernels
+from xgrad._backend import winograd_kernels, workspace
 from xgrad._ops import _gemm_layout
 
 # Samples per chunk: the transformed tiles of a chunk stay under this many
@@ -277,7 +277,7 @@ def _filters(t, w, work, phases=None):
     ms)."""
     o, c = w.shape[:2]
     if phases is not None:
-        u = numpy.empty((t.a * t.a, o, _channels(w.shape, phases)), work)
+        u = workspace.empty((t.a * t.a, o, _channels(w.shape, phases)), work)
         if not winograd_kernels.filter_tiles(numpy.ascontiguousarray(w, dtype=work), u, t.g,
                                              phases.s):
             raise RuntimeError('winograd filter_tiles refused {}'.format(w.shape))
@@ -289,7 +289,7 @@ def _filters(t, w, work, phases=None):
 def _filter_gradients(t, du, wshape, work, phases=None):
     """The adjoint of _filters: w's gradient (O, C, r, r) from U's, ``du``."""
     if phases is not None:
-        gw = numpy.empty(wshape, work)
+        gw = workspace.empty(wshape, work)
         if not winograd_kernels.filter_gradients(du, gw, t.g, phases.s):
             raise RuntimeError('winograd filter_gradients refused {}'.format(du.shape))
         return gw
@@ -319,7 +319,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
     th, tw = t.tile_counts(outsize)
     u = _filters(t, w, work, phases)
     bias = None if b is None else numpy.ascontiguousarray(b, dtype=work)
-    y = numpy.empty((n, o) + tuple(outsize), work)
+    y = workspace.empty((n, o) + tuple(outsize), work)
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
     kept = [] if keep is not None and values * c * n * th * tw <= _KEEP_ELEMENTS else None
     # one buffer for every chunk's tiles (unless they are kept) and one for
@@ -329,8 +329,8 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
     for lo, hi in chunks:
         tiles = (hi - lo) * th * tw
         if kept is not None or flat is None:
-            flat = numpy.empty(_gemm_layout.padded_size(values * c, widest, work), work)
-            products = products if products is not None else numpy.empty(
+            flat = workspace.empty(_gemm_layout.padded_size(values * c, widest, work), work)
+            products = products if products is not None else workspace.empty(
                 _gemm_layout.padded_size(values * o, widest, work), work)
         v = _gemm_layout.padded(flat, (values, c, tiles))
         t.input_tiles(x[lo:hi], v, geom.pad, phases)
@@ -353,7 +353,7 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
-    du = numpy.zeros((values, o, c), work)
+    du = workspace.zeros((values, o, c), work)
     chunks = _sample_chunks(n, th * tw, values * max(c, o))
     if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)
                               or any(v.dtype != work for v in tiles.chunks)):
@@ -366,11 +366,11 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
             v = tiles.chunks[i]
         else:
             if flat_v is None:
-                flat_v = numpy.empty(_gemm_layout.padded_size(values * c, widest, work), work)
+                flat_v = workspace.empty(_gemm_layout.padded_size(values * c, widest, work), work)
             v = _gemm_layout.padded(flat_v, (values, c, count))
             t.input_tiles(x[lo:hi], v, geom.pad, phases)
         if flat_g is None:
-            flat_g = numpy.empty(_gemm_layout.padded_size(values * o, widest, work), work)
+            flat_g = workspace.empty(_gemm_layout.padded_size(values * o, widest, work), work)
         g = _gemm_layout.padded(flat_g, (values, o, count))
         t.gradient_tiles(gy[lo:hi], g)
         du += numpy.matmul(g, v.transpose(0, 2, 1))

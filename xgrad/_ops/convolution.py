@@ -46,7 +46,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
 from xgrad._backend import cuda
-from xgrad._backend import gemm_kernels, native_kernels
+from xgrad._backend import gemm_kernels, native_kernels, workspace
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.operands import kernel_operands
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
@@ -216,6 +216,11 @@ def _own_forward_gemm(rows):
             or gemm_kernels.tile_rows() != gemm_kernels.AVX2_TILE_ROWS)
 
 
+def _empty(xp, shape, dtype):
+    """xp.empty(shape, dtype); on the host from the workspace."""
+    return workspace.empty(shape, dtype) if xp is numpy else xp.empty(shape, dtype)
+
+
 def _matmul(xp, a, b, out=None):
     """a @ b for stacks of matrices (into ``out`` when given); where each sum
     has one term (a 1x1 window over one channel) a broadcast product:
@@ -303,7 +308,8 @@ def _native_column_chunks(x, geom, outsize):
     ranges = _chunks(n, c * kk * ll)
     if not ranges:
         return
-    flat = numpy.empty(_gemm_layout.padded_size(c * kk, ranges[0][1] * ll, x.dtype), x.dtype)
+    flat = workspace.empty(_gemm_layout.padded_size(c * kk, ranges[0][1] * ll, x.dtype),
+                           x.dtype)
     for lo, hi in ranges:
         m = hi - lo
         part = _gemm_layout.padded(flat, (c * kk, m * ll))
@@ -328,9 +334,9 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
     written into rows padded as _gemm_layout pads them."""
     n, g, cg, ll = xm.shape
     o, kk = shape[1], _prod(geom.ksize)
-    out = numpy.zeros(shape, work)
+    out = workspace.zeros(shape, work)
     ranges = _spread_chunks(n, o * kk * ll, ll)
-    flat = numpy.empty(_gemm_layout.padded_size(o * kk, (ranges[0][1] if ranges else 0) * ll,
+    flat = workspace.empty(_gemm_layout.padded_size(o * kk, (ranges[0][1] if ranges else 0) * ll,
                                                 work), work)
     for lo, hi in ranges:
         m = hi - lo
@@ -420,7 +426,7 @@ def _conv_transpose_phases(x, w, geom, outsize, work):
     if along_h is None or along_w is None:
         return None
     n, o = x.shape[0], w.shape[1]
-    out = numpy.empty((n, o) + tuple(outsize), work)
+    out = workspace.empty((n, o) + tuple(outsize), work)
     sh, sw = geom.stride
     for y0, ky, ty, py, uy in along_h:
         for x0, kx, tx, px, ux in along_w:
@@ -784,7 +790,7 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     if how == 'taps':
         return plan.conv(x, w, b).astype(dtype, copy=False)
     xp = _args.module_of(x)
-    y = xp.empty((n, g, o // g, _prod(outsize)), work)
+    y = _empty(xp, (n, g, o // g, _prod(outsize)), work)
     # the bias, shaped to add to y's chunks as they are written (one pass)
     bias = None if b is None else b.astype(work, copy=False).reshape(g, o // g, 1)
     chunks = 0
@@ -797,7 +803,7 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
             if bias is not None:
                 y[lo] += bias
         else:  # columns are (.., sample, position): put the samples first
-            part = xp.empty((g, o // g, cols.shape[2]), work)
+            part = _empty(xp, (g, o // g, cols.shape[2]), work)
             if not (own and sgemm(wm[0], cols[0], part[0])):
                 _matmul(xp, wm, cols, part)
             part = part.reshape(g, o // g, hi - lo, _prod(outsize))
@@ -897,7 +903,8 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     # ((32, 16, 6272): 50 against 37).
     ckk = _prod(wshape[1:])
     windows_first = ckk > og
-    gw = xp.zeros((g, ckk, og) if windows_first else (g, og, ckk), work)
+    gw = _empty(xp, (g, ckk, og) if windows_first else (g, og, ckk), work)
+    gw.fill(0)
     if isinstance(columns, numpy.ndarray) and columns.dtype == work:
         chunks = [(0, n, columns)]
     else:

@@ -23,7 +23,7 @@ import functools
 
 import numpy
 
-from xgrad._backend import window_kernels
+from xgrad._backend import window_kernels, workspace
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair, run
 from xgrad._ops._op import PyOp
@@ -108,8 +108,8 @@ class _MaxPool(PyOp):
         geom, outsize = self.geom, self.outsize
         if _native(x):  # one pass in C (window_kernels.pyx)
             x = numpy.ascontiguousarray(x)
-            y = numpy.empty(x.shape[:2] + outsize, x.dtype)
-            tap = numpy.empty(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
+            y = workspace.empty(x.shape[:2] + outsize, x.dtype)
+            tap = workspace.empty(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
             if window_kernels.max_pool_2d(_as_2d(x), _as_2d(y), tap, *_geometry_2d(geom)):
                 self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
                 return (y,)
@@ -138,7 +138,7 @@ class _MaxPoolGrad(LinearPair):
     def compute(self, gy):
         a = self.plan
         if _native(gy):
-            gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
+            gx = workspace.zeros(gy.shape[:2] + a.spatial, gy.dtype)
             if window_kernels.max_pool_2d_scatter(_as_2d(numpy.ascontiguousarray(gy)),
                                                   a.tap, _as_2d(gx), *_geometry_2d(a.geom),
                                                   False):
@@ -158,7 +158,7 @@ class _MaxPoolGather(LinearPair):
     def compute(self, gx):
         a = self.plan
         if _native(gx):
-            out = numpy.empty(gx.shape[:2] + a.outsize, gx.dtype)
+            out = workspace.empty(gx.shape[:2] + a.outsize, gx.dtype)
             if window_kernels.max_pool_2d_scatter(_as_2d(out), a.tap,
                                                   _as_2d(numpy.ascontiguousarray(gx)),
                                                   *_geometry_2d(a.geom), True):
@@ -230,7 +230,7 @@ class _AveragePool(LinearPair):
         a = self.plan
         if _native(x):  # one pass in C (window_kernels.pyx), NumPy's sums exactly
             x = numpy.ascontiguousarray(x)
-            y = numpy.empty(x.shape[:2] + a.outsize, x.dtype)
+            y = workspace.empty(x.shape[:2] + a.outsize, x.dtype)
             if window_kernels.average_pool_2d(_as_2d(x), _as_2d(y), *a.native_counts(),
                                               *_geometry_2d(a.geom), False):
                 return y
@@ -251,7 +251,7 @@ class _AveragePoolGrad(LinearPair):
     def compute(self, gy):
         a = self.plan
         if _native(gy):
-            gx = numpy.zeros(gy.shape[:2] + a.spatial, gy.dtype)
+            gx = workspace.zeros(gy.shape[:2] + a.spatial, gy.dtype)
             if window_kernels.average_pool_2d(_as_2d(gx), _as_2d(numpy.ascontiguousarray(gy)),
                                               *a.native_counts(), *_geometry_2d(a.geom),
                                               True):
