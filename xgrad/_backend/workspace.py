@@ -116,6 +116,16 @@ def _under_pressure(growing_by):
 _cache = _Cache(_limit_from_environment())
 
 
+def _after_fork_in_child():
+    """A child forked while another thread held the lock would wait on it
+    forever: it gets a new lock (its kept blocks are its copies)."""
+    _cache.lock = threading.Lock()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Lease:
     """``nbytes`` of a block, 64-byte aligned, as the base of the arrays over
     them. Every view of an array handed out holds this object (NumPy's
