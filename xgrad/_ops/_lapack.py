@@ -10,7 +10,8 @@ so on host data they call the gufuncs themselves, the way NumPy's wrappers
 do: computed in float64 (NumPy's rule for real input), the result cast back
 to the input's dtype, a failure (the gufuncs raise the invalid flag and fill
 NaN) raised as xgrad's ``LinAlgError`` with NumPy's message. The results are
-NumPy's, bit for bit.
+NumPy's, bit for bit, but for ``svd`` of a matrix with inf entries, which
+never reaches LAPACK (see ``svd``).
 
 The gufuncs are private to NumPy, and some names changed in NumPy 2.0 (the
 ``_m``/``_n`` variants of svd and qr became one gufunc); they are looked up
@@ -163,7 +164,23 @@ def qr(op, a, mode):
 
 def svd(op, a, full_matrices=True, compute_uv=True):
     """(u, s, vt) of ``a`` (u m x m and vt n x n when ``full_matrices``), or
-    s alone when ``compute_uv`` is False."""
+    s alone when ``compute_uv`` is False.
+
+    No matrix with NaN or inf entries reaches LAPACK's SVD. NumPy's raises
+    'SVD did not converge' for a NaN, and so does this one on host data,
+    on every LAPACK build. For an inf (and no NaN) NumPy's returns NaN
+    singular values, with vectors that mean nothing, an "illegal value"
+    message from DLASCL on stdout, or never returns (OpenBLAS 0.3.31: some
+    3x3 matrices with one inf); here such a matrix has NaN u, s and vt. On
+    CuPy data, where deciding to raise would read the device, a matrix with
+    NaN entries has NaN factors too."""
+    if type(a) is _HOST:
+        if not numpy.isfinite(a).all():
+            if numpy.isnan(a).any():
+                raise LinAlgError('{}: SVD did not converge'.format(op))
+            return _svd_of_finite(op, a, full_matrices, compute_uv)
+    else:
+        return _svd_of_finite(op, a, full_matrices, compute_uv)
     sided = (_SVD_FULL if full_matrices else _SVD_REDUCED) if compute_uv else _SVD_VALUES
     if not _direct(sided, a):
         return _fallback(op, lambda la, m: la.svd(m, full_matrices=full_matrices,
@@ -175,6 +192,21 @@ def svd(op, a, full_matrices=True, compute_uv=True):
         u, s, vt = gufunc(a, signature='d->ddd')
     return u.astype(a.dtype, copy=False), s.astype(a.dtype, copy=False), \
         vt.astype(a.dtype, copy=False)
+
+
+def _svd_of_finite(op, a, full_matrices, compute_uv):
+    """``svd`` with NaN factors for the matrices with NaN or inf entries
+    (decomposed as zeros), decided without reading device data."""
+    xp = _args.module_of(a)
+    finite = xp.isfinite(a).all(axis=(-2, -1), keepdims=True)
+    out = _fallback(op, lambda la, m: la.svd(m, full_matrices=full_matrices,
+                                             compute_uv=compute_uv),
+                    xp.where(finite, a, a.dtype.type(0)))
+    nan = a.dtype.type('nan')
+    if not compute_uv:
+        return xp.where(finite[..., 0], out, nan)
+    u, s, vt = out
+    return xp.where(finite, u, nan), xp.where(finite[..., 0], s, nan), xp.where(finite, vt, nan)
 
 
 def eigh(op, a, uplo):

@@ -15,10 +15,23 @@ eigenvalues of one matrix). A value with ``|v| <= tol``, or two adjacent
 sorted values whose gap is ``<= tol``, is singular: the gradient raises
 ``LinAlgError`` naming the op and what is singular, on every machine.
 
+Non-finite data decides nothing: a matrix whose checked values hold a NaN
+or an inf (its forward output carried them: NaN or inf in the input) is
+never called singular, and its gradient is computed by the same formula,
+carrying NaN and inf on as the forward did (PyTorch's behaviour; the
+tolerance, inf or NaN there, would otherwise call every value singular or
+none). ``xgrad.detect_anomaly()`` stops at such a gradient. The
+decompositions inside these gradients keep to the same rule (see
+``xgrad._ops.decompositions``): no SVD of a matrix with NaN or inf entries
+(LAPACK's may never return there), and a solve that LAPACK refuses on such
+a matrix gives NaN instead of LinAlgError.
+
 On CuPy the decision is the same code on device data; raising needs one
 device-to-host read (a synchronisation) of one boolean per check, in the
 backward pass of these ops only.
 """
+
+from math import isfinite
 
 import numpy
 
@@ -62,12 +75,13 @@ def _error(message, worst, limit):
                        'largest magnitude)'.format(message, worst, limit))
 
 
-def _raise_if_within(mags, tol, message):
-    """LinAlgError(message) if some of the raw ``mags`` is ``<= tol``. The
-    decision's one host read is ``bool(...any())`` (a synchronisation on
-    CuPy); the numbers in the message are read only when raising."""
+def _raise_if_within(mags, tol, message, values):
+    """LinAlgError(message) if some of the raw ``mags`` is ``<= tol``, in the
+    matrices whose ``values`` (last axis) are all finite. The decision's one
+    host read is ``bool(...any())`` (a synchronisation on CuPy); the
+    numbers in the message are read only when raising."""
     xp = _args.module_of(mags)
-    bad = mags <= tol
+    bad = xp.logical_and(mags <= tol, xp.isfinite(values).all(axis=-1, keepdims=True))
     if bool(bad.any()):
         raise _error(message, float(mags[bad].min()),
                      float(xp.broadcast_to(tol, mags.shape)[bad].max()))
@@ -83,10 +97,7 @@ def _small_host(values):
 
 
 def _raise_if_within_small(mags, largest, size, dtype, message):
-    """``_raise_if_within`` for a list of magnitudes; NaN anywhere decides
-    nothing (NumPy's max propagates it into the tolerance)."""
-    if largest != largest or any(m != m for m in mags):
-        return
+    """``_raise_if_within`` for a list of magnitudes of finite values."""
     tol = size * _eps(dtype) * largest
     worst = min(mags)
     if worst <= tol:
@@ -96,28 +107,38 @@ def _raise_if_within_small(mags, largest, size, dtype, message):
 def require_nonzero(values, size, message):
     """LinAlgError(message) when some ``|values|`` (the diagonal of a
     triangular factor, or singular values; last axis per matrix) is within
-    the rank tolerance of a matrix whose larger side is ``size``."""
+    the rank tolerance of a matrix whose larger side is ``size``; a matrix
+    with a NaN or inf among its ``values`` decides nothing (module
+    docstring)."""
     values = as_raw(values)
     if values.shape[-1] == 0:
         return
     if _small_host(values):
-        mags = [abs(v) for v in values.tolist()]
+        listed = values.tolist()
+        if not all(map(isfinite, listed)):
+            return
+        mags = [abs(v) for v in listed]
         _raise_if_within_small(mags, max(mags), size, values.dtype, message)
         return
-    _raise_if_within(_args.module_of(values).abs(values), tolerance(values, size), message)
+    _raise_if_within(_args.module_of(values).abs(values), tolerance(values, size), message,
+                     values)
 
 
 def require_distinct(values, size, message):
     """LinAlgError(message) when two adjacent entries of the sorted
     ``values`` (eigenvalues, singular values; last axis per matrix) are
-    within the rank tolerance of each other."""
+    within the rank tolerance of each other; a matrix with a NaN or inf
+    among its ``values`` decides nothing (module docstring)."""
     values = as_raw(values)
     if values.shape[-1] < 2:
         return
     if _small_host(values):
         listed = values.tolist()
+        if not all(map(isfinite, listed)):
+            return
         gaps = [abs(b - a) for a, b in zip(listed, listed[1:])]
         _raise_if_within_small(gaps, max(abs(v) for v in listed), size, values.dtype, message)
         return
-    gaps = _args.module_of(values).abs(values[..., 1:] - values[..., :-1])
-    _raise_if_within(gaps, tolerance(values, size), message)
+    with numpy.errstate(invalid='ignore'):  # inf - inf: those matrices decide nothing
+        gaps = _args.module_of(values).abs(values[..., 1:] - values[..., :-1])
+    _raise_if_within(gaps, tolerance(values, size), message, values)

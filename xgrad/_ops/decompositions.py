@@ -18,6 +18,18 @@ LAPACK returned: tol = max(M, N) * eps(dtype) * the largest magnitude
 (numpy.linalg.matrix_rank's), see ``xgrad._ops._singular``. On CuPy that
 decision reads one boolean on the host per check (a synchronisation).
 
+NaN and inf: the forwards are NumPy's (NaN results, or NumPy's
+LinAlgError: ``cholesky`` of a non-positive pivot, and of a NaN pivot with
+reference LAPACK, not OpenBLAS; ``eigh`` where LAPACK does not converge;
+``svd`` of a NaN), but for ``svd`` (and ``pinv`` and the SVD norms) of a
+matrix with inf entries, whose factors are NaN here (see
+``xgrad._ops._lapack.svd``). A gradient never raises for non-finite data:
+a factor holding NaN or inf is never called singular, the solves and
+inverses inside a gradient give NaN where LAPACK refuses a matrix with NaN
+or inf entries, and no SVD is taken of such a matrix. The gradient comes
+out of the same formula, NaN and inf carried on as in the forward
+(PyTorch's rule); ``xgrad.detect_anomaly()`` stops at it.
+
 Gradients are ChainerX's formulas, written with matrix products over the
 namespace ``xp`` so that each is differentiable again:
 
@@ -80,19 +92,42 @@ def _t(xp, a):
     return xp.swapaxes(a, -1, -2)
 
 
-def _inv(xp, a):
-    return _lapack.inv('inv', a) if xp.raw else inv(a)
+def _refused_as_nan(compute, a, shape, dtype):
+    """``compute()``, a LAPACK inverse or solve of the raw matrix ``a``
+    inside a gradient, or NaN of ``shape`` and ``dtype`` where LAPACK refuses
+    an ``a`` with NaN or inf entries: its LU may meet an exact zero pivot
+    that the forward's did not (solve's forward of a = [[1, inf], [0, 1]]
+    gives NaN, the LU of a^T in its gradient a zero pivot), and the gradient
+    carries NaN on instead (module docstring). A finite ``a`` that LAPACK
+    calls singular still raises."""
+    try:
+        return compute()
+    except LinAlgError:
+        xp = _args.module_of(a)
+        if bool(xp.isfinite(a).all()):  # (read only when LAPACK has refused)
+            raise
+        return xp.full(shape, numpy.nan, dtype)
+
+
+def _quiet_inv(why, a):
+    return _refused_as_nan(lambda: _lapack.inv(why, a), a, a.shape, a.dtype)
+
+
+def _quiet_solve(why, a, b):
+    return _refused_as_nan(lambda: _lapack.solve(why, a, b), a, b.shape,
+                           numpy.result_type(a.dtype, b.dtype))
+
+
+def _inv(xp, a, why):
+    """a^-1 in a gradient formula: LinAlgError starting with ``why`` (the
+    op, and what is singular) where ``a`` is finite and singular, NaN where
+    LAPACK refuses an ``a`` with NaN or inf entries."""
+    return _quiet_inv(why, a) if xp.raw else _args.apply(Inv(why), a)
 
 
 def _solve(xp, a, b, why):
-    """a^-1 b in a gradient formula; a singular ``a`` is xgrad's LinAlgError
-    starting with ``why`` (the op, and what is singular)."""
-    if xp.raw:
-        return _lapack.solve(why, a, b)
-    try:
-        return solve(a, b)
-    except LinAlgError as e:
-        raise LinAlgError('{}: {}'.format(why, e)) from None
+    """a^-1 b in a gradient formula, as ``_inv``."""
+    return _quiet_solve(why, a, b) if xp.raw else _args.apply(Solve(why), a, b)
 
 
 def _add(a, b):
@@ -104,11 +139,16 @@ def _diagonal(a):
     return as_raw(a).diagonal(0, -2, -1)
 
 
-def _singular_values(a):
-    """The singular values of the retained input ``a`` (raw or xgrad), raw:
-    what the rank tolerance of inv's and solve's gradients is decided on."""
+def _require_nonsingular(a, message):
+    """LinAlgError(message) where the retained input ``a`` (raw or xgrad) of
+    inv or solve is singular at the rank tolerance of its singular values.
+    A host matrix with NaN or inf entries decides nothing and is not
+    decomposed (``_lapack.svd`` raises for a NaN); on CuPy its singular
+    values come back NaN, which decide nothing either."""
     raw = as_raw(a)
-    return _lapack.svd('svd', raw, compute_uv=False)
+    if type(raw) is numpy.ndarray and not numpy.isfinite(raw).all():
+        return
+    require_nonzero(_lapack.svd('svd', raw, compute_uv=False), raw.shape[-1], message)
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,18 +170,21 @@ def _diag_mask(xp, n, like):
 
 class Inv(PyOp):
     """Y = a^-1; ga = -Y^T gY Y^T, where a is nonsingular at the rank
-    tolerance (its singular values, one SVD per backward)."""
+    tolerance (its singular values, one SVD per backward). ``why``: the
+    inverse is one inside a gradient (``_inv``)."""
     op_name = 'inv'
+
+    def __init__(self, why=None):
+        self.why = why
 
     def forward(self, inputs):
         a, = inputs
         self.retain_inputs((0,))
         self.retain_outputs((0,))
-        return (_lapack.inv('inv', a),)
+        return (_lapack.inv('inv', a) if self.why is None else _quiet_inv(self.why, a),)
 
     def grads(self, xp, targets, gys, xs, ys):
-        require_nonzero(_singular_values(xs[0]), xs[0].shape[-1],
-                        'inv: no gradient where a is singular')
+        _require_nonsingular(xs[0], 'inv: no gradient where a is singular')
         yt = _t(xp, ys[0])
         return (-xp.matmul(xp.matmul(yt, gys[0]), yt),)
 
@@ -157,8 +200,12 @@ def inv(a):
 class Solve(PyOp):
     """x = a^-1 b for b of shape (n,) or (n, k); gb = a^-T gx, ga = -gb x^T,
     where a is nonsingular at the rank tolerance (its singular values, one
-    SVD per backward)."""
+    SVD per backward). ``why``: the solve is one inside a gradient
+    (``_solve``)."""
     op_name = 'solve'
+
+    def __init__(self, why=None):
+        self.why = why
 
     def forward(self, inputs):
         a, b = inputs
@@ -166,12 +213,13 @@ class Solve(PyOp):
         self.retain_outputs((0,))
         self.dtypes = (a.dtype, b.dtype)
         work = numpy.result_type(a.dtype, b.dtype)
-        return (_lapack.solve('solve', a.astype(work, copy=False), b.astype(work, copy=False)),)
+        a, b = a.astype(work, copy=False), b.astype(work, copy=False)
+        return (_lapack.solve('solve', a, b) if self.why is None else
+                _quiet_solve(self.why, a, b),)
 
     def grads(self, xp, targets, gys, xs, ys):
         a, x = xs[0], ys[0]
-        require_nonzero(_singular_values(a), a.shape[-1],
-                        'solve: no gradient where a is singular')
+        _require_nonsingular(a, 'solve: no gradient where a is singular')
         gb = _solve(xp, _t(xp, a), gys[0], 'solve: no gradient where a is singular')
         out = []
         for t in targets:
@@ -289,7 +337,7 @@ class Cholesky(PyOp):
         require_nonzero(_diagonal(lower), lower.shape[-1],
                         'cholesky: no gradient where L is singular (a is not numerically '
                         'positive definite)')
-        l_inv = _inv(xp, lower)
+        l_inv = _inv(xp, lower, 'cholesky: no gradient where L is singular')
         g = xp.matmul(xp.matmul(_t(xp, l_inv), phi), l_inv)
         return ((g + _t(xp, g)) * 0.5,)
 
