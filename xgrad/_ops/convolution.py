@@ -499,7 +499,10 @@ def _pointwise_product(wm, x, b, g, work, outsize):
     """wm (g, o/g, c/g) applied to each sample of x (n, c, *outsize), plus b."""
     n, c = x.shape[:2]
     xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, c // g, _prod(outsize))
-    y = _matmul(_args.module_of(x), wm, xm)  # (n, g, o/g, L)
+    xp = _args.module_of(x)
+    # (into the workspace: a fresh output of each step's product was faulted
+    # in page by page with OpenBLAS's threads, 187 faults a call at batch 8)
+    y = _matmul(xp, wm, xm, out=_empty(xp, (n,) + wm.shape[:2] + (xm.shape[3],), work))
     if b is not None:
         y += b.astype(work, copy=False).reshape(wm.shape[:2] + (1,))
     return y.reshape((n, wm.shape[0] * wm.shape[1]) + tuple(outsize))
