@@ -11,6 +11,12 @@ takes, whether it is differentiable once or twice, the input domain gradient
 checks sample from (away from poles and kinks), and tolerances where the
 defaults do not fit. The test suite and ``python -m xgrad check`` enumerate
 the registry, so adding an op is one ``register`` call (PyTorch's OpInfo idea).
+
+``OpInfo`` is also how users declare their own ops for the check
+(``xgrad.testing.OpInfo``, docs/user_ops.md): those are registered with
+``xgrad.testing.register`` in a registry of their own
+(``xgrad/testing/_user_ops.py``), so that nothing here, and nothing the test
+suite enumerates, sees them.
 """
 
 import dataclasses
@@ -20,6 +26,7 @@ from typing import Any, Callable, Optional
 import numpy
 
 from xgrad import _dtypes
+from xgrad._errors import XgradError
 
 
 F16 = numpy.dtype('float16')
@@ -63,7 +70,23 @@ def within(low, high):
     def domain(rs, shape):
         return rs.uniform(low, high, shape)
     domain.__name__ = 'within({}, {})'.format(low, high)
+    domain.empty = _interval_empty(low, high)
     return domain
+
+
+def _interval_empty(low, high):
+    """Why [low, high] holds no number (None when it holds some): NumPy's
+    uniform(2, 1) draws from [1, 2] without a word, so a domain checks its
+    own bounds (``xgrad.testing.register`` reads ``domain.empty``)."""
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return 'its bounds {!r}, {!r} are not numbers'.format(low, high)
+    if not (numpy.isfinite(lo) and numpy.isfinite(hi)):
+        return 'its bounds {}, {} are not finite'.format(low, high)
+    if lo > hi:
+        return 'low {} is above high {}'.format(low, high)
+    return None
 
 
 def away_from(*points, margin=0.2, low=-2.0, high=2.0):
@@ -80,7 +103,26 @@ def away_from(*points, margin=0.2, low=-2.0, high=2.0):
             x = numpy.where(bad, rs.uniform(low, high, numpy.shape(x)), x)
         raise AssertionError('could not sample away from {}'.format(points))
     domain.__name__ = 'away_from{}'.format(points)
+    domain.empty = _interval_empty(low, high) or _covered(points, margin, low, high)
     return domain
+
+
+def _covered(points, margin, low, high):
+    """Why no number of [low, high] is ``margin`` away from every point
+    (None when some are)."""
+    try:
+        spans = sorted((float(p) - margin, float(p) + margin) for p in points)
+    except (TypeError, ValueError):
+        return 'its points {!r} or margin {!r} are not numbers'.format(points, margin)
+    reach = float(low)
+    for a, b in spans:
+        if a > reach:
+            return None  # a gap before this point's span
+        reach = max(reach, b)
+    if reach < high:
+        return None
+    return 'every number in [{}, {}] is within {} of one of {}'.format(
+        low, high, margin, tuple(points))
 
 
 def distinct(rs, shape):
@@ -98,6 +140,9 @@ def integers(low, high):
     def domain(rs, shape):
         return rs.randint(low, high, shape).astype(numpy.float64)
     domain.__name__ = 'integers({}, {})'.format(low, high)
+    domain.empty = _interval_empty(low, high) or (
+        None if numpy.ceil(low) < high else
+        'there is no whole number in [{}, {})'.format(low, high))
     return domain
 
 
@@ -199,6 +244,15 @@ class OpInfo:
         so it runs no device code of its own. Where every launch is
         expensive (the CPU stand-in for CuPy) its GPU tests take its first
         sample at order 1 only: its parts are checked there in full.
+    package: set by registration, not given: 'xgrad' for xgrad's own ops,
+        the user's package for ops registered with ``xgrad.testing.register``
+        (whose ``qualified_name`` is then ``package::name``).
+
+    Public and stable for users' declarations (``xgrad.testing.OpInfo``,
+    docs/user_ops.md): name, func, samples, domain, gen, dtypes,
+    differentiable, twice_differentiable, tol, eps and call, which are all
+    that ``python -m xgrad check`` reads. The other fields serve xgrad's own
+    test suite (forward results against NumPy, dtype promotion).
     """
     name: str
     func: Callable
@@ -218,17 +272,47 @@ class OpInfo:
     promotion: Optional[str] = None
     composite: bool = False
     align: Optional[Callable] = None
+    package: str = dataclasses.field(default='xgrad', init=False, repr=False)
 
     def __post_init__(self):
+        for field in ('samples', 'dtypes', 'int_dtypes'):
+            if isinstance(getattr(self, field), (str, bytes)) or \
+                    not hasattr(getattr(self, field), '__iter__'):
+                raise OpDeclarationError(self.name, field, 'must be a list or tuple, not '
+                                         '{}'.format(_described(getattr(self, field))))
         object.__setattr__(self, 'samples', tuple(self.samples))
-        object.__setattr__(self, 'dtypes', tuple(numpy.dtype(d) for d in self.dtypes))
-        object.__setattr__(self, 'int_dtypes',
-                           tuple(numpy.dtype(d) for d in self.int_dtypes))
+        object.__setattr__(self, 'dtypes', self._dtypes('dtypes'))
+        object.__setattr__(self, 'int_dtypes', self._dtypes('int_dtypes'))
+        for field in ('tol', 'eps', 'forward_tol'):
+            value = getattr(self, field)
+            # dtype names as keys ({'float32': ...}): a dict lookup by
+            # numpy.dtype would not find them, and the override would be
+            # silently ignored.
+            if isinstance(value, dict) and not all(isinstance(k, numpy.dtype) for k in value):
+                object.__setattr__(self, field, {_dtype_key(k): v for k, v in value.items()})
         if not self.differentiable:
             object.__setattr__(self, 'twice_differentiable', False)
 
+    def _dtypes(self, field):
+        out = []
+        for i, d in enumerate(getattr(self, field)):
+            try:
+                out.append(numpy.dtype(d))
+            except TypeError:
+                raise OpDeclarationError(self.name, '{}[{}]'.format(field, i),
+                                         '{!r} is not a dtype'.format(d)) from None
+        return tuple(out)
+
+    @property
+    def qualified_name(self):
+        """How reports and ``--ops`` call the op: its name for xgrad's own,
+        ``package::name`` for a user's."""
+        if self.package == 'xgrad':
+            return self.name
+        return '{}::{}'.format(self.package, self.name)
+
     def __repr__(self):
-        return 'OpInfo({!r})'.format(self.name)
+        return 'OpInfo({!r})'.format(self.qualified_name)
 
     def tolerance(self, dtype):
         dtype = numpy.dtype(dtype)
@@ -338,6 +422,33 @@ class OpInfo:
         if isinstance(out, (tuple, list)):
             return type(out)(numpy.asarray(y).astype(rdtype) for y in out)
         return numpy.asarray(out).astype(rdtype)
+
+
+def _dtype_key(key):
+    try:
+        return numpy.dtype(key)
+    except TypeError:
+        return key  # xgrad.testing.register names it
+
+
+def _described(value):
+    return '{!r} (a {})'.format(value, type(value).__name__)
+
+
+class OpDeclarationError(XgradError, TypeError, ValueError):
+    """An op declared wrong: an ``OpInfo`` field of the wrong type or value,
+    an empty domain, a sample the op refuses, a name registered twice. The
+    message names the op and the field (also as ``.op`` and ``.field``);
+    raised when the op is declared or registered, or by ``python -m xgrad
+    check`` before any case runs. A TypeError and a ValueError, as the
+    field's fault is either."""
+
+    def __init__(self, op, field, message):
+        super().__init__('{}: OpInfo.{}: {}'.format(op, field, message))
+        self.op, self.field, self.reason = op, field, message
+
+    def __reduce__(self):  # --jobs workers send it back pickled
+        return type(self), (self.op, self.field, self.reason)
 
 
 _REGISTRY = {}
