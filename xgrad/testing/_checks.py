@@ -191,14 +191,8 @@ def check_double_backward(func, inputs, grad_outputs, grad_grad_inputs, eps=None
         _check_backward('check_double_backward', func, inputs, grad_outputs, first_eps,
                         atol, rtol, bp, mode, rng, detect_nondifferentiable, False, False,
                         name)
-    problem = _Problem(
-        what, 2, inputs + gys, [ggxs[i] for i in targets], second_eps,
-        targets + [n_in + m for m, gy in enumerate(gys) if gy.dtype.kind == 'f'],
-        ['input {}'.format(i) for i in range(n_in)] + [
-            'grad_outputs[{}]'.format(j) for j in used],
-        list(range(n_in)) + [n_in + j for j in used], atol, rtol,
-        _second_order(func, inputs, grad_outputs, used, ggxs, bp, targets, what),
-        _first_order_values(func, n_in, used, bp, targets, what))
+    problem = _second_order_problem(what, func, inputs, grad_outputs, ggxs, second_eps, bp,
+                                    targets, atol, rtol)
     return _run(problem, mode, as_rng(rng) if mode == 'random' else None,
                 detect_nondifferentiable, check_leaks, check_threads)
 
@@ -210,15 +204,55 @@ def _check_backward(check, func, inputs, grad_outputs, eps, atol, rtol, backprop
     steps(eps, inputs)  # bad eps fails now, before anything runs
     chainerx = _chainerx_style(eps)
     atol, rtol = _tolerance(atol, rtol, inputs + grad_outputs, chainerx)
-    problem = _Problem(what, 1, inputs, grad_outputs, eps, targets,
-                       ['input {}'.format(i) for i in range(len(inputs))],
-                       list(range(len(inputs))), atol, rtol,
-                       _first_order(func, inputs, grad_outputs, bp, targets, what), func)
+    problem = _first_order_problem(what, func, inputs, grad_outputs, eps, bp, targets,
+                                   atol, rtol)
     result = _run(problem, mode, as_rng(rng) if mode == 'random' else None, detect,
                   check_leaks, check_threads)
     if chainerx and check == 'check_backward':
         _check_double_backprop_option(func, inputs, bp, what)
     return result
+
+
+def _first_order_problem(what, func, inputs, grad_outputs, eps, bp, targets, atol, rtol):
+    return _Problem(what, 1, inputs, grad_outputs, eps, targets,
+                    ['input {}'.format(i) for i in range(len(inputs))],
+                    list(range(len(inputs))), atol, rtol,
+                    _first_order(func, inputs, grad_outputs, bp, targets, what), func)
+
+
+def _second_order_problem(what, func, inputs, grad_outputs, ggxs, eps, bp, targets, atol,
+                          rtol):
+    """The second-order comparison: the numerical derivatives of ``(inputs,
+    used grad_outputs) -> input gradients``, seeded with ``ggxs``."""
+    n_in = len(inputs)
+    used = [j for j, gy in enumerate(grad_outputs) if gy is not None]
+    gys = [grad_outputs[j] for j in used]
+    return _Problem(
+        what, 2, inputs + gys, [ggxs[i] for i in targets], eps,
+        targets + [n_in + m for m, gy in enumerate(gys) if gy.dtype.kind == 'f'],
+        ['input {}'.format(i) for i in range(n_in)] + [
+            'grad_outputs[{}]'.format(j) for j in used],
+        list(range(n_in)) + [n_in + j for j in used], atol, rtol,
+        _second_order(func, inputs, grad_outputs, used, ggxs, bp, targets, what),
+        _first_order_values(func, n_in, used, bp, targets, what))
+
+
+def comparison(order, func, inputs, grad_outputs, grad_grad_inputs=None, *, atol, rtol,
+               name=None):
+    """What the check of ``order`` compares, without comparing it: a
+    problem with ``analytic(targets)`` and the function ``f``, ``inputs``,
+    ``seeds`` and ``targets`` whose central differences are the reference
+    (``xgrad.testing._step_curve`` takes them at many steps)."""
+    check = 'check_backward' if order == 1 else 'check_double_backward'
+    inputs, grad_outputs, bp, targets, what = _arguments(
+        check, func, inputs, grad_outputs, None, name, 'full', False,
+        grad_grad_inputs=grad_grad_inputs if order == 2 else None)
+    if order == 1:
+        return _first_order_problem(what, func, inputs, grad_outputs, None, bp, targets,
+                                    atol, rtol)
+    ggxs = array_list(grad_grad_inputs, 'grad_grad_inputs', allow_none=True)
+    return _second_order_problem(what, func, inputs, grad_outputs, ggxs, None, bp, targets,
+                                 atol, rtol)
 
 
 # ---------------------------------------------------------------------------
