@@ -9,6 +9,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ('-h', '--help'):
         print('usage: python -m xgrad check [options]   (python -m xgrad check --help)\n'
+              '       python -m xgrad check --ops PKG   (your own ops: docs/user_ops.md)\n'
               '       python -m xgrad info              (versions, GPUs, kernels)\n'
               '       python -m xgrad dtypes            (the dtype promotion table)')
         return 0 if argv else 2

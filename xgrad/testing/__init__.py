@@ -15,7 +15,11 @@
 - ``GradSnapshot``: golden float64 gradients recorded once, compared later
   in every dtype and device;
 - ``python -m xgrad check`` runs all of it over the op registry, and the
-  pytest plugin (``xgrad.testing.pytest_plugin``) brings fixtures.
+  pytest plugin (``xgrad.testing.pytest_plugin``) brings fixtures;
+- ``OpInfo`` (with ``Sample``, ``Arg`` and ``domains``) and ``register``:
+  a package declares its own ops, and ``check`` sweeps them as it sweeps
+  xgrad's (``--import``, the ``xgrad.ops`` entry point; docs/user_ops.md);
+  ``gradient_cases`` / ``check_case`` run the same sweep in pytest.
 """
 
 from xgrad._errors import GradientCheckArgumentError  # NOQA
@@ -25,6 +29,10 @@ from xgrad.testing._checks import (  # NOQA
 from xgrad.testing._numerical import NondifferentiablePointError, numerical_grad  # NOQA
 from xgrad.testing._snapshot import (  # NOQA
     GradSnapshot, Golden, MissingSnapshotError, SnapshotComparison, SnapshotError)
+from xgrad._ops.registry import Arg, OpDeclarationError, OpInfo, Sample  # NOQA
+from xgrad.testing import domains  # NOQA
+from xgrad.testing._user_ops import OpSourceError, register  # NOQA
+from xgrad.testing._sweep import check_case, gradient_cases  # NOQA
 from xgrad.testing._tolerances import default_eps, default_tolerance, least_precise  # NOQA
 from xgrad.testing import dtypes  # NOQA
 from xgrad.testing.dtypes import (  # NOQA

@@ -7,7 +7,13 @@ reports, and exits 1 when a gradient is wrong (2 on bad arguments).
 measured cost of each case, see ``_driver.shard``), ``--jobs J`` runs them
 in J local processes, and ``--merge A.json B.json ...`` combines the JSON
 reports of the N shards into the report one unsharded run would have
-written."""
+written. ``--html`` writes one self-contained page of it (``_html``).
+
+Ops of other packages (``_user_ops``): ``--import MODULE`` imports a
+module that registers them, ``--ops`` names them (``mypkg``,
+``mypkg::name``, patterns), loading the package's ``xgrad.ops`` entry point
+where needed; ``--jobs`` workers load the same modules. ``--layouts``
+runs every case again with its inputs in other memory layouts."""
 
 import argparse
 import collections
@@ -25,7 +31,8 @@ import xml.etree.ElementTree as ET
 import numpy
 
 import xgrad
-from xgrad.testing import _driver
+from xgrad._ops.registry import OpDeclarationError
+from xgrad.testing import _driver, _layouts, _user_ops
 
 FLOAT_DTYPES = ('float16', 'float32', 'float64')
 
@@ -40,7 +47,20 @@ def build_parser():
         description='Check the first and second derivatives of every registered op '
                     'against float64 numerical differentiation.')
     p.add_argument('--ops', type=_csv, metavar='NAME[,NAME]',
-                   help='only these ops (default: every differentiable op)')
+                   help="only these ops: xgrad's op names, packages (mypkg: its ops, "
+                        "found through its xgrad.ops entry point; xgrad: xgrad's), "
+                        "package::name, or patterns of them (linalg.*, mypkg::rms*) "
+                        "(default: the ops of the --import modules, else every "
+                        "differentiable op of xgrad)")
+    p.add_argument('--import', dest='imports', type=_csv, action='extend',
+                   metavar='MODULE[,MODULE]',
+                   help='import these modules first; they register their ops with '
+                        'xgrad.testing.register (--jobs workers import them too)')
+    p.add_argument('--layouts', nargs='?', type=_csv, const=list(_layouts.LAYOUTS),
+                   metavar='LAYOUTS',
+                   help='also run every case with the inputs in these memory layouts, on '
+                        'native devices ({}; default: all of them)'.format(
+                            ', '.join(_layouts.LAYOUTS)))
     p.add_argument('--dtype', type=_csv, default=list(FLOAT_DTYPES), metavar='DTYPES',
                    help='float dtypes, comma-separated (default: %(default)s)')
     p.add_argument('--device', type=_csv, default=['native:0'], metavar='DEVICES',
@@ -58,6 +78,10 @@ def build_parser():
                    help='with --snapshot: re-record the golden gradients')
     p.add_argument('--json', metavar='PATH', help='write a JSON report here')
     p.add_argument('--junit', metavar='PATH', help='write a JUnit XML report here')
+    p.add_argument('--html', metavar='PATH',
+                   help='write an HTML report here: one self-contained file with the '
+                        'summary, the failing cases, their error against the step, and '
+                        'the worst error of every op, dtype and order')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     p.add_argument('--list', action='store_true', help='list the cases and exit')
     p.add_argument('--shard', metavar='K/N',
@@ -75,7 +99,8 @@ def build_parser():
 # Options that choose or run cases: meaningless with --merge (the reports say
 # what ran).
 _RUN_OPTIONS = ('--ops', '--dtype', '--device', '--order', '--seed', '--repeat',
-                '--snapshot', '--update-snapshot', '--list', '--shard', '--jobs')
+                '--snapshot', '--update-snapshot', '--list', '--shard', '--jobs',
+                '--import', '--layouts')
 
 
 def _parse_shard(p, text):
@@ -93,8 +118,8 @@ def parse_args(argv):
     if args.merge:
         given = sorted({a.split('=')[0] for a in argv if a.split('=')[0] in _RUN_OPTIONS})
         if given:
-            p.error('--merge takes only --json, --junit and --no-progress besides the '
-                    'reports (the reports say what ran), not {}'.format(', '.join(given)))
+            p.error('--merge takes only --json, --junit, --html and --no-progress besides '
+                    'the reports (the reports say what ran), not {}'.format(', '.join(given)))
         return args
     args.shard = _parse_shard(p, args.shard) if args.shard is not None else None
     if args.jobs < 0:
@@ -119,10 +144,30 @@ def parse_args(argv):
             xgrad.get_device(name)
         except xgrad.XgradError as e:
             p.error('--device {}: {}'.format(name, e))
+    args.layouts = list(args.layouts or ())
+    for layout in args.layouts:
+        if layout not in _layouts.LAYOUTS:
+            p.error('--layouts {!r}: choose from {}'.format(layout,
+                                                            ', '.join(_layouts.LAYOUTS)))
+    args.imports = list(args.imports or ())
     try:
-        args.cases = _driver.cases(args.ops, args.dtype, args.device, args.order)
+        packages = sorted({p for m in args.imports for p in _user_ops.import_module(m)})
+    except OpDeclarationError as e:
+        p.error('--import: {}'.format(e))
+    try:
+        args.infos = _user_ops.select(args.ops, packages)
+    except OpDeclarationError as e:
+        p.error('--ops: {}'.format(e))
     except ValueError as e:
         p.error('--ops: {}'.format(e))
+    try:
+        # A user op's declaration is tried on its samples before any case runs.
+        _user_ops.check_calls(args.infos)
+    except OpDeclarationError as e:
+        p.error('bad op declaration: {}'.format(e))
+    args.packages = packages
+    args.cases = _driver.cases(dtypes=args.dtype, devices=args.device, orders=args.order,
+                               layouts=tuple(args.layouts), infos=args.infos)
     return args
 
 
@@ -254,9 +299,21 @@ def print_summary(results, elapsed, stream=None):
 
 
 def _arguments(args):
-    return {'ops': args.ops, 'dtype': args.dtype, 'device': args.device,
-            'order': args.order, 'seed': args.seed, 'repeat': args.repeat,
-            'snapshot': args.snapshot}
+    out = {'ops': args.ops, 'dtype': args.dtype, 'device': args.device,
+           'order': args.order, 'seed': args.seed, 'repeat': args.repeat,
+           'snapshot': args.snapshot}
+    # Only where given: a run of xgrad's own ops writes what it always wrote.
+    if args.imports:
+        out['import'] = args.imports
+    if args.layouts:
+        out['layouts'] = args.layouts
+    return out
+
+
+def _packages(args):
+    """{package: version} of the user packages whose ops ran, or None."""
+    found = _user_ops.versions(args.infos)
+    return found or None
 
 
 def _report(records, arguments, elapsed, shard=None, selection=None, **extra):
@@ -284,6 +341,11 @@ def _report(records, arguments, elapsed, shard=None, selection=None, **extra):
 def write_json(path, args, results, elapsed, shard=None, selection=None):
     _write_report(path, _report([_record(r) for r in results], _arguments(args), elapsed,
                                 shard, selection))
+
+
+def _write_html(path, report):
+    from xgrad.testing import _html
+    _write(path, _html.render(report, summarize(report['cases'])))
 
 
 def _write_report(path, report):
@@ -333,11 +395,11 @@ def _write(path, text):
 # ---------------------------------------------------------------------------
 # Running: in this process, or in --jobs worker processes
 
-def _run_serial(cases, todo, seeds, snapshot, update_seed, progress):
+def _run_serial(cases, todo, seeds, snapshot, update_seed, progress, curves=False):
     out = {}
     for seed in seeds:
         for i in todo:
-            r = _driver.run_case(cases[i], seed, snapshot, seed == update_seed)
+            r = _driver.run_case(cases[i], seed, snapshot, seed == update_seed, curves)
             out[seed, i] = r
             progress.update(r)
     return out
@@ -346,21 +408,27 @@ def _run_serial(cases, todo, seeds, snapshot, update_seed, progress):
 _WORKER = {}
 
 
-def _worker_init(selection, digest, snapshot_dir):
-    """In a --jobs worker: the same case list as the parent's (checked by
-    its digest: an op registered at run time in the parent, as the tests
-    do, is not in a fresh process's registry)."""
+def _worker_init(selection, digest, snapshot_dir, sources=()):
+    """In a --jobs worker: the same case list as the parent's, from the
+    same modules and entry points (``sources``), checked by its digest: an
+    op registered at run time in the parent by other means, as the tests
+    do, is not in a fresh process's registry."""
     try:
-        cases = _driver.cases(*selection)
+        _user_ops.load_sources(sources)
+        ops, dtypes, devices, orders, layouts, packages = selection
+        cases = _driver.cases(dtypes=dtypes, devices=devices, orders=orders,
+                              layouts=tuple(layouts),
+                              infos=_user_ops.select(ops, packages))
         found = '{} cases'.format(len(cases))
-    except ValueError as e:
+    except (ValueError, OpDeclarationError) as e:
         cases, found = [], str(e)
     if _driver.selection_digest(cases) != digest:
         # Raised by each task (an initializer's exception would only break the pool).
         _WORKER['error'] = JobsError(
             'a --jobs worker process finds other cases than the main process ({}; ops '
-            'registered at run time are not seen by worker processes: run without '
-            '--jobs)'.format(found))
+            'registered at run time are not seen by worker processes: register them in '
+            'a module given to --import or named by an xgrad.ops entry point, or run '
+            'without --jobs)'.format(found))
     _WORKER['cases'] = cases
     if snapshot_dir:
         from xgrad.testing._snapshot import GradSnapshot
@@ -371,20 +439,22 @@ class JobsError(RuntimeError):
     pass
 
 
-def _worker_run(unit, seeds, update_seed):
+def _worker_run(unit, seeds, update_seed, curves=False):
     if 'error' in _WORKER:
         raise _WORKER['error']
     cases, snapshot = _WORKER['cases'], _WORKER.get('snapshot')
-    return [(seed, i, _driver.run_case(cases[i], seed, snapshot, seed == update_seed)
-             .as_json()) for seed in seeds for i in unit]
+    return [(seed, i, _driver.run_case(cases[i], seed, snapshot, seed == update_seed,
+                                       curves).as_json())
+            for seed in seeds for i in unit]
 
 
 def _from_json(case, d):
     return _driver.CaseResult(case, d['seed'], d['status'], d['worst_abs'], d['worst_rel'],
-                              d['message'], d['seconds'], d['draws'], d['snapshot'])
+                              d['message'], d['seconds'], d['draws'], d['snapshot'],
+                              d.get('step_curve'))
 
 
-def _run_jobs(args, todo, seeds, update_seed, progress, jobs):
+def _run_jobs(args, todo, seeds, update_seed, progress, jobs, curves=False):
     """The cases in ``todo`` in ``jobs`` processes (spawned: xgrad's worker
     threads and BLAS's are not forked). Work units (see
     ``_driver.work_units``) are handed out the most expensive first."""
@@ -392,14 +462,17 @@ def _run_jobs(args, todo, seeds, update_seed, progress, jobs):
     units = _driver.work_units(cases, todo, keep_snapshot_groups=bool(args.snapshot))
     costs = _driver.estimate_costs(cases)
     units.sort(key=lambda u: -sum(costs[i] for i in u))
-    selection = (args.ops, args.dtype, args.device, args.order)
+    selection = (args.ops, args.dtype, args.device, args.order, args.layouts,
+                 args.packages)
     out = {}
     with concurrent.futures.ProcessPoolExecutor(
             max_workers=min(jobs, max(len(units), 1)),
             mp_context=multiprocessing.get_context('spawn'),
             initializer=_worker_init,
-            initargs=(selection, _driver.selection_digest(cases), args.snapshot)) as pool:
-        futures = [pool.submit(_worker_run, u, list(seeds), update_seed) for u in units]
+            initargs=(selection, _driver.selection_digest(cases), args.snapshot,
+                      _user_ops.sources())) as pool:
+        futures = [pool.submit(_worker_run, u, list(seeds), update_seed, curves)
+                   for u in units]
         try:
             for f in concurrent.futures.as_completed(futures):
                 for seed, i, d in f.result():
@@ -440,10 +513,12 @@ def merge_reports(paths):
     shards given twice or missing, or cases that overlap."""
     reports = [_load_report(p) for p in paths]
     first, first_path = reports[0], paths[0]
-    for field in ('xgrad_version', 'numpy_version', 'python', 'arguments', 'selection'):
+    for field in ('xgrad_version', 'numpy_version', 'python', 'arguments', 'selection',
+                  'packages'):
         for path, rep in zip(paths[1:], reports[1:]):
             if rep.get(field) != first.get(field):
-                what = {'arguments': 'options', 'selection': 'cases (registered ops)'}.get(
+                what = {'arguments': 'options', 'selection': 'cases (registered ops)',
+                        'packages': 'op packages (versions)'}.get(
                     field, field.replace('_', ' '))
                 raise MergeError('{} and {} come from different runs: their {} differ '
                                  '({}: {}; {}: {})'.format(
@@ -492,9 +567,10 @@ def merge_reports(paths):
                    for p, r in sorted(zip(paths, reports),
                                       key=lambda pr: (pr[1].get('shard') or {}).get('index', 1))]
     elapsed = sum(r.get('elapsed_s') or 0.0 for r in reports)
+    extra = {'packages': first['packages']} if first.get('packages') else {}
     return _report(records, arguments, elapsed, None, first['selection'],
                    merged_from=merged_from,
-                   longest_shard_s=max(r.get('elapsed_s') or 0.0 for r in reports))
+                   longest_shard_s=max(r.get('elapsed_s') or 0.0 for r in reports), **extra)
 
 
 def _merge_main(args):
@@ -510,6 +586,8 @@ def _merge_main(args):
         _write_report(args.json, report)
     if args.junit:
         write_junit(args.junit, records, report['elapsed_s'])
+    if args.html:
+        _write_html(args.html, report)
     return 0 if report['summary']['failed'] == 0 else 1
 
 
@@ -540,16 +618,19 @@ def main(argv=None):
     seeds = range(args.seed, args.seed + args.repeat)
     update_seed = args.seed if args.update_snapshot else None
     progress = Progress(len(todo) * len(seeds), enabled=not args.no_progress)
+    # A failed comparison's error against the step, for the reports that show it.
+    curves = bool(args.json or args.html)
     start = time.perf_counter()
     try:
         if args.jobs > 1 and len(todo) > 1:
             try:
-                done = _run_jobs(args, todo, seeds, update_seed, progress, args.jobs)
+                done = _run_jobs(args, todo, seeds, update_seed, progress, args.jobs,
+                                 curves)
             except JobsError as e:
                 progress.close()
                 build_parser().error('--jobs: {}'.format(e))
         else:
-            done = _run_serial(cases, todo, seeds, snapshot, update_seed, progress)
+            done = _run_serial(cases, todo, seeds, snapshot, update_seed, progress, curves)
     finally:
         progress.close()
     elapsed = time.perf_counter() - start
@@ -565,9 +646,14 @@ def main(argv=None):
     print_summary(records, elapsed)
     shard = {'index': args.shard[0], 'count': args.shard[1]} if args.shard else None
     selection = {'cases': len(cases), 'digest': _driver.selection_digest(cases)}
+    packages = _packages(args)
+    extra = {'packages': packages} if packages else {}
+    if args.json or args.html:
+        report = _report(records, _arguments(args), elapsed, shard, selection, **extra)
     if args.json:
-        _write_report(args.json, _report(records, _arguments(args), elapsed, shard,
-                                         selection))
+        _write_report(args.json, report)
     if args.junit:
         write_junit(args.junit, records, elapsed)
+    if args.html:
+        _write_html(args.html, report)
     return 0 if all(r['status'] == 'passed' for r in records) else 1

@@ -1,13 +1,16 @@
 """The registry driver: every registered op's gradient checks as cases.
 
 A case is one op, one of its samples, one float dtype, one device and one
-order (1: first derivatives, 2: second). ``run_case`` draws the inputs from
-the op's declared domain, checks the analytic gradients against float64
-central differences with the dtype's tolerance, and re-draws the inputs
-when they land on a non-differentiable point. With a ``GradSnapshot`` it
-also records the float64 gradients that passed (golden gradients) or
-compares the case's analytic gradients with them. ``python -m xgrad check``
-and the test suite both run cases through here.
+order (1: first derivatives, 2: second), and with ``--layouts`` one memory
+layout of the inputs. ``run_case`` draws the inputs from the op's declared
+domain, checks the analytic gradients against float64 central differences
+with the dtype's tolerance, and re-draws the inputs when they land on a
+non-differentiable point. With a ``GradSnapshot`` it also records the
+float64 gradients that passed (golden gradients) or compares the case's
+analytic gradients with them; with ``curves`` a failed comparison also
+gets its error against the step (``_step_curve``). ``python -m xgrad
+check``, ``xgrad.testing.gradient_cases`` and the test suite all run cases
+through here; the ops are xgrad's own or a user's (``_user_ops``).
 """
 
 import dataclasses
@@ -18,7 +21,8 @@ import numpy
 
 import xgrad
 from xgrad._errors import GradientCheckArgumentError
-from xgrad._ops.registry import F16, F64, registered_ops, sample_seed
+from xgrad._ops.registry import F16, F64, sample_seed
+from xgrad.testing import _layouts, _step_curve, _user_ops
 from xgrad.testing._checks import check_backward, check_double_backward
 from xgrad.testing._numerical import NondifferentiablePointError
 from xgrad.testing._tolerances import least_precise
@@ -27,23 +31,29 @@ from xgrad.testing._tolerances import least_precise
 MAX_DRAWS = 5
 
 
+CONTIGUOUS = 'contiguous'
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One gradient check: op x sample x dtype x device x order."""
+    """One gradient check: op x sample x dtype x device x order (x layout,
+    where ``--layouts`` adds the inputs' other layouts)."""
     info: object
     sample: object
     dtype: numpy.dtype
     device: str
     order: int
+    layout: str = CONTIGUOUS
 
     @property
     def op(self):
-        return self.info.name
+        return self.info.qualified_name
 
     @property
     def name(self):
-        return '{}[{}]-{}-{}-order{}'.format(self.op, self.sample.name, self.dtype.name,
-                                              self.device, self.order)
+        name = '{}[{}]-{}-{}-order{}'.format(self.op, self.sample.name, self.dtype.name,
+                                             self.device, self.order)
+        return name if self.layout == CONTIGUOUS else '{}-{}'.format(name, self.layout)
 
     @property
     def snapshot_key(self):
@@ -63,6 +73,9 @@ class CaseResult:
     seconds: float = 0.0
     draws: int = 1
     snapshot: Optional[str] = None  # None, 'recorded', 'matched' or 'mismatch'
+    # The error of the central difference against the step (_step_curve),
+    # for a failed comparison when asked for; None otherwise.
+    curve: Optional[dict] = None
 
     @property
     def passed(self):
@@ -70,26 +83,30 @@ class CaseResult:
 
     def as_json(self):
         c = self.case
-        return {'op': c.op, 'sample': c.sample.name, 'dtype': c.dtype.name,
-                'device': c.device, 'order': c.order, 'seed': self.seed,
-                'status': self.status, 'worst_abs': self.worst_abs,
-                'worst_rel': self.worst_rel, 'message': self.message,
-                'seconds': round(self.seconds, 6), 'draws': self.draws,
-                'snapshot': self.snapshot}
+        out = {'op': c.op, 'sample': c.sample.name, 'dtype': c.dtype.name,
+               'device': c.device, 'order': c.order, 'seed': self.seed,
+               'status': self.status, 'worst_abs': self.worst_abs,
+               'worst_rel': self.worst_rel, 'message': self.message,
+               'seconds': round(self.seconds, 6), 'draws': self.draws,
+               'snapshot': self.snapshot}
+        # Only where there is one: a plain run's records stay as they were.
+        if c.layout != CONTIGUOUS:
+            out['layout'] = c.layout
+        if self.curve is not None:
+            out['step_curve'] = self.curve
+        return out
 
 
-def cases(ops=None, dtypes=None, devices=('native:0',), orders=(1, 2)):
-    """The cases of the registered differentiable ops (all, or those named
-    in ``ops``) for the given dtypes (default: each op's float dtypes),
-    devices and orders. Order 2 is left out for ops declared not twice
+def cases(ops=None, dtypes=None, devices=('native:0',), orders=(1, 2), layouts=(),
+          infos=None):
+    """The cases of the differentiable ops ``ops`` selects (``_user_ops.select``:
+    default xgrad's own; ``infos``, when given, instead) for the given
+    dtypes (default: each op's float dtypes), devices and orders, and on
+    native devices also in each of ``layouts`` (after the contiguous case
+    of each sample). Order 2 is left out for ops declared not twice
     differentiable (their claim is tested by the test suite)."""
-    infos = registered_ops()
-    if ops is not None:
-        known = {i.name for i in infos}
-        unknown = sorted(set(ops) - known)
-        if unknown:
-            raise ValueError('no registered op named {}'.format(', '.join(unknown)))
-        infos = [i for i in infos if i.name in set(ops)]
+    if infos is None:
+        infos = _user_ops.select(ops)
     out = []
     for info in infos:
         if not info.differentiable:
@@ -100,8 +117,12 @@ def cases(ops=None, dtypes=None, devices=('native:0',), orders=(1, 2)):
             for dtype in (info.dtypes if dtypes is None else
                           [numpy.dtype(d) for d in dtypes if numpy.dtype(d) in info.dtypes]):
                 for device in devices:
+                    native = xgrad.get_device(device).is_native if layouts else True
                     for sample in info.samples:
                         out.append(Case(info, sample, numpy.dtype(dtype), device, order))
+                        if native:
+                            out.extend(Case(info, sample, numpy.dtype(dtype), device, order,
+                                            layout) for layout in layouts)
     return out
 
 
@@ -122,6 +143,9 @@ class _Setup:
         arrays = [xgrad.array(a, device=device) for a in data]
         diff = case.info.differentiable_inputs(case.sample)
         self.consts = {i: a for i, a in enumerate(arrays) if i not in diff}
+        if case.layout != CONTIGUOUS:
+            self.consts = {i: _layouts.constant_in_layout(a, case.layout)
+                           for i, a in self.consts.items()}
         self.n = len(arrays)
         self.inputs = [arrays[i].require_grad() for i in diff]
         with xgrad.no_backprop_mode():
@@ -145,6 +169,9 @@ class _Setup:
     def func(self, args):
         it = iter(args)
         full = [self.consts[i] if i in self.consts else next(it) for i in range(self.n)]
+        if self.case.layout != CONTIGUOUS:
+            full = [x if i in self.consts else _layouts.relayout(x, self.case.layout)
+                    for i, x in enumerate(full)]
         ys = self.case.info(full, self.case.sample)
         return tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
 
@@ -185,21 +212,27 @@ def _check(case, setup):
                                  check_first_order=False, name=name)
 
 
-def run_case(case, seed=0, snapshot=None, update_snapshot=False):
-    """Run one case; never raises for a wrong gradient (the result says)."""
+def run_case(case, seed=0, snapshot=None, update_snapshot=False, curves=False):
+    """Run one case; never raises for a wrong gradient (the result says).
+    ``curves``: a comparison that fails (or finds a kink in every draw)
+    also measures its error against the step (``_step_curve``), at the
+    draw that failed."""
     start = time.perf_counter()
     result = CaseResult(case, seed, 'passed')
+    checking = None  # the draw of the numerical comparison under way
     try:
         for draw in range(MAX_DRAWS):
             rs = numpy.random.RandomState(sample_seed(
                 seed, case.op, case.sample.name, case.dtype, case.order, draw))
             setup = _Setup(case, rs, case.info.sample_data(case.sample, case.dtype, rs))
+            checking = setup
             try:
                 found = _check(case, setup)
             except NondifferentiablePointError as e:
                 result.draws = draw + 2
                 result.message = 'redrawn: {}'.format(e)
                 continue
+            checking = None
             result.worst_abs, result.worst_rel = found.worst_abs, found.worst_rel
             result.message = ''
             break
@@ -212,6 +245,7 @@ def run_case(case, seed=0, snapshot=None, update_snapshot=False):
     except GradientCheckArgumentError as e:  # the case is set up wrong: no verdict
         result.status = 'error'
         result.message = '{}: {}'.format(type(e).__name__, e)
+        checking = None
     except xgrad.GradientCheckError as e:
         result.status = 'failed'
         found = getattr(e, 'result', None)
@@ -221,6 +255,11 @@ def run_case(case, seed=0, snapshot=None, update_snapshot=False):
     except Exception as e:  # NOQA: the op itself failed: report, go on
         result.status = 'error'
         result.message = '{}: {}'.format(type(e).__name__, e)
+        checking = None
+    if curves and checking is not None and not result.passed:
+        atol, rtol = _tolerance(case, checking)
+        result.curve = _step_curve.measure(case, checking, case.info.step(
+            _work_dtype(case, checking)), atol, rtol)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -275,7 +314,8 @@ def _snapshot(case, snapshot, update, result):
     none are recorded or ``update``) after checking them numerically, or
     compare the case's analytic gradients at the golden inputs with them."""
     key = case.snapshot_key
-    if case.dtype == F64 and (update or not snapshot.has(key, case.order)):
+    if case.dtype == F64 and case.layout == CONTIGUOUS and (
+            update or not snapshot.has(key, case.order)):
         setup = _golden_setup(case)
         _check(case, setup)  # golden gradients must pass the numerical check too
         snapshot.record(key, [x.to_numpy().astype(F64) for x in setup.inputs],
