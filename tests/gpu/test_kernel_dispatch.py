@@ -227,3 +227,30 @@ def test_no_op_reads_the_device_in_backward_or_double_backward(fake, info):
             xgrad.grad([xgrad.sum(g * g) for g in grads], leaves)
         assert _unexpected_reads(fake, info) == [], 'double backward: {}'.format(
             fake.host_reads)
+
+
+# NaN and the infinities as the data of each op's kernels (half of them also
+# in gy): the forward and the gradient must be the host's, NaN where the
+# host has NaN. (absolute's kernel once gave a zero gradient at NaN.)
+NON_FINITE = [numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1.5, -1.5, 0.25]
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('name', UNARY)
+def test_unary_kernels_give_the_host_s_values_on_non_finite_data(cuda_runtime, name, dtype):
+    xs = numpy.array(NON_FINITE * 2, dtype)
+    gys = numpy.array([1.0] * len(NON_FINITE) + [numpy.nan, numpy.inf] * (len(NON_FINITE) // 2),
+                      dtype)
+    got, want = [], []
+    with numpy.errstate(all='ignore'):
+        for device, out in (('cuda:0', got), ('native:0', want)):
+            x = xgrad.array(xs, device=device).require_grad()
+            y = getattr(xgrad, name)(x)
+            gx, = xgrad.grad([y], [x], grad_outputs=[xgrad.array(gys, device=device)])
+            out.extend([y.to_numpy(), gx.to_numpy()])
+    for what, a, b in zip(('forward', 'gradient'), got, want):
+        numpy.testing.assert_array_equal(numpy.isnan(a), numpy.isnan(b),
+                                         err_msg='{} {}: NaN where'.format(name, what))
+        ok = ~numpy.isnan(b)
+        numpy.testing.assert_allclose(a[ok], b[ok], rtol=1e-5, atol=1e-6,
+                                      err_msg='{} {}'.format(name, what))

@@ -90,15 +90,14 @@ class Case:
     triangle); ``op``: the op that detect_anomaly() blames (None where
     the call is composed of several); ``finite_grads``: the inputs whose
     gradient does not depend on the non-finite entry (solve's b: gb =
-    a^-T gx); ``absolute``: a norm composed of absolute (and amax or
-    amin), whose NaN rules are those ops' (see ``check_case``)."""
+    a^-T gx)."""
 
     def __init__(self, name, call, shapes, ref=None, make=None, reads=None, op=None,
-                 finite_grads=(), absolute=False):
+                 finite_grads=()):
         self.name, self.call, self.shapes, self.ref = name, call, shapes, ref
         self.make = make or [_general] * len(shapes)
         self.reads = reads or (lambda i, position: True)
-        self.op, self.finite_grads, self.absolute = op, finite_grads, absolute
+        self.op, self.finite_grads = op, finite_grads
 
     @property
     def svd(self):
@@ -121,8 +120,7 @@ def _norm_case(name, shape, ord, op=None, axis=None):
     svd = len(shape) == 2 and ord in (2, -2, 'nuc')
     return Case('norm-' + name, lambda x: linalg.norm(x, ord, axis), [shape],
                 ref=None if svd else _numpy_outputs(lambda x: numpy.linalg.norm(x, ord, axis)),
-                make=[_vector if len(shape) == 1 else _general], op='svd' if svd else op,
-                absolute=ord in (1, INF, -INF))
+                make=[_vector if len(shape) == 1 else _general], op='svd' if svd else op)
 
 
 CASES = [
@@ -268,12 +266,6 @@ def check_case(case, i, position, value, dtype, device='native:0', like_numpy=Tr
             for g in gs:  # NaN factors: NaN everywhere
                 assert _all_nan(g), (case.name, g)
         elif nan and case.reads(i, position):
-            if case.absolute and device != 'native:0':
-                # absolute's raw gradient kernel on cuda gives 0 at a NaN
-                # (gy times a sign of 0; NaN on the host and when recorded),
-                # and amax's is 0 everywhere when the maximum is NaN: not
-                # the linalg rule, left to those ops
-                continue
             # NaN in, NaN out: the gradient of the input that holds it (of a
             # for solve, whose gb = a^-T gx does not depend on b) is not all
             # finite

@@ -15,10 +15,10 @@ struct Negative {  // reads neither
     template <class C> __device__ static C backward(C gy, C, C) { return -gy; }
 };
 
-struct Absolute {  // reads x; gradient 0 at 0
+struct Absolute {  // reads x; gy * sign(x) as on the host: 0 at 0, NaN at NaN
     template <class C> __device__ static C forward(C x) { return math::fabs(x); }
     template <class C> __device__ static C backward(C gy, C x, C) {
-        return x > C(0) ? gy : (x < C(0) ? -gy : C(0));
+        return gy * (x > C(0) ? C(1) : (x < C(0) ? C(-1) : (x == C(0) ? C(0) : x)));
     }
 };
 
