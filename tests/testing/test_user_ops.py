@@ -356,6 +356,12 @@ def test_two_ops_with_one_name_are_refused(clean_user_ops):
     with pytest.raises(OpDeclarationError, match=r'dup::twice: OpInfo.name: two ops of '
                                                  r'package dup are named .twice.'):
         register(OpInfo('twice', _cube, samples=[Sample((3,))]), package='dup')
+    # in one call too, and then none of the call's ops is registered
+    with pytest.raises(OpDeclarationError, match=r'dup::again: OpInfo.name'):
+        register(OpInfo('other', _f, samples=[Sample((2,))]),
+                 OpInfo('again', _f, samples=[Sample((2,))]),
+                 OpInfo('again', _f, samples=[Sample((2,))]), package='dup')
+    assert [i.name for i in _user_ops.user_ops()] == ['twice']
 
 
 def _nan_domain(rs, shape):

@@ -70,7 +70,8 @@ def register(*infos, package=None):
             '(package {!r})'.format(package), 'package',
             "a package must be a name of letters, digits, '_', '.' or '-' other than "
             "'xgrad' (xgrad's own ops are declared inside xgrad)")
-    out = []
+    where = _caller_location()
+    out = {}  # all checked first: a bad one registers none of them
     for info in infos:
         if not isinstance(info, OpInfo):
             raise OpDeclarationError('(package {})'.format(package), 'type',
@@ -78,15 +79,15 @@ def register(*infos, package=None):
                                      'not {!r}'.format(info))
         info = _declarations.declared(info, package)
         key = info.qualified_name
-        where = _caller_location()
-        if key in _OPS:
+        if key in _OPS or key in out:
             raise OpDeclarationError(key, 'name', 'two ops of package {} are named {!r} '
                                      '(registered at {} and at {}): a name is one op'.format(
-                                         package, info.name, _WHERE[key], where))
+                                         package, info.name, _WHERE.get(key, where), where))
+        out[key] = info
+    for key, info in out.items():
         _OPS[key] = info
         _WHERE[key] = where
-        out.append(info)
-    return out
+    return list(out.values())
 
 
 def _caller_package():
