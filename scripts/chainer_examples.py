@@ -274,6 +274,8 @@ def _instrument(path, warmup, timer_iteration):
                 record['timer_hook'][kind] = {
                     fn: {k: v for k, v in row.items()} for fn, row in hook.summary().items()}
                 record['timer_hook'][kind + '_total_ms'] = hook.total_time() * 1e3
+                record['timer_hook'][kind + '_calls'] = [
+                    [entry[0], entry[-1] * 1e3] + list(entry[1:-1]) for entry in hook.call_history]
     updaters.StandardUpdater.update = update
     return record
 
@@ -358,7 +360,7 @@ def _timing(out):
             'major_faults_per_iteration': round(statistics.mean(
                 [it['major_faults'] for it in timed]), 2)})
     if record.get('timer_hook'):
-        row['timer_hook'] = record['timer_hook']
+        row['timer_hook'] = record['timer_hook']  # *_calls: [name, ms(, direction)] in order
     return row
 
 
