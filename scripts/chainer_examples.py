@@ -456,6 +456,17 @@ def _commit():
         return None
 
 
+def _dirty(paths=('xgrad', 'setup.py')):
+    """Files under ``paths`` that differ from the commit (the runs import
+    xgrad from this working tree)."""
+    try:
+        out = subprocess.check_output(['git', 'status', '--porcelain', '--'] + list(paths),
+                                      cwd=ROOT, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [line[3:] for line in out.splitlines()]
+
+
 def _env(threads):
     env = dict(os.environ)
     if threads == 'one':
@@ -550,6 +561,7 @@ def main():
     tree = os.path.abspath(args.chainer_tree)
     env = _env(args.threads)
     rows = []
+    commit, dirty = _commit(), _dirty()
     began = time.perf_counter()
     print('{:<24} {:<10} {:>4} {:>8} {:>12} {:>12} {:>10} {:>10}'.format(
         'example', 'device', 'exit', 'seconds', 'first loss', 'last loss', 'ms/iter',
@@ -585,7 +597,8 @@ def main():
             'command': 'python ' + ' '.join(
                 [os.path.relpath(os.path.abspath(__file__), ROOT), 'CHAINER_TREE']
                 + sys.argv[2:]),
-            'commit': _commit(), 'machine': _machine(), 'versions': versions,
+            'commit': commit, 'xgrad_uncommitted_files': dirty,
+            'commit_at_end': _commit(), 'machine': _machine(), 'versions': versions,
             'env': extra, 'threads': args.threads, 'devices': devices, 'rounds': args.rounds,
             'warmup': args.warmup, 'seconds': seconds, 'summary': summary, 'runs': rows}
         try:
