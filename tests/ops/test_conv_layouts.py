@@ -194,3 +194,24 @@ def test_unknown_algorithm_is_refused():
     with pytest.raises(ValueError, match="unknown algorithm 'fft'"):
         with force_conv_algorithm('fft'):
             pass
+
+
+@pytest.mark.parametrize('case, dtype', list(_params()))
+def test_gradients_come_back_c_contiguous(case, dtype):
+    """Each algorithm's gradients are laid out as their inputs (an
+    optimizer's update of NIN's 1024x384x3x3 weights took 41 ms instead of 3
+    on a transposed weight gradient); also the shapes where im2col's weight
+    gradient is computed transposed (more windows than output channels)."""
+    op, algorithm, xshape, wshape, k, s, p = case
+    rng = numpy.random.RandomState(3)
+    fn = xgrad.conv if op == 'conv' else xgrad.conv_transpose
+    for channels in (1, 8):  # (8 * k * k windows > 1 output channel: transposed)
+        x = xgrad.array(rng.rand(*xshape).astype(dtype)).require_grad()
+        w = xgrad.array(rng.rand(*((channels,) + wshape[1:] if op == 'conv' else
+                                   wshape[:1] + (channels,) + wshape[2:])).astype(dtype))
+        w.require_grad()
+        with force_conv_algorithm(algorithm):
+            y = fn(x, w, stride=s, pad=p)
+            grads = xgrad.grad([y], [x, w], grad_outputs=[xgrad.ones_like(y)])
+        for g in grads:
+            assert g.is_contiguous, (algorithm, g.shape)
