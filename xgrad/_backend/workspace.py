@@ -31,7 +31,6 @@ activation retained for the backward pass) or a kernel's until it returns.
 
 import os
 import threading
-import weakref
 
 import numpy
 
@@ -63,7 +62,7 @@ class _Cache:
 
     def __init__(self, limit):
         self.lock = threading.Lock()
-        self.free = {}  # size in bytes: [uint8 blocks]
+        self.free = {}  # size in bytes: [_Block]
         self.free_bytes = 0
         self.checked = 0  # the free bytes last found to leave the system enough memory
         self.limit = limit
@@ -77,10 +76,10 @@ class _Cache:
                 self.free_bytes -= size
                 return blocks.pop()
             self.misses += 1
-        return numpy.empty(size, numpy.uint8)
+        return _Block(size)
 
     def give_back(self, block):
-        size = block.nbytes
+        size = block.size
         with self.lock:
             after = self.free_bytes + size
             keep = after <= self.limit
@@ -126,21 +125,38 @@ if hasattr(os, 'register_at_fork'):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class _Block:
+    """``size`` bytes of memory, and the array interface of their 64-byte
+    aligned part (worked out once: a lease over the block shows it)."""
+
+    __slots__ = ('memory', 'size', 'interface')
+
+    def __init__(self, size):
+        self.memory = numpy.empty(size + _ALIGN, numpy.uint8)
+        self.size = size
+        start = self.memory.__array_interface__['data'][0]
+        self.interface = {'shape': (size,), 'typestr': '|u1', 'version': 3,
+                          'data': (start + -start % _ALIGN, False)}
+
+
 class _Lease:
-    """``nbytes`` of a block, 64-byte aligned, as the base of the arrays over
-    them. Every view of an array handed out holds this object (NumPy's
-    chain of bases ends here, not at the block, which owns its data), so
-    it lives as long as some view does, and its end gives the block back:
-    a view that outlives the array it was taken from keeps the block."""
+    """A block, as the base of the arrays over it. Every view of an array
+    handed out holds this object (NumPy's chain of bases ends here, not at
+    the block's memory, which owns its data), so it lives as long as some
+    view does, and when the last one goes it gives the block back: a view
+    that outlives the array it was taken from keeps the block."""
 
-    __slots__ = ('block', '__array_interface__', '__weakref__')
+    __slots__ = ('block', '__array_interface__')
 
-    def __init__(self, block, nbytes):
+    def __init__(self, block):
         self.block = block
-        start = block.ctypes.data
-        start += -start % _ALIGN
-        self.__array_interface__ = {'shape': (nbytes,), 'typestr': '|u1', 'version': 3,
-                                    'data': (start, False)}
+        self.__array_interface__ = block.interface
+
+    def __del__(self):
+        try:
+            _cache.give_back(self.block)
+        except (NameError, AttributeError, TypeError):  # (the interpreter shutting down)
+            pass
 
 
 def empty(shape, dtype):
@@ -155,10 +171,8 @@ def empty(shape, dtype):
     nbytes = count * dtype.itemsize
     if nbytes < MIN_BYTES or _cache.limit == 0:
         return numpy.empty(shape, dtype)
-    block = _cache.take(-(-nbytes // _PAGE) * _PAGE + _ALIGN)
-    owner = _Lease(block, nbytes)
-    weakref.finalize(owner, _cache.give_back, block).atexit = False
-    return numpy.asarray(owner).view(dtype).reshape(shape)
+    flat = numpy.asarray(_Lease(_cache.take(-(-nbytes // _PAGE) * _PAGE)))
+    return flat[:nbytes].view(dtype).reshape(shape)
 
 
 def zeros(shape, dtype):
