@@ -23,7 +23,10 @@ seed 0):
 ``--quick`` shrinks every model's batch and resolution (the depth stays:
 ResNet-50 at 64x64 batch 2 and 48x48 batch 4, VGG-16 batch 4, NIN 99x99
 batch 2, the LSTM 64 units over 500 words, the block d 64) for a smoke run
-that writes nothing: about 30 s for its one-thread half on an idle 2-core VM.
+that writes nothing, on one thread only (``--quick --threads 0`` for
+default threads): 21-30 s on the shared 2-core VM, all checks included. With
+default threads its small steps measure the neighbours' load (115 s for
+that half at load 1.3-2.8: a 1 ms LSTM step took 48 ms).
 
 **Checked first.** Before timing, three checks against torch:
 
@@ -961,7 +964,7 @@ def run_configuration(args):
         out['entries'].append(entry)
         print('  {:18s} threads={:7s} xgrad {:9.1f} ms  torch {:9.1f} ms  paired ratio {:.2f} '
               '({:.2f}-{:.2f}), faults/step {:.0f} / {:.0f}{}'.format(
-                  name, threads, entry['xgrad_ms'], entry['torch_ms'], entry['xgrad_over_torch'],
+                  name, str(threads), entry['xgrad_ms'], entry['torch_ms'], entry['xgrad_over_torch'],
                   paired[0], paired[-1], faults['xgrad'][0], faults['torch'][0],
                   '' if 'peak_rss_mb' not in entry else ', peak RSS {:.0f} / {:.0f} MB'.format(
                       entry['peak_rss_mb']['xgrad'], entry['peak_rss_mb']['torch'])),
@@ -1025,9 +1028,9 @@ def profile(args):
                       'major_faults_per_step': (after[1] - before[1]) / n, 'top': rows[:15],
                       'times': 'TimerHook elapsed (forward + backward)' if fw == 'xgrad'
                       else "torch.profiler self CPU time per aten op"}
-        print('\n{} {} ({} threads): step {:.0f} ms profiled ({:.0f} ms in ops), {:.0f} ms '
+        print('\n{} {} ({}): step {:.0f} ms profiled ({:.0f} ms in ops), {:.0f} ms '
               'unprofiled; {:.0f} minor page faults per step (mean of {} profiled steps)'.format(
-                  fw, name, result['threads'], wall * 1e3, in_ops * 1e3,
+                  fw, name, 'one thread' if args.threads == 1 else 'default threads', wall * 1e3, in_ops * 1e3,
                   steady.median * 1e3, (after[0] - before[0]) / n, n), file=sys.stderr)
         for r in rows[:10]:
             extra = ('fwd {:8.1f} ms x{:<4d} bwd {:8.1f} ms x{:<4d}'.format(
@@ -1129,7 +1132,8 @@ def markdown(result):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--quick', action='store_true',
-                   help='shrunk models, few rounds (smoke test, under a minute); writes nothing')
+                   help='shrunk models, few rounds, one thread unless --threads 0 (smoke test, under '
+                   'a minute); writes nothing')
     p.add_argument('--only', default=','.join(MODELS), help='comma-separated: ' + ','.join(MODELS))
     p.add_argument('--threads', type=int, choices=(0, 1),
                    help='one thread setting only: 1, or 0 (each framework\'s default threads)')
@@ -1158,7 +1162,9 @@ def main(argv=None):
         return 0
 
     t0 = time.perf_counter()
-    settings = [args.threads] if args.threads is not None else [1, 0]
+    # --quick: one thread unless --threads says otherwise (default threads on
+    # small shapes measure the neighbours' load: 115 s against 21 s here)
+    settings = [args.threads] if args.threads is not None else [1] if args.quick else [1, 0]
     commit = subprocess.run(['git', '-C', _BENCH_DIR, 'rev-parse', '--short', 'HEAD'],
                             stdout=subprocess.PIPE, text=True).stdout.strip() or None
     versions = {'python': sys.version.split()[0], 'numpy': numpy.__version__,
@@ -1171,6 +1177,8 @@ def main(argv=None):
         result = {'date': date.isoformat(timespec='seconds'), 'machine': machine,
                   'versions': versions, 'profiles': [_child(args, t) for t in settings],
                   'command': ' '.join(['python', 'bench/models.py'] + sys.argv[1:])}
+        threads = [p['threads'] for p in result['profiles']]
+        result['threads'] = threads[0] if len(threads) == 1 else ' and '.join(map(str, threads))
         out = args.out or (None if args.quick else os.path.join(
             _BENCH_DIR, 'results', 'models_profile_{}_{}{}_{}.json'.format(
                 args.profile, tag, where, date.strftime('%Y-%m-%d'))))
