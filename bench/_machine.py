@@ -8,6 +8,22 @@ import ctypes
 import os
 import platform
 
+# The variables that set NumPy's BLAS and xgrad's pool (and torch's OpenMP)
+# threads: a benchmark's child process runs "one thread" with all three at 1.
+THREAD_VARS = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')
+
+
+def thread_environment(threads, environ=os.environ):
+    """A copy of ``environ`` for a child running with ``threads`` threads: 1
+    sets THREAD_VARS to 1; anything else (0: default) unsets them."""
+    env = dict(environ)
+    for name in THREAD_VARS:
+        env.pop(name, None)
+        if threads == 1:
+            env[name] = '1'
+    return env
+
+
 _BLAS_THREAD_GETTERS = (
     'scipy_openblas_get_num_threads64_',  # numpy>=2 wheels (scipy-openblas, ILP64)
     'scipy_openblas_get_num_threads',

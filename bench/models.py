@@ -104,7 +104,6 @@ import numpy  # noqa: E402
 import _machine  # noqa: E402
 import _timing  # noqa: E402
 
-_THREAD_VARS = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')
 LR = 0.01
 BN_EPS, BN_DECAY = 1e-5, 0.9  # torch's eps and momentum 0.1
 LN_EPS = 1e-5
@@ -924,7 +923,7 @@ def run_configuration(args):
     settings = {'rounds': args.rounds, 'min_time': args.min_time,
                 'warmup': 2 if not args.quick else 1, 'warmup_time': 0.0}
     threads = 1 if args.threads == 1 else 'default'  # as training_steps.py records it
-    env = ' '.join('{}=1'.format(v) for v in _THREAD_VARS) + ' ' if args.threads == 1 else ''
+    env = ' '.join('{}=1'.format(v) for v in _machine.THREAD_VARS) + ' ' if args.threads == 1 else ''
     out = {'threads': threads, 'torch_threads': torch.get_num_threads(),
            'blas_threads': _machine.numpy_blas_threads(), 'xgrad_threads':
            os.environ.get('OMP_NUM_THREADS') or 'one per CPU ({})'.format(_machine.usable_cpus()),
@@ -1045,11 +1044,7 @@ def profile(args):
 # Driver: one child process per thread setting
 
 def _child(args, threads):
-    env = dict(os.environ)
-    for v in _THREAD_VARS:
-        env.pop(v, None)
-        if threads == 1:
-            env[v] = '1'
+    env = _machine.thread_environment(threads)
     cmd = [sys.executable, os.path.abspath(__file__), '--threads', str(threads),
            '--only', ','.join(args.only), '--rounds', str(args.rounds),
            '--min-time', str(args.min_time), '--rss-steps', str(args.rss_steps),

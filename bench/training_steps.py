@@ -33,7 +33,6 @@ import subprocess
 import sys
 
 _BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-_THREAD_VARS = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')
 # Results are named by what they measure and when (bench/results/README.md).
 DEFAULT_OUT = os.path.join(_BENCH_DIR, 'results', 'training_steps_{}.json'.format(
     datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d_%H%M')))
@@ -401,11 +400,7 @@ def run_configuration(args):
 # Driver: one child process per thread setting
 
 def _child(args, threads):
-    env = dict(os.environ)
-    for v in _THREAD_VARS:
-        env.pop(v, None)
-        if threads == 1:
-            env[v] = '1'
+    env = _machine.thread_environment(threads)
     cmd = [sys.executable, os.path.abspath(__file__), '--threads', str(threads),
            '--only', ','.join(args.only), '--rounds', str(args.rounds),
            '--min-time', str(args.min_time), '--json-stdout'] + (['--quick'] if args.quick else [])
