@@ -47,6 +47,12 @@ class Timing:
 
     number: int  # iterations per sample
     samples: list = field(default_factory=list)
+    counts: list = field(default_factory=list)  # measure's ``count`` deltas, summed
+
+    def counts_per_iteration(self):
+        """The summed ``count`` deltas over the iterations timed."""
+        done = self.number * len(self.samples)
+        return tuple(c / done for c in self.counts)
 
     @property
     def median(self):
@@ -79,14 +85,16 @@ def warm_up(step, calls, seconds):
         done += 1
 
 
-def measure(steps, rounds, min_time, warmup, warmup_time=0.0, pause=0.0):
+def measure(steps, rounds, min_time, warmup, warmup_time=0.0, pause=0.0, count=None):
     """Time the zero-argument callables in ``steps`` ({name: step}) side by side.
 
     Each step is warmed up (``warmup`` calls and ``warmup_time`` seconds at
     least), then calibrated with autorange; then ``rounds`` rounds each time
     one sample of every step, the starting step rotating. ``pause`` seconds
     of sleep before each sample let other frameworks' spinning worker threads
-    (OpenMP, OpenBLAS) go idle. Returns {name: Timing}.
+    (OpenMP, OpenBLAS) go idle. ``count``: a function returning a tuple of
+    counters (page faults, say), read around each sample; their deltas are
+    summed in each Timing's ``counts``. Returns {name: Timing}.
     """
     names = list(steps)
     timings = {}
@@ -100,7 +108,12 @@ def measure(steps, rounds, min_time, warmup, warmup_time=0.0, pause=0.0):
             if pause:
                 time.sleep(pause)
             timing = timings[name]
+            before = count() if count else ()
             timing.samples.append(_sample(steps[name], timing.number) / timing.number)
+            if count:
+                deltas = [b - a for a, b in zip(before, count())]
+                timing.counts = [c + d for c, d in zip(timing.counts or [0] * len(deltas),
+                                                        deltas)]
     return timings
 
 

@@ -828,23 +828,11 @@ def _faults():
 
 
 def time_pair(steps, settings):
-    """Interleaved rounds; ({name: Timing}, {name: (minor, major) faults per timed step})."""
-    names = list(steps)
-    timings, faults, counted = {}, {n: [0, 0] for n in names}, {n: 0 for n in names}
-    for n in names:
-        _timing.warm_up(steps[n], settings['warmup'], settings['warmup_time'])
-        timings[n] = _timing.Timing(_timing.autorange(steps[n], settings['min_time']))
-    for r in range(settings['rounds']):
-        order = names[r % 2:] + names[:r % 2]
-        for n in order:
-            t = timings[n]
-            before = _faults()
-            t.samples.append(_timing._sample(steps[n], t.number) / t.number)
-            after = _faults()
-            faults[n][0] += after[0] - before[0]
-            faults[n][1] += after[1] - before[1]
-            counted[n] += t.number
-    return timings, {n: (faults[n][0] / counted[n], faults[n][1] / counted[n]) for n in names}
+    """Interleaved rounds (_timing.measure); ({name: Timing}, {name: (minor,
+    major) faults per timed step})."""
+    timings = _timing.measure(steps, settings['rounds'], settings['min_time'],
+                              settings['warmup'], settings['warmup_time'], count=_faults)
+    return timings, {n: t.counts_per_iteration() for n, t in timings.items()}
 
 
 def _status_kb(field):

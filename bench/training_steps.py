@@ -356,18 +356,9 @@ def check(name, xgrad_step, torch_step):
 
 
 def time_pair(steps, settings):
-    """Interleaved rounds; {'xgrad': Timing, 'torch': Timing}."""
-    names = list(steps)
-    timings = {}
-    for n in names:
-        _timing.warm_up(steps[n], settings['warmup'], settings['warmup_time'])
-        timings[n] = _timing.Timing(_timing.autorange(steps[n], settings['min_time']))
-    for r in range(settings['rounds']):
-        order = names[r % 2:] + names[:r % 2]
-        for n in order:
-            t = timings[n]
-            t.samples.append(_timing._sample(steps[n], t.number) / t.number)
-    return timings
+    """Interleaved rounds (_timing.measure); {'xgrad': Timing, 'torch': Timing}."""
+    return _timing.measure(steps, settings['rounds'], settings['min_time'],
+                           settings['warmup'], settings['warmup_time'])
 
 
 def run_configuration(args):
