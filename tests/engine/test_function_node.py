@@ -735,7 +735,7 @@ def test_graft_constant_input_is_not_a_target():
 def _run_isolated(code):
     """Run ``code`` in a fresh interpreter (so that a crash of the engine
     fails one test instead of killing the test run); returns the process."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=root,
                           capture_output=True, text=True, timeout=120)
 

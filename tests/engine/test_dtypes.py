@@ -127,7 +127,7 @@ def test_promote_types_is_symmetric_and_closed():
 def test_docs_table_is_generated_from_the_code():
     """docs/dtype_promotion.md is ``markdown_table()``'s output; regenerate
     it with ``python -m xgrad dtypes > docs/dtype_promotion.md``."""
-    path = pathlib.Path(__file__).resolve().parents[1] / 'docs' / 'dtype_promotion.md'
+    path = pathlib.Path(__file__).resolve().parents[2] / 'docs' / 'dtype_promotion.md'
     assert path.read_text() == _dtype_docs.markdown_table(), (
         'docs/dtype_promotion.md is stale: python -m xgrad dtypes > docs/dtype_promotion.md')
 
