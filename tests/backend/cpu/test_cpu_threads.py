@@ -28,7 +28,7 @@ from xgrad._backend import native_kernels as K
 
 # More than two grains of either kind: every op below splits on 2+ threads.
 N = 4 * 65536 + 37
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 # Exact assertions in this file (issue 24's audit): a split result is
