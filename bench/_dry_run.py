@@ -1,5 +1,5 @@
 """Runs a Python module or script with the CPU stand-in for CuPy
-(tests/gpu/fake_cupy.py: two emulated devices, our kernels under the g++
+(tests/backend/cuda/fake_cupy.py: two emulated devices, our kernels under the g++
 emulator) serving as CuPy: the dry run of bench/gpu_check.sh on a machine
 without a GPU.
 
@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def use_stand_in():
     sys.path[:0] = [ROOT, os.path.join(ROOT, 'tests')]  # this checkout's xgrad
-    from gpu import fake_cupy
+    from backend.cuda import fake_cupy
     from xgrad._backend import cuda
     cuda.use_cupy(fake_cupy)
     return fake_cupy

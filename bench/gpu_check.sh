@@ -16,7 +16,7 @@
 #           must not install into the machine's Python)
 #   info    python -m xgrad info: versions, GPUs, NVRTC compiles our kernels
 #   tests   only the tests that need a real GPU (pytest -m cuda: the real-GPU
-#           half of tests/gpu; the emulated half runs in CPU CI and takes
+#           half of tests/backend/cuda; the emulated half runs in CPU CI and takes
 #           longer than 420 s); on the dry run they all skip
 #   check   python -m xgrad check --device cuda:0 --jobs min(nproc, 8): every
 #           op's first and second derivatives on the GPU (in one process it
@@ -27,7 +27,7 @@
 #           bandwidth, the MLP step on the GPU vs the CPU, the CuPy-only
 #           floor and PyTorch where present
 # The dry run (XGRAD_GPU_DRY_RUN=1) runs every step with the CPU stand-in for
-# CuPy (tests/gpu/fake_cupy.py) through bench/_dry_run.py: a test of the
+# CuPy (tests/backend/cuda/fake_cupy.py) through bench/_dry_run.py: a test of the
 # script, not a measurement.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -119,7 +119,7 @@ fi
 # H200 (2026-12-04). The dry run's stand-in lives in its one process.
 CHECK_JOBS=()
 [ "$DRY" != 1 ] && CHECK_JOBS=(--jobs "$n")
-step tests 90 "$PY" -m pytest tests/gpu tests/kernels -m cuda -q -p no:cacheprovider \
+step tests 90 "$PY" -m pytest tests/backend/cuda -m cuda -q -p no:cacheprovider \
     ${WORKERS[@]+"${WORKERS[@]}"} \
     --maxfail=20 -o console_output_style=count -k 'not (test_registry_gpu and test_gradients)'
 step check 160 "${RUN[@]}" -m xgrad check --device cuda:0 \

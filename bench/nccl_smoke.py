@@ -7,7 +7,7 @@ NCCL on the side stream.
     python bench/nccl_smoke.py
 
 On the dry run (the CPU stand-in, which has no NCCL) it says so and exits 0:
-tests/gpu/test_distributed_nccl.py covers that path with a fake communicator.
+tests/backend/cuda/test_distributed_nccl.py covers that path with a fake communicator.
 """
 
 import importlib

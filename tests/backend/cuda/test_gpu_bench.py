@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(__file__), '..', '..', 'bench')
+BENCH = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'bench')
 
 
 @pytest.fixture
 def gpu_bench():
-    """bench/gpu.py as a module (its own name: tests/gpu is the package `gpu`)."""
+    """bench/gpu.py as a module (its own name: tests/backend/cuda is the package `backend.cuda`)."""
     spec = importlib.util.spec_from_file_location(
         'xgrad_bench_gpu', os.path.join(BENCH, 'gpu.py'))
     module = importlib.util.module_from_spec(spec)
@@ -58,7 +58,7 @@ def test_gpu_check_builds_in_place_and_runs_only_real_gpu_tests():
     text = open(SCRIPT).read()
     assert 'pip install --no-build-isolation --no-deps -e .' in text
     # the emulated tests (CPU CI's, > 420 s) are not run on the GPU machine
-    assert re.search(r'pytest tests/gpu tests/kernels -m cuda ', text)
+    assert re.search(r'pytest tests/backend/cuda -m cuda ', text)
     # the check over one process per core (up to 8): in one it ran past 95 s
     assert '-m xgrad check --device cuda:0' in text and 'CHECK_JOBS=(--jobs "$n")' in text
     # only the shell's own arithmetic times the steps: the H200 machine has no bc

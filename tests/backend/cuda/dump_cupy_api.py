@@ -3,8 +3,8 @@ ndarray methods that the strict stand-in (fake_cupy.py) offers, read from an
 installed ``cupy`` package (importing it and inspecting its Python API needs
 no GPU):
 
-    python tests/gpu/dump_cupy_api.py     # rewrites tests/gpu/cupy_api.json
-    python tests/gpu/dump_cupy_api.py cupy13_api.json   # (in a venv with CuPy 13)
+    python tests/backend/cuda/dump_cupy_api.py     # rewrites tests/backend/cuda/cupy_api.json
+    python tests/backend/cuda/dump_cupy_api.py cupy13_api.json   # (in a venv with CuPy 13)
 
 The stand-in keeps to what every file of its API_FILES has.
 

@@ -25,7 +25,7 @@ def test_non_finite_input_on_cuda(cuda_runtime, case, i, position, value, dtype)
     check_case(case, i, position, value, dtype, device='cuda:0',
                like_numpy=cuda_runtime == 'emulated')
     if cuda_runtime == 'emulated':  # CuPy's functions only, none through NumPy's
-        from gpu import fake_cupy
+        from backend.cuda import fake_cupy
         assert fake_cupy.numpy_dispatches == []
 
 

@@ -63,7 +63,7 @@ def test_forward(cuda_runtime, info, sample, dtype):
         assert cuda.is_device_array(xgrad._core._raw_data(y)), type(xgrad._core._raw_data(y))
     info.assert_forward_matches(actual, expected)
     if cuda_runtime == 'emulated':  # the op called CuPy's functions, none through NumPy's
-        from gpu import fake_cupy
+        from backend.cuda import fake_cupy
         assert fake_cupy.numpy_dispatches == []
 
 
@@ -76,5 +76,5 @@ def test_gradients(cuda_runtime, case):
     result = _driver.run_case(case, seed=0)
     assert result.passed, result.message
     if cuda_runtime == 'emulated':  # backward called CuPy's functions, none through NumPy's
-        from gpu import fake_cupy
+        from backend.cuda import fake_cupy
         assert fake_cupy.numpy_dispatches == []

@@ -26,7 +26,7 @@ decide whether xgrad's cuda code is right on a real GPU:
   so tests can assert that recording and the backward loop never wait for
   the GPU; host -> device copies are counted in ``uploads``.
 
-Our kernels are compiled and run by the emulator of tests/kernels, which
+Our kernels are compiled and run by the emulator of tests/backend/cuda/kernels, which
 counts launches in ``emulator.launches``.
 """
 
@@ -39,7 +39,7 @@ import types
 
 import numpy
 
-from kernels import emulator
+from backend.cuda.kernels import emulator
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The CuPy releases whose API the stand-in keeps to: what every one of them

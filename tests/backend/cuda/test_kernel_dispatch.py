@@ -12,7 +12,7 @@ import numpy
 import pytest
 
 import xgrad
-from kernels import emulator
+from backend.cuda.kernels import emulator
 from xgrad._kernels import loader
 
 # The xgrad ops that have a kernel of ours (every one of the kernels'

@@ -2,7 +2,7 @@
 
 ``cuda_runtime`` runs a test twice: on ``emulated``, a CPU stand-in for CuPy
 (fake_cupy.py) whose kernels are ours, compiled by g++ and run by the
-emulator of tests/kernels, so CPU-only CI checks the whole cuda path; and on
+emulator of tests/backend/cuda/kernels, so CPU-only CI checks the whole cuda path; and on
 ``gpu``, real CuPy on a real GPU (skipped, saying why, without one).
 """
 
@@ -35,7 +35,7 @@ def cuda_runtime(request):
     if request.param == 'emulated':
         if shutil.which('g++') is None:
             pytest.skip('the kernel emulator needs g++')
-        from gpu import fake_cupy
+        from backend.cuda import fake_cupy
         cuda.use_cupy(fake_cupy)
         fake_cupy.reset_counters()
         _forget_cuda_devices()
@@ -57,5 +57,5 @@ def fake(cuda_runtime):
     """The CPU stand-in (its counters), or skip on a real GPU."""
     if cuda_runtime != 'emulated':
         pytest.skip('counts launches and host reads in the CPU stand-in only')
-    from gpu import fake_cupy
+    from backend.cuda import fake_cupy
     return fake_cupy

@@ -19,7 +19,7 @@ def _close(gpu, cpu):
 
 
 def test_transforms_on_cuda(cuda_runtime):
-    from gpu import fake_cupy
+    from backend.cuda import fake_cupy
     rs = numpy.random.RandomState(0)
     (x, xg), (w, wg), (v, vg) = (_pair(rs.randn(*s)) for s in ((3,), (3, 2), (3,)))
 
