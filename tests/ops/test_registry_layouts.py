@@ -16,8 +16,8 @@ must be unchanged.
 * ``test_layouts_property`` lets hypothesis pick the op, sample, dtype, a
   layout per input, the wrapper and the backward order: a few examples per
   run in the normal suite, many with
-  ``pytest -m adversarial_long --hypothesis-profile=adversarial-long``
-  (see tests/adversarial/conftest.py).
+  ``pytest tests/ops/test_registry_layouts.py --hypothesis-profile=adversarial-long``
+  (the profiles: tests/conftest.py).
 """
 
 import numpy
@@ -245,7 +245,7 @@ def test_an_equal_dtype_object_takes_the_same_path(name):
             results.append([a.to_numpy() for a in ys + [g for g in grads if g is not None]])
         # Bit-equal wherever every kernel an op runs is deterministic for
         # equal inputs in one process: xgrad's kernels are (fixed chunking,
-        # tests/test_cpu_threads.py), NumPy's loops are, and so is OpenBLAS at
+        # tests/backend/cpu/test_cpu_threads.py), NumPy's loops are, and so is OpenBLAS at
         # a fixed thread count. A BLAS whose results depend on the data's
         # alignment (MKL without MKL_CBWR) could break this; a failure there
         # is a finding, not a flake.

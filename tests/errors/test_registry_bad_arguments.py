@@ -2,8 +2,8 @@
 the call succeeds or raises a clean error (an XgradError, or a TypeError for
 a value of the wrong type), never an internal one (OverflowError,
 AttributeError, MemoryError, a builtin IndexError, a crash), and it never
-changes its inputs. ``pytest tests/adversarial --hypothesis-profile=
-adversarial-long`` runs many more examples."""
+changes its inputs. ``pytest tests/errors/test_registry_bad_arguments.py
+--hypothesis-profile=adversarial-long`` runs many more examples."""
 
 import numpy
 import pytest
