@@ -21,12 +21,12 @@ internals; pickling (``py::pickle``) and the buffer protocol are
 behaviour, not names.
 
 The source is a checkout (``chainer/``) or a bare git repository (read at
-HEAD with ``git show``). Writes tests/data/chainerx_binding_names.json:
+HEAD with ``git show``). Writes tests/chainerx_compat/chainerx_binding_names.json:
 
     python tools/chainerx_binding_names.py [SOURCE] [--out PATH]
 
 SOURCE defaults to $XGRAD_CHAINER_SOURCE, else /work/.mirror/chainer+chainer/repo.
-tests/test_chainerx_api_names.py checks xgrad has every name, and that the
+tests/chainerx_compat/test_chainerx_api_names.py checks xgrad has every name, and that the
 list is what this tool extracts from the snapshot when one is at hand.
 """
 
@@ -39,7 +39,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OUT = ROOT / 'tests' / 'data' / 'chainerx_binding_names.json'
+OUT = ROOT / 'tests' / 'chainerx_compat' / 'chainerx_binding_names.json'
 DEFAULT_SOURCE = '/work/.mirror/chainer+chainer/repo'
 BINDINGS = 'chainerx_cc/chainerx/python'
 

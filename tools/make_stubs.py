@@ -10,7 +10,7 @@ devices, the registry), every op as a function with its run-time signature
 where it has one, as the ops that do not return one array do: split,
 meshgrid, lstm, is_available, ...; ``ndarray`` otherwise).
 
-Run after adding or changing a public function (tests/test_typing.py fails
+Run after adding or changing a public function (tests/tooling/test_typing.py fails
 until the stub is current):
 
     python tools/make_stubs.py

@@ -24,7 +24,7 @@ import pytest
 
 import xgrad
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / 'examples' / 'mylayers'
 
 pytestmark = pytest.mark.skipif(not EXAMPLE.exists(),

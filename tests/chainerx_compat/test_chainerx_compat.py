@@ -20,7 +20,7 @@ from xgrad import chainerx_compat
 # code in the same process (the libm calls inside a normal draw are the same
 # calls on both sides).
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(code, *args, cwd=None):

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / 'README.md'
 # Generous: the check takes ~15 s alone, several times that on a busy CI box.
 TIMEOUT = 900

@@ -13,8 +13,8 @@ import pytest
 
 import xgrad
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / 'tests' / 'typing' / 'user_script.py'
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / 'tests' / 'tooling' / 'typing' / 'user_script.py'
 
 
 def _mypy(*args):
@@ -36,7 +36,7 @@ def test_mypy_finds_no_error_in_a_users_script():
                     reason='mypy is not installed (pip install -e ".[test]")')
 def test_mypy_catches_a_real_mistake(tmp_path):
     """The stubs carry signatures, not just names: a wrong keyword is found."""
-    bad = ROOT / 'tests' / 'typing' / '_bad_script.py'
+    bad = ROOT / 'tests' / 'tooling' / 'typing' / '_bad_script.py'
     bad.write_text('import xgrad\nxgrad.conv(xgrad.ones((1, 1, 3, 3)), '
                    'xgrad.ones((1, 1, 1, 1)), strides=2)\nxgrad.no_such_op(1)\n')
     try:
@@ -54,7 +54,7 @@ def test_mypy_knows_results_that_are_not_one_array(tmp_path):
     """Misusing a list, a tuple, a bool or None as an array is found (with
     every result typed ndarray it was not, and the correct uses in
     user_script.py were errors)."""
-    bad = ROOT / 'tests' / 'typing' / '_bad_results.py'
+    bad = ROOT / 'tests' / 'tooling' / 'typing' / '_bad_results.py'
     bad.write_text('import xgrad\nx = xgrad.ones((2, 3))\n'
                    'xgrad.broadcast_arrays(x, x).grad\n'
                    'xgrad.meshgrid(x, x).shape\n'

@@ -1,7 +1,7 @@
 """Every name of ChainerX's Python API exists in xgrad, and the names added
 last behave as ChainerX's do.
 
-The names are checked in (tests/data/chainerx_binding_names.json, written by
+The names are checked in (tests/chainerx_compat/chainerx_binding_names.json, written by
 tools/chainerx_binding_names.py from a Chainer snapshot), so the check always
 runs; where a snapshot is at hand ($XGRAD_CHAINER_SOURCE, a source tree or a
 bare git repository, else /work/.mirror/chainer+chainer/repo) the list is
@@ -21,8 +21,8 @@ import pytest
 
 import xgrad
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-NAMES = ROOT / 'tests' / 'data' / 'chainerx_binding_names.json'
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NAMES = ROOT / 'tests' / 'chainerx_compat' / 'chainerx_binding_names.json'
 
 
 def _tool():
@@ -84,7 +84,7 @@ def test_checked_in_names_are_current():
     checked_in, fresh = _names(), tool.extract(source)
     if fresh['commit'] != checked_in['commit']:
         checked_in = dict(checked_in, commit=fresh['commit'])  # names must still agree
-    assert fresh == checked_in, ('tests/data/chainerx_binding_names.json is stale: run '
+    assert fresh == checked_in, ('tests/chainerx_compat/chainerx_binding_names.json is stale: run '
                                  'python tools/chainerx_binding_names.py')
 
 

@@ -1,5 +1,5 @@
 """A user's typed script: mypy must find nothing wrong in it
-(tests/test_typing.py)."""
+(tests/tooling/test_typing.py)."""
 from typing import List, Optional, Tuple
 
 import numpy

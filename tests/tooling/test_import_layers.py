@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / 'xgrad'
 
 # It reads the source tree (CI's other-Python step tests an installed xgrad

@@ -16,7 +16,7 @@ The rules, by the fence's language (every fence must name one):
     directory (reports and golden gradients land there), and must exit 0.
     Where the line picks no ops, three (``--ops tanh,sum,matmul``) are added
     to keep the whole docs run to seconds; the unrestricted command as README
-    writes it runs verbatim in ``tests/test_check_command.py``.
+    writes it runs verbatim in ``tests/testing/test_check_command.py``.
   - ``python examples/NAME.py`` runs from the repository root and must exit 0.
   - ``python -m xgrad info`` runs and must exit 0, printing its xgrad and
     devices lines (with or without a GPU).
@@ -29,7 +29,7 @@ The rules, by the fence's language (every fence must name one):
     target must be ``.`` (this directory, with pyproject.toml) and each extra
     in ``.[a,b]`` must be one pyproject.toml declares.
   - ``tar xzf xgrad-*.tar.gz && cd xgrad-*``: the sdist's layout, checked by
-    ``tests/test_packaging.py``.
+    ``tests/tooling/test_packaging.py``.
   - ``mpiexec ... python -m xgrad.chainerx_compat SCRIPT ...`` is not run (it
     needs MPI and Chainer): it must launch ranks through xgrad's launcher.
 - ``yaml``: a CI configuration; not run. Each ``run:`` line that is a
@@ -54,7 +54,7 @@ try:
 except ImportError:  # Python 3.10
     tomllib = None
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / 'README.md'
 DOCS = sorted((ROOT / 'docs').glob('*.md'))
 FILES = [README] + DOCS
@@ -185,7 +185,7 @@ def test_shell_commands(path, command, tmp_path):
         assert re.fullmatch(r'xgrad-[\d.]+(\.tar\.gz)?', argv[-1]), argv
     else:
         pytest.fail('{}: no rule runs or checks the command {!r}; add one to '
-                    'tests/test_readme.py'.format(_id(path), command))
+                    'tests/tooling/test_readme.py'.format(_id(path), command))
 
 
 YAML_RUNS = [(path, m.group(1).strip()) for path in FILES for b in blocks(path, 'yaml')

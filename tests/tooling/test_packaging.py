@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip('tomllib')
 
 
