@@ -36,7 +36,7 @@ root_doc = 'index'
 exclude_patterns = ['_build', 'Thumbs.db', '.DS_Store']
 myst_enable_extensions = ['colon_fence', 'deflist']
 myst_heading_anchors = 3
-# The fences of docs/*.md name their language for tests/test_readme.py;
+# The fences of docs/*.md name their language for tests/tooling/test_readme.py;
 # ``text`` and ``sh`` are Pygments lexers, ``yaml`` too.
 highlight_language = 'python'
 

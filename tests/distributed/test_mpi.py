@@ -119,7 +119,7 @@ def test_a_rank_that_never_calls_backward_times_out_the_other_and_the_job_ends()
 
 @pytest.mark.parametrize('doc', ['README.md', 'docs/distributed.md'])
 def test_the_documented_examples_run_on_two_ranks(doc, tmp_path):
-    """The python blocks that import mpi4py (tests/test_readme.py leaves
+    """The python blocks that import mpi4py (tests/tooling/test_readme.py leaves
     them out: they are meant for mpiexec), each as its own script."""
     import re
     text = open(os.path.join(ROOT, doc)).read()

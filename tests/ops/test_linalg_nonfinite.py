@@ -18,7 +18,7 @@ Every differentiable op of xgrad.linalg is called with one NaN, +inf or
 -inf in one element of one input, in float32 and float64; first-order and
 second-order gradients are taken, and the first-order pass again under
 ``detect_anomaly()``. ``check_case`` is shared with
-tests/gpu/test_linalg_nonfinite_gpu.py, which runs the same cases on cuda:0
+tests/backend/cuda/test_linalg_nonfinite_gpu.py, which runs the same cases on cuda:0
 (the CPU stand-in for CuPy, and a real GPU when there is one).
 """
 

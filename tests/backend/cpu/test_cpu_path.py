@@ -2,7 +2,7 @@
 
 Each kernel is compiled for SSE2, AVX2 and AVX-512; the path is selected
 once, at import: the widest the CPU supports, or the one the environment
-variable XGRAD_CPU_PATH names. CI runs tests/test_vector_math.py, this file
+variable XGRAD_CPU_PATH names. CI runs tests/backend/cpu/test_vector_math.py, this file
 and the activation tests once per path this CPU supports (.ci/run,
 ``vector_paths``); ``test_the_environment_selects_the_path`` is what proves
 that each of those runs really ran the path it names.
@@ -111,7 +111,7 @@ KERNELS = [
     ('sum_all', lambda x: numpy.array(K.sum_all(x))),
 ]
 # Paths call different libmvec variants (4 ULP each in float32, see
-# tests/test_vector_math.py), so two paths may differ by twice that. The
+# tests/backend/cpu/test_vector_math.py), so two paths may differ by twice that. The
 # kernels that sum (softmax's row sums, sum_all) add in a different order on
 # each vector width: their results may differ by about n ulp of the terms'
 # magnitude (|x| <= 8 here, softmax gradients below 16: 2 ulp of 8 is 16 eps
