@@ -213,9 +213,24 @@ def summarize_gemm_shapes(data):
            '{:.0f}-{:.0f}'.format(len(rows), min(own), max(own), min(blas), max(blas))
 
 
+def summarize_chainer_examples(data):
+    """scripts/chainer_examples.py's timing runs: native:0 over @numpy, per example."""
+    out = []
+    for label, key in (('one thread', 'one_thread_paired_ratio_median'),
+                       ('default threads', 'default_threads_paired_ratio_median')):
+        ratios = ['{} {:.2f}x'.format(example, v[key]) for example, v in data['verdict'].items()
+                  if isinstance(v, dict) and v.get(key) is not None]
+        if ratios:
+            out.append('{}: {}'.format(label, ', '.join(ratios)))
+    return ('native:0 over @numpy per iteration, median paired ratio, ' + '; '.join(out)
+            if out else None)
+
+
 def summarize(name, data, reruns):
     if not isinstance(data, dict):
         return None
+    if name.startswith('chainer_examples') and isinstance(data.get('verdict'), dict):
+        return summarize_chainer_examples(data)
     if name.startswith('conv_sweep'):
         return summarize_conv_sweep(data, reruns)
     if 'benchmarks' in data and 'frameworks' in data:
