@@ -5,7 +5,7 @@ with GFLOP/s against this machine's own sgemm.
     python bench/conv_sweep.py --quick            # the issue-27 shapes and a few more (about a minute)
     python bench/conv_sweep.py --threads 0        # each framework's default threads
     python bench/conv_sweep.py --kernels 3 --strides 1 --transpose --no-pool  # a slice
-    python bench/conv_sweep.py --rerun bench/results/conv_sweep_5x5s2_1thread_avx2_864ea49_2026-12-06.json
+    python bench/conv_sweep.py --rerun bench/results/conv_sweep_1thread_avx2_2026-12-06.json
         # again, the points of an earlier sweep that were slower than torch (--above 1.0)
     python bench/conv_sweep.py --points conv:8,16,32,56,5,2 conv_transpose:64,16,32,16,5,2
         # named points: OP:batch,in_channels,out_channels,size,kernel,stride

@@ -3,6 +3,8 @@ files in bench/results/ and bench/results/sources.json.
 
     python bench/results_index.py            # (re)write bench/results/README.md
     python bench/results_index.py --check    # exit 1 if README.md is not what the files give
+    python bench/results_index.py --merge OUT --part LABEL SWEEP [RERUN ...] [--part ...]
+        # one file of sweeps (conv_sweep.py) or models.py runs with their reruns
 
 Each file's date, machine, thread setting, command and commit are read from
 the file itself where it records them (the benchmarks write ``date`` and
@@ -15,6 +17,15 @@ row are computed from the file (a conv sweep together with the reruns of its
 points above torch). A file without an entry in sources.json (e.g. a new
 ``models_*`` result) is listed with what it records itself.
 
+``--merge`` writes the one file that stands for a sweep and its reruns
+(several slices of one benchmark, CPU path and thread setting may go into
+one file, each a ``--part``): every point at its latest timing, a point that
+a rerun timed again carrying the rerun's figures, with the earlier ones in
+its ``earlier`` list; each part's files, dates, commands and commits in
+``parts``. SWEEP and RERUN are paths or ``REV:bench/results/FILE`` (read
+with ``git show``, so a merge can be redone after the inputs left the tree);
+what an input does not record is taken from sources.json at the same REV.
+
 CI's ``docs`` step runs ``--check``: add or remove a result, then run this
 script and commit README.md with it.
 """
@@ -25,6 +36,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import statistics
 import sys
 
@@ -119,7 +131,28 @@ def _sweep_text(ratios, label):
         max(ratios))
 
 
+def summarize_merged_sweep(data):
+    """Per part: its points, at or below torch in the sweep's own run and at the
+    latest timing of each point (the reruns'), median and worst."""
+    texts = []
+    for index, part in enumerate(data['parts']):
+        for key, label in (('conv', ''), ('pool', ' pooling')):
+            rows = [r for r in data.get(key, []) if r.get('part') == index]
+            if not rows:
+                continue
+            latest = [_ratio(r) for r in rows]
+            first = [_ratio(r['earlier'][0]) if r.get('earlier') else _ratio(r) for r in rows]
+            texts.append('{}: {} points{}, {} at or below torch in one run, {} after the '
+                         'reruns, median {:.2f}x, worst {:.2f}x'.format(
+                             part['label'], len(rows), label, sum(r <= 1.0 for r in first),
+                             sum(r <= 1.0 for r in latest), statistics.median(latest),
+                             max(latest)))
+    return '; '.join(texts)
+
+
 def summarize_conv_sweep(data, reruns):
+    if data.get('parts'):
+        return summarize_merged_sweep(data)
     if (data.get('settings') or {}).get('rerun'):
         of = data['settings']['rerun'].get('of')
         rows = data.get('conv', []) + data.get('pool', [])
@@ -180,9 +213,24 @@ def summarize_gemm_shapes(data):
            '{:.0f}-{:.0f}'.format(len(rows), min(own), max(own), min(blas), max(blas))
 
 
+def summarize_chainer_examples(data):
+    """scripts/chainer_examples.py's timing runs: native:0 over @numpy, per example."""
+    out = []
+    for label, key in (('one thread', 'one_thread_paired_ratio_median'),
+                       ('default threads', 'default_threads_paired_ratio_median')):
+        ratios = ['{} {:.2f}x'.format(example, v[key]) for example, v in data['verdict'].items()
+                  if isinstance(v, dict) and v.get(key) is not None]
+        if ratios:
+            out.append('{}: {}'.format(label, ', '.join(ratios)))
+    return ('native:0 over @numpy per iteration, median paired ratio, ' + '; '.join(out)
+            if out else None)
+
+
 def summarize(name, data, reruns):
     if not isinstance(data, dict):
         return None
+    if name.startswith('chainer_examples') and isinstance(data.get('verdict'), dict):
+        return summarize_chainer_examples(data)
     if name.startswith('conv_sweep'):
         return summarize_conv_sweep(data, reruns)
     if 'benchmarks' in data and 'frameworks' in data:
@@ -194,6 +242,160 @@ def summarize(name, data, reruns):
     if name.startswith('gemm_shapes'):
         return summarize_gemm_shapes(data)
     return None
+
+
+# -- merging a sweep with its reruns -------------------------------------------
+
+_TIMING_KEYS = ('xgrad_us', 'torch_us', 'ratio', 'paired_ratio', 'load',  # conv_sweep.py
+                'xgrad_ms', 'torch_ms', 'xgrad_over_torch', 'ratio_of_medians',  # models.py
+                'paired_ratio_range', 'load_average_1min')
+
+
+def _read_ref(ref):
+    """The JSON at a path, or at ``REV:path`` in git; with that REV (or None)."""
+    rev, sep, path = ref.partition(':')
+    if sep and not os.path.exists(ref):
+        import subprocess
+        text = subprocess.check_output(['git', 'show', ref], cwd=os.path.dirname(BENCH))
+        return json.loads(text), rev, path
+    with open(ref) as f:
+        return json.load(f), None, ref
+
+
+def _sources_at(rev):
+    if rev is None:
+        return _load_json(SOURCES) or {}
+    import subprocess
+    try:
+        text = subprocess.check_output(
+            ['git', 'show', rev + ':bench/results/sources.json'],
+            cwd=os.path.dirname(BENCH), stderr=subprocess.DEVNULL)
+    except subprocess.CalledProcessError:
+        return {}
+    return json.loads(text)
+
+
+def _provenance(ref):
+    data, rev, path = _read_ref(ref)
+    name = os.path.basename(path)
+    entry = _sources_at(rev).get('files', {}).get(name, {})
+    commit = _commit(data) or entry.get('commit')
+    if not commit:
+        m = re.search(r'_([0-9a-f]{7})_\d{4}-', name)
+        commit = m.group(1) + ' (from the file name)' if m else NOT_RECORDED
+    rerun = (data.get('settings') or {}).get('rerun')
+    command = data.get('command') or entry.get('command')
+    if not command:
+        command = NOT_RECORDED + (
+            '; a rerun of {}'.format(rerun['of']) if rerun else '')
+    where = ' (in git at {})'.format(rev) if rev else ''
+    prov = {'file': name + where, 'date': data.get('date'), 'command': command,
+            'commit': commit}
+    for key in ('settings', 'summary', 'sgemm_gflops_large', 'seconds', 'pruned', 'machine',
+                'wall_s'):
+        if key in data:
+            prov[key] = data[key]
+    return data, prov
+
+
+def _retime(row, new, source, first_source):
+    earlier = row.pop('earlier', [])
+    earlier.append(dict({k: row[k] for k in _TIMING_KEYS if k in row},
+                        timed_by=row.get('timed_by', first_source)))
+    out = dict(new, timed_by=source, earlier=earlier)
+    out.pop('part', None)
+    return out
+
+
+def merge(parts, command, out_path):
+    """One result of several (label, sweep, reruns) parts; see the module's doc."""
+    out, prov_parts, conv, pool, confs = None, [], [], [], []
+    dates = []
+    for index, (label, refs) in enumerate(parts):
+        base, base_prov = _provenance(refs[0])
+        reruns = [_provenance(r) for r in refs[1:]]
+        reruns.sort(key=lambda dp: dp[0].get('date', ''))
+        prov_parts.append({'label': label, 'sweep': base_prov,
+                           'reruns': [p for _, p in reruns]})
+        dates += [d.get('date', '') for d, _ in [(base, None)] + reruns]
+        if out is None:
+            out = {k: base[k] for k in ('machine', 'threads', 'torch_threads', 'blas_threads',
+                                        'versions') if k in base}
+        elif base.get('threads') != out.get('threads'):
+            raise SystemExit('merge: {} has threads {!r}, the first part {!r}'.format(
+                refs[0], base.get('threads'), out.get('threads')))
+        if 'configurations' in base:  # bench/models.py: entries by (threads, model)
+            for conf in base['configurations']:
+                conf = dict(conf, entries=[dict(e, part=index)
+                                           for e in conf['entries']])
+                confs.append(conf)
+            for rerun, prov in reruns:
+                for rconf in rerun['configurations']:
+                    conf = next(c for c in confs if c['threads'] == rconf['threads'])
+                    for e in rconf['entries']:
+                        at = [i for i, old in enumerate(conf['entries'])
+                              if old['model'] == e['model']]
+                        if not at:
+                            raise SystemExit('merge: {} times {}, which {} does not'.format(
+                                prov['file'], e['model'], base_prov['file']))
+                        retimed = _retime(conf['entries'][at[0]], e, prov['file'],
+                                          base_prov['file'])
+                        conf['entries'][at[0]] = dict(retimed, part=index)
+                        if e['model'] in rconf.get('workloads', {}):
+                            conf['workloads'] = dict(conf.get('workloads', {}))
+                            conf['workloads'][e['model']] = rconf['workloads'][e['model']]
+            continue
+        keyed = {}
+        for key, rows in (('conv', conv), ('pool', pool)):
+            for r in base.get(key, []):
+                rows.append(dict(r, part=index))
+                keyed[(key, _row_key(key, r))] = (rows, len(rows) - 1)
+        for rerun, prov in reruns:
+            for key in ('conv', 'pool'):
+                for r in rerun.get(key, []):
+                    where = keyed.get((key, _row_key(key, r)))
+                    if where is None:
+                        raise SystemExit('merge: {} times a point {} does not: {}'.format(
+                            prov['file'], base_prov['file'], _row_key(key, r)))
+                    rows, i = where
+                    rows[i] = dict(_retime(rows[i], r, prov['file'], base_prov['file']),
+                                   part=index)
+    commits = []
+    for p in prov_parts:
+        for c in [p['sweep']['commit']] + [r['commit'] for r in p['reruns']]:
+            c = c.split(' ')[0]
+            if c not in commits:
+                commits.append(c)
+    out['versions'] = {k: v for k, v in out.get('versions', {}).items()
+                       if k != 'xgrad_commit'}  # each part's: parts[]
+    out.update({
+        'date': max(dates),
+        'command': command,
+        'commit': ', '.join(commits),
+        'merged': {
+            'by': 'python bench/results_index.py --merge {} --command {} {}'.format(
+                os.path.relpath(out_path, os.path.dirname(BENCH)), shlex.quote(command),
+                ' '.join('--part {} {}'.format(label, ' '.join(refs))
+                         for label, refs in parts)),
+            'rule': 'each point at its latest timing: a point a rerun timed again has the '
+                    'rerun\'s figures and names it (timed_by), its earlier timings in its '
+                    '"earlier" list; the other points are as their part\'s first file '
+                    '(the sweep) timed them',
+        },
+        'parts': prov_parts,
+    })
+    if confs:
+        out['configurations'] = confs
+    else:
+        out['conv'], out['pool'] = conv, pool
+    return out
+
+
+def _row_key(key, row):
+    if key == 'conv':
+        return _point(row)
+    return tuple(row.get(k) for k in ('op', 'batch', 'channels', 'size', 'kernel', 'stride',
+                                       'pad'))
 
 
 # -- the index ---------------------------------------------------------------------
@@ -291,7 +493,23 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--check', action='store_true',
                     help='exit 1 if bench/results/README.md is not what this script writes')
+    ap.add_argument('--merge', metavar='OUT',
+                    help='write one result of the --part inputs to OUT (see above)')
+    ap.add_argument('--part', nargs='+', action='append', metavar='LABEL SWEEP [RERUN ...]',
+                    help='with --merge: a part\'s label, its sweep and its reruns')
+    ap.add_argument('--command', default=None,
+                    help='with --merge: the command that measures the merged result')
     args = ap.parse_args(argv)
+    if args.merge:
+        if not args.part or any(len(p) < 2 for p in args.part):
+            ap.error('--merge needs at least one --part LABEL SWEEP [RERUN ...]')
+        merged = merge([(p[0], p[1:]) for p in args.part], args.command or NOT_RECORDED,
+                       os.path.abspath(args.merge))
+        with open(args.merge, 'w') as f:
+            json.dump(merged, f, indent=1)
+            f.write('\n')
+        print('wrote', os.path.relpath(args.merge))
+        return 0
     text, problems = build()
     for p in problems:
         print('results_index: ' + p, file=sys.stderr)

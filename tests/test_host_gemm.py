@@ -1,0 +1,109 @@
+"""xgrad/_backend/host_gemm.py: the choice between NumPy's BLAS and xgrad's
+sgemm, and its matmul against NumPy's on stacks, broadcasts and layouts."""
+
+import numpy
+import pytest
+
+from xgrad._backend import gemm_kernels, host_gemm
+
+
+@pytest.mark.parametrize('path, core, has_kernel, own', [
+    ('avx512', 'Haswell', True, True),       # Zen 4 under OpenBLAS 0.3.2x
+    ('avx512', 'Zen', True, True),
+    ('avx512', 'SkylakeX', True, False),     # the BLAS's kernels are AVX-512 too
+    ('avx512', 'COOPERLAKE', True, False),
+    ('avx512', None, True, False),           # another BLAS, or one that cannot say
+    ('avx2', 'Haswell', True, False),        # as wide as ours: measured faster on wide products
+    ('sse2', 'Prescott', False, False),      # no micro-kernel
+])
+def test_decision_table(path, core, has_kernel, own):
+    choice = host_gemm.decide(path, core, has_kernel)
+    assert choice.own is own
+    assert choice.reason and (str(core) in choice.reason or path in choice.reason
+                              or 'names' in choice.reason)
+
+
+def test_blas_core_names_numpys_openblas():
+    core = host_gemm.blas_core()
+    assert core is None or (isinstance(core, str) and core)
+
+
+def test_choice_follows_the_forced_setting():
+    with host_gemm.forced(True):
+        assert host_gemm.choice().own
+        with host_gemm.forced(False):
+            assert not host_gemm.choice().own
+        assert host_gemm.choice().own
+    assert host_gemm.choice() == host_gemm.decide(
+        host_gemm.native_kernels.cpu_path(), host_gemm.blas_core(), gemm_kernels.available())
+
+
+def _layout(a, kind):
+    if kind == 'c':
+        return a
+    if kind == 'transposed':  # same values, the last two axes' strides swapped
+        return numpy.ascontiguousarray(numpy.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    if kind == 'strided':
+        big = numpy.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        big[..., ::2] = a
+        return big[..., ::2]
+    raise ValueError(kind)
+
+
+SHAPES = [
+    ((1, 256, 96), (8, 1, 96, 49)),      # conv's pointwise product: one weight, a batch
+    ((36, 64, 32), (36, 32, 196)),       # Winograd's 36 products
+    ((64, 48), (48, 100)),               # a plain matrix product
+    ((8, 1, 40, 300), (8, 1, 300, 64)),  # the weight gradient's per-sample products
+    ((3, 1, 16, 17), (1, 4, 17, 33)),    # broadcast on both sides
+    ((5, 24, 20), (20, 40)),             # a 2-D right operand under a stack
+]
+
+
+@pytest.mark.parametrize('own', [True, False])
+@pytest.mark.parametrize('layout', ['c', 'transposed', 'strided'])
+@pytest.mark.parametrize('sa, sb', SHAPES)
+def test_matmul_matches_numpy(sa, sb, layout, own):
+    rng = numpy.random.default_rng(1)
+    a = _layout(rng.standard_normal(sa).astype(numpy.float32), layout)
+    b = _layout(rng.standard_normal(sb).astype(numpy.float32), layout)
+    expected = numpy.matmul(a.astype(numpy.float64), b.astype(numpy.float64))
+    out = numpy.full(expected.shape, numpy.nan, numpy.float32)
+    with host_gemm.forced(own):
+        result = host_gemm.matmul(a, b, out=out)
+    assert result is out
+    numpy.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5 * abs(expected).max())
+
+
+def test_matmul_without_out_and_other_dtypes_is_numpys():
+    a = numpy.arange(12.).reshape(3, 4)
+    b = numpy.arange(8.).reshape(4, 2)
+    with host_gemm.forced(True):
+        numpy.testing.assert_array_equal(host_gemm.matmul(a, b), a @ b)
+        out = numpy.empty((3, 2))
+        assert host_gemm.matmul(a, b, out=out) is out
+    numpy.testing.assert_array_equal(out, a @ b)
+
+
+def test_matmul_reports_mismatched_shapes_as_numpy_does():
+    a = numpy.ones((2, 3, 20), numpy.float32)
+    b = numpy.ones((2, 21, 5), numpy.float32)
+    with host_gemm.forced(True), pytest.raises(ValueError):
+        host_gemm.matmul(a, b, out=numpy.empty((2, 3, 5), numpy.float32))
+
+
+@pytest.mark.parametrize('own', [True, False])
+@pytest.mark.parametrize('sa, sb', SHAPES)
+def test_matmul_accumulates_and_allocates(sa, sb, own):
+    rng = numpy.random.default_rng(2)
+    a = rng.standard_normal(sa).astype(numpy.float32)
+    b = rng.standard_normal(sb).astype(numpy.float32)
+    expected = numpy.matmul(a.astype(numpy.float64), b.astype(numpy.float64))
+    start = rng.standard_normal(expected.shape).astype(numpy.float32)
+    out = start.copy()
+    with host_gemm.forced(own):
+        fresh = host_gemm.matmul(a, b)
+        assert host_gemm.matmul(a, b, out=out, accumulate=True) is out
+    tol = dict(rtol=1e-5, atol=1e-5 * abs(expected).max())
+    numpy.testing.assert_allclose(fresh, expected, **tol)
+    numpy.testing.assert_allclose(out, expected + start, **tol)

@@ -1,0 +1,163 @@
+"""Which GEMM runs a float32 product on the host: NumPy's BLAS or xgrad's own.
+
+xgrad's sgemm (gemm_kernels) has an AVX-512 and an AVX2 micro-kernel and runs
+on xgrad's worker pool. NumPy's OpenBLAS picks its kernels by CPU *model*: on
+a CPU it does not know as an AVX-512 core (AMD's Zen 4 in the OpenBLAS of
+NumPy 2.4's wheels) it runs its Haswell (AVX2) kernels, at about half the
+rate of xgrad's AVX-512 kernel on the convolution products of a ResNet-50
+step. Its threads are also a second pool that spins beside xgrad's, on
+the same cores, between the two kinds of kernels of a step.
+
+So a product goes to xgrad's sgemm when the CPU path is AVX-512 and NumPy's
+BLAS is not running AVX-512 kernels; everywhere else (AVX2, where the BLAS's
+kernels match ours and were measured faster on wide products; SSE2; another
+BLAS) NumPy's BLAS runs, as before. ``choice()`` says which and why.
+"""
+
+import contextlib
+import ctypes
+import functools
+
+import numpy
+
+from xgrad._backend import gemm_kernels, native_kernels
+
+# OpenBLAS core names whose kernels use AVX-512 (openblas_get_corename()).
+AVX512_BLAS_CORES = frozenset({'skylakex', 'cooperlake', 'sapphirerapids'})
+_CORENAME_SYMBOLS = ('scipy_openblas_get_corename64_', 'scipy_openblas_get_corename',
+                     'openblas_get_corename64_', 'openblas_get_corename')
+
+
+@functools.lru_cache(maxsize=None)
+def blas_core():
+    """The kernel set ("Haswell", "SkylakeX"...) of the OpenBLAS loaded in
+    this process (NumPy's), or None where there is none or it cannot say."""
+    try:
+        with open('/proc/self/maps') as maps:
+            paths = {line.split()[-1] for line in maps if 'openblas' in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in _CORENAME_SYMBOLS:
+            fn = getattr(lib, symbol, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                name = fn()
+                return name.decode() if name else None
+    return None
+
+
+class GemmChoice:
+    """Which GEMM runs host float32 products (``own``: xgrad's sgemm), and why."""
+
+    __slots__ = ('own', 'reason')
+
+    def __init__(self, own, reason):
+        self.own = own
+        self.reason = reason
+
+    def __repr__(self):
+        return 'GemmChoice(own={!r}, reason={!r})'.format(self.own, self.reason)
+
+
+@functools.lru_cache(maxsize=None)
+def decide(path, core, has_kernel):
+    """The GemmChoice on CPU path ``path`` with NumPy's OpenBLAS running its
+    ``core`` kernels (None: not known), ``has_kernel``: whether xgrad's
+    sgemm has a micro-kernel on that path."""
+    if not has_kernel:
+        return GemmChoice(False, "NumPy's BLAS: xgrad's sgemm has no kernel on the "
+                                 '{} path'.format(path))
+    if path != 'avx512':
+        return GemmChoice(False, "NumPy's BLAS: on the {} path its kernels are as wide as "
+                                 "xgrad's".format(path))
+    if core is None:
+        return GemmChoice(False, "NumPy's BLAS: not an OpenBLAS that names its kernels")
+    if core.lower() in AVX512_BLAS_CORES:
+        return GemmChoice(False, "NumPy's BLAS: OpenBLAS runs its {} (AVX-512) "
+                                 'kernels'.format(core))
+    return GemmChoice(True, "xgrad's sgemm (AVX-512): NumPy's OpenBLAS runs its {} kernels, "
+                            'without AVX-512, on this CPU'.format(core))
+
+
+_forced = None
+
+
+def choice():
+    """The GemmChoice for this process's CPU path (XGRAD_CPU_PATH) and BLAS."""
+    if _forced is not None:
+        return _forced
+    return decide(native_kernels.cpu_path(), blas_core(), gemm_kernels.available())
+
+
+@contextlib.contextmanager
+def forced(own):
+    """Within the block, products take xgrad's sgemm (``own``, where it takes
+    the operands) or NumPy's BLAS whatever ``choice()`` says (for tests)."""
+    global _forced
+    before = _forced
+    _forced = GemmChoice(bool(own), 'forced')
+    try:
+        yield
+    finally:
+        _forced = before
+
+
+def _batch_view(x, lead, rows, cols):
+    """``x`` broadcast to ``lead + (rows, cols)`` as a 3-D view whose batch
+    axis has one stride, or None where its leading axes do not merge so."""
+    x = numpy.broadcast_to(x, lead + (rows, cols))
+    step = None
+    expected = None
+    for size, stride in zip(reversed(lead), reversed(x.strides[:len(lead)])):
+        if size == 1:
+            continue
+        if step is None:
+            step, expected = stride, stride * size
+        elif stride != expected:
+            return None
+        else:
+            expected = stride * size
+    batch = 1
+    for size in lead:
+        batch *= size
+    return numpy.lib.stride_tricks.as_strided(
+        x, (batch, rows, cols), (step or 0,) + x.strides[-2:], writeable=False)
+
+
+def matmul(a, b, out=None, accumulate=False):
+    """``numpy.matmul(a, b, out=out)`` (with ``accumulate``, ``out += a @ b``)
+    for host arrays of 2 or more axes, run by xgrad's sgemm where
+    ``choice()`` says so and it takes the operands (float32, aligned,
+    non-negative strides; see gemm_kernels), else by NumPy."""
+    if (type(a) is not numpy.ndarray or type(b) is not numpy.ndarray
+            or a.dtype != numpy.float32 or b.dtype != numpy.float32 or a.ndim < 2
+            or b.ndim < 2 or not choice().own):
+        return _numpy_matmul(a, b, out, accumulate)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if out is None:
+        if accumulate:
+            raise ValueError('matmul: accumulate needs out')
+        lead = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        out = numpy.empty(lead + (m, n), numpy.float32)
+    lead = out.shape[:-2]
+    if out.ndim == 2:
+        ok = gemm_kernels.sgemm(a, b, out, accumulate)
+    else:
+        av = _batch_view(a, lead, m, k)
+        bv = _batch_view(b, lead, k, n)
+        ok = (av is not None and bv is not None and out.flags.c_contiguous
+              and gemm_kernels.sgemm(av, bv, out.reshape(av.shape[:1] + (m, n)), accumulate))
+    return out if ok else _numpy_matmul(a, b, out, accumulate)
+
+
+def _numpy_matmul(a, b, out, accumulate):
+    if accumulate:
+        out += numpy.matmul(a, b)
+        return out
+    return numpy.matmul(a, b, out=out)
