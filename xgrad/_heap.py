@@ -10,7 +10,7 @@ allocation over 128 KiB, anyone's, that the heap's top cannot hold is a
 fresh mmap, faulted in page by page and unmapped when freed. Chainer's NIN,
 VGG and ResNet-50 training steps became 1.5-2.7x slower (22-73k page faults
 a step), and so did the user's other NumPy code in the process
-(tests/test_heap.py's probe: 1,287 page faults a step with it, 0 without).
+(tests/backend/cpu/test_heap.py's probe: 1,287 page faults a step with it, 0 without).
 
 So it is the user's choice, made knowingly: ``xgrad.keep_heap_top(nbytes)``
 in code, or ``XGRAD_HEAP_TOP_PAD=<bytes>`` in the environment of a process
