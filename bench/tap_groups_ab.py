@@ -1,5 +1,7 @@
 """Per conv point: the step with the tap-group plan (xgrad/_ops/_tap_groups.py)
-on and off, in one process, alternated; torch's step for scale.
+on and off, in one process, alternated; torch's step for scale (the plan
+off: the CPU path's tap_max_work_fraction, xgrad/_ops/_conv/thresholds.py,
+set below any plan's).
 
     python bench/tap_groups_ab.py 0,64,64,64,8,5,2 1,64,64,64,4,3,2 ...
     python bench/tap_groups_ab.py --threads 0 POINT...   # default threads
@@ -23,7 +25,7 @@ if ONE_THREAD:  # before NumPy loads its BLAS
 import torch  # noqa: E402
 
 import xgrad  # noqa: E402
-from xgrad._ops import _tap_groups  # noqa: E402
+from xgrad._ops._conv import dispatch, thresholds  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 _argv, sys.argv = sys.argv, [sys.argv[0]] + ([] if ONE_THREAD else ['--threads', '0'])
@@ -31,9 +33,8 @@ from conv_sweep import conv_steps  # noqa: E402  (which pins one thread unless t
 sys.argv = _argv
 
 
-def _set_fraction(value):
-    _tap_groups._MAX_WORK_FRACTION = value
-    _tap_groups._plan.cache_clear()
+def _with_fraction(value):
+    return dispatch.thresholds_replaced(tap_max_work_fraction=value)
 
 
 def _best_us(step):
@@ -46,17 +47,16 @@ def _best_us(step):
 def main(points):
     if ONE_THREAD:
         torch.set_num_threads(1)
-    taken = _tap_groups._MAX_WORK_FRACTION
+    taken = thresholds.for_path().tap_max_work_fraction
     for text in points:
         point = tuple(int(v) for v in text.split(','))
         steps = conv_steps(xgrad, torch, point[1:], point[0] == 1)
         on, off = [], []
         for _ in range(3):
             for value, times in ((taken, on), (-1.0, off)):
-                _set_fraction(value)
-                steps['xgrad']()
-                times.append(_best_us(steps['xgrad']))
-        _set_fraction(taken)
+                with _with_fraction(value):
+                    steps['xgrad']()
+                    times.append(_best_us(steps['xgrad']))
         torch_us = _best_us(steps['torch'])
         print('{:<24} on {:8.0f} off {:8.0f} on/off {:.3f} torch {:8.0f}  on/torch {:.2f} '
               'off/torch {:.2f}'.format(text, min(on), min(off), min(on) / min(off), torch_us,
