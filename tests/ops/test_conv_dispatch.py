@@ -7,6 +7,7 @@ import os
 import numpy
 import pytest
 
+import xgrad
 from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._ops import convolution
 from xgrad._ops._conv import dispatch, thresholds
@@ -114,3 +115,120 @@ def test_the_tables_tile_rows_are_the_gemm_kernels():
 def test_an_unknown_path_is_refused():
     with pytest.raises(ValueError, match="unknown CPU path 'avx1024'"):
         thresholds.for_path('avx1024')
+
+
+# ---------------------------------------------------------------------------
+# The dispatcher's table as docs/conv_thresholds.md shows it: (what, x, w,
+# parameters, then the algorithm of the forward, the input gradient and the
+# weight gradient: one name on every path, or a name per path); one thread.
+
+AVX512_TAPS = {'sse2': 'im2col', 'avx2': 'im2col', 'avx512': 'taps'}
+AVX512_TAPS_T = {'sse2': 'col2im', 'avx2': 'col2im', 'avx512': 'taps'}
+OWN_GEMM_TAPS = {'sse2': 'im2col', 'avx2': 'taps', 'avx512': 'taps'}
+OWN_GEMM_TAPS_T = {'sse2': 'col2im', 'avx2': 'taps', 'avx512': 'taps'}
+
+TABLE = [
+    ('3x3, 64->64, 32x32, batch 8', (8, 64, 32, 32), (64, 64, 3, 3), {'pad': 1},
+     'winograd', 'flip', 'winograd'),
+    ('3x3, 32->32, 8x8, batch 8', (8, 32, 8, 8), (32, 32, 3, 3), {'pad': 1},
+     'winograd', 'flip', 'winograd'),
+    ('3x3, 16->32, 4x4, batch 8', (8, 16, 4, 4), (32, 16, 3, 3), {'pad': 1},
+     AVX512_TAPS, AVX512_TAPS_T, AVX512_TAPS),
+    ('3x3, 256->256, 4x4, batch 1', (1, 256, 4, 4), (256, 256, 3, 3), {'pad': 1},
+     'im2col', 'col2im', 'im2col'),
+    ('5x5, 16->32, 8x8, batch 64', (64, 16, 8, 8), (32, 16, 5, 5), {'pad': 2},
+     'winograd', 'flip', 'winograd'),
+    ('5x5 stride 2, 64->64, 56x56, batch 8', (8, 64, 56, 56), (64, 64, 5, 5),
+     {'stride': 2, 'pad': 2}, 'input_phases',
+     {'sse2': 'input_phases', 'avx2': 'col2im', 'avx512': 'input_phases'}, 'input_phases'),
+    ('5x5 stride 2, 64->64, 32x32, batch 8', (8, 64, 32, 32), (64, 64, 5, 5),
+     {'stride': 2, 'pad': 2}, 'input_phases', 'output_phases', 'input_phases'),
+    ('5x5 stride 2, 64->64, 16x16, batch 8', (8, 64, 16, 16), (64, 64, 5, 5),
+     {'stride': 2, 'pad': 2}, AVX512_TAPS, AVX512_TAPS_T, AVX512_TAPS),
+    ('5x5 stride 2, 32->32, 8x8, batch 64', (64, 32, 8, 8), (32, 32, 5, 5),
+     {'stride': 2, 'pad': 2}, OWN_GEMM_TAPS, OWN_GEMM_TAPS_T, OWN_GEMM_TAPS),
+    ('the same in float64', (64, 32, 8, 8), (32, 32, 5, 5),
+     {'stride': 2, 'pad': 2, 'dtype': 'float64'}, 'im2col', 'col2im', 'im2col'),
+    ('3x3 stride 2, 64->128, 56x56, batch 8', (8, 64, 56, 56), (128, 64, 3, 3),
+     {'stride': 2, 'pad': 1}, 'im2col', 'col2im', 'im2col'),
+    ('3x3 stride 2, 64->64, 8x8, batch 16', (16, 64, 8, 8), (64, 64, 3, 3),
+     {'stride': 2, 'pad': 1}, OWN_GEMM_TAPS, OWN_GEMM_TAPS_T, OWN_GEMM_TAPS),
+    ('7x7 stride 2, 3->64, 224x224, batch 1', (1, 3, 224, 224), (64, 3, 7, 7),
+     {'stride': 2, 'pad': 3}, 'im2col', 'col2im', 'im2col'),
+    ('1x1, 64->128, 16x16, batch 8', (8, 64, 16, 16), (128, 64, 1, 1), {},
+     'pointwise', 'pointwise', 'pointwise'),
+    ('1x1 stride 2, 64->128, 16x16, batch 8', (8, 64, 16, 16), (128, 64, 1, 1),
+     {'stride': 2}, 'im2col', 'col2im', 'im2col'),
+    ('3x3 dilate 2, 64->64, 16x16, batch 8', (8, 64, 16, 16), (64, 64, 3, 3),
+     {'pad': 2, 'dilate': 2}, 'im2col', 'col2im', 'im2col'),
+    ('3x3, 2 groups, 64->64, 16x16, batch 8', (8, 64, 16, 16), (64, 32, 3, 3),
+     {'pad': 1, 'groups': 2}, 'im2col', 'col2im', 'im2col'),
+    ('3x3x3, 16->32, 8x8x8, batch 2', (2, 16, 8, 8, 8), (32, 16, 3, 3, 3), {'pad': 1},
+     'im2col', 'flip', 'im2col'),
+    ('3x3x3 stride 2, 16->32, 8x8x8, batch 2', (2, 16, 8, 8, 8), (32, 16, 3, 3, 3),
+     {'stride': 2, 'pad': 1}, 'im2col', 'col2im_add', 'im2col'),
+    ('3x3, 64->64, 32x32, batch 8, on a GPU', (8, 64, 32, 32), (64, 64, 3, 3),
+     {'pad': 1, 'device': 'cuda:0'}, 'im2col', 'flip', 'im2col'),
+]
+
+
+@pytest.mark.parametrize('path', PATHS)
+@pytest.mark.parametrize('what, x, w, params, forward, grad_input, grad_weight', TABLE,
+                         ids=[row[0] for row in TABLE])
+def test_the_table(what, x, w, params, forward, grad_input, grad_weight, path):
+    for kernel, expected in zip(dispatch.KERNELS, (forward, grad_input, grad_weight)):
+        found = xgrad.conv_algorithm(x, w, kernel=kernel, cpu_path=path, threads=1, **params)
+        want = expected if isinstance(expected, str) else expected[path]
+        assert found.algorithm == want, (kernel, found)
+        assert found.reason and found.kernel == kernel
+        on_gpu = params.get('device', '').startswith('cuda')
+        assert (found.cpu_path, found.device) == ((None, 'cuda') if on_gpu else (path, 'native'))
+
+
+@pytest.mark.parametrize('transposed', [False, True])
+@pytest.mark.parametrize('x, w, params', [
+    ((8, 64, 32, 32), (64, 64, 3, 3), {'pad': 1}),
+    ((8, 16, 32, 32), (16, 16, 5, 5), {'stride': 2, 'pad': 2}),
+    ((64, 32, 8, 8), (32, 32, 5, 5), {'stride': 2, 'pad': 2}),
+    ((4, 8, 6, 6), (8, 8, 1, 1), {}),
+    ((2, 4, 7, 5), (6, 2, 3, 2), {'stride': (2, 1), 'pad': 1, 'groups': 2}),
+])
+def test_the_query_answers_what_the_kernels_take(monkeypatch, transposed, x, w, params):
+    """conv (or conv_transpose) and both its gradients run the algorithms
+    xgrad.conv_algorithm names for them (dispatch.choice watched)."""
+    if transposed:  # conv_transpose's w is (C, O / groups, ...)
+        w = (x[1], w[0] // params.get('groups', 1)) + w[2:]
+    taken = []
+    real = dispatch.choice
+
+    def spy(kernel, *args):
+        found = real(kernel, *args)
+        taken.append((kernel, found.algorithm))
+        return found
+    monkeypatch.setattr(dispatch, 'choice', spy)
+    rng = numpy.random.RandomState(0)
+    xa = xgrad.array(rng.rand(*x).astype('float32')).require_grad()
+    wa = xgrad.array(rng.rand(*w).astype('float32')).require_grad()
+    f = xgrad.conv_transpose if transposed else xgrad.conv
+    y = f(xa, wa, **params)
+    xgrad.grad([y], [xa, wa], grad_outputs=[xgrad.ones_like(y)])
+    kernels = (('conv_transpose', 'conv') if transposed else ('conv', 'conv_transpose')) + (
+        'grad_weight',)
+    asked = [(k, xgrad.conv_algorithm(x, w, transposed=transposed, kernel=name,
+                                      **params).algorithm)
+             for k, name in zip(kernels, dispatch.KERNELS)]
+    # (the forward first; the gradients' kernels, and those they call, after)
+    assert taken[0] == asked[0] and all(a in taken[1:] for a in asked[1:]), (taken, asked)
+
+
+def test_the_query_refuses_what_conv_refuses():
+    with pytest.raises(xgrad.DimensionError, match='same number of dimensions'):
+        xgrad.conv_algorithm((1, 2, 3, 3), (2, 2, 3))
+    with pytest.raises(xgrad.DimensionError, match='channels'):
+        xgrad.conv_algorithm((1, 2, 3, 3), (2, 3, 3, 3))
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        xgrad.conv_algorithm((1, 2, 3, 3), (2, 2, 3, 3), kernel='backward')
+    with pytest.raises(ValueError, match="device must be"):
+        xgrad.conv_algorithm((1, 2, 3, 3), (2, 2, 3, 3), device='tpu:0')
+    with pytest.raises(ValueError, match="unknown CPU path"):
+        xgrad.conv_algorithm((1, 2, 3, 3), (2, 2, 3, 3), cpu_path='avx1024')

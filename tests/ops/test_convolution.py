@@ -13,7 +13,7 @@ import pytest
 import xgrad
 from xgrad._backend import native_kernels
 from xgrad._ops import convolution
-from xgrad._ops._conv import chunking, dispatch
+from xgrad._ops._conv import chunking, dispatch, geometry
 from xgrad.testing import force_conv_algorithm
 from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
 
@@ -439,7 +439,7 @@ def test_conv_transpose_by_the_outputs_phases_matches_the_reference(dtype, n, c,
     """Each output phase as a stride-1 convolution of x with its taps of w,
     reversed (the left pad T - 1 - d); not applied where a pad would be
     negative."""
-    assert dispatch.output_phase_taps(8, 16, 5, 2, 2) == [(0, 0, 3, 1, 8), (1, 1, 2, 0, 8)]
+    assert geometry.output_phase_taps(8, 16, 5, 2, 2) == [(0, 0, 3, 1, 8), (1, 1, 2, 0, 8)]
     x, wt = _data((n, c, h, w), 1).astype(dtype), _data((c, o, k, k), 2).astype(dtype)
     outsize = tuple(s * (size - 1) + k - 2 * pad + extra for size in (h, w))
     geom = convolution.Geometry((k, k), (s, s), (pad, pad), (1, 1), 1)

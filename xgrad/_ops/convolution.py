@@ -35,134 +35,27 @@ kernel on raw arrays (the engine's fast path) and applies the recorded op on xgr
 arrays (double backprop).
 """
 
-import collections
-import contextlib
-import contextvars
 import functools
-import itertools
 
 import numpy
-from numpy.lib.stride_tricks import as_strided
 
 from xgrad import _dtypes
-from xgrad._backend import cuda
 from xgrad._backend import native_kernels, workspace
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.operands import kernel_operands
 from xgrad._backend.tap_columns import transpose_into
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args, _gemm_layout, _winograd
-from xgrad._ops._conv import chunking, dispatch
+from xgrad._ops._conv import chunking, dispatch, geometry
+# (the geometry pooling shares, by these names)
+from xgrad._ops._conv.geometry import (  # NOQA: F401
+    Geometry, extent, inner, out_size, pad_input, padded_zeros as _padded_zeros,
+    prod as _prod, spatial_tuple, unpad, window_offsets, windows)
 from xgrad._ops._linear import run
 from xgrad._ops._op import PyOp
 from xgrad._ops.registry import BOOL, INT_DTYPES, Sample, OpInfo, register
 
 __all__ = ['conv', 'conv_transpose']
-
-
-# ---------------------------------------------------------------------------
-# Geometry shared with pooling: parameters, output sizes, windows
-
-Geometry = collections.namedtuple('Geometry', 'ksize stride pad dilate groups')
-Geometry.__doc__ = """Where the windows of a convolution or pooling lie: one
-entry per spatial axis (``groups``: the number of channel groups)."""
-
-
-def spatial_tuple(value, n, name, op, minimum, too_small=ValueError):
-    """``value`` (an int or a sequence of n ints) as a tuple of n ints, each
-    at least ``minimum``. Wrong length: DimensionError; too small:
-    ``too_small``; not an int: TypeError."""
-    if type(value) is int and minimum <= value < 1 << 62:  # the usual case, valid as it is
-        return (value,) * n
-    if _args.is_int(value):
-        values = (int(value),) * n
-    else:
-        try:
-            values = tuple(value)
-        except TypeError:
-            raise TypeError('{}: {} must be an int or a tuple of ints, not {}'.format(
-                op, name, type(value).__name__)) from None
-        if len(values) != n:
-            raise _args.DimensionError(
-                '{}: {} {} has {} entries, but the input has {} spatial '
-                'dimensions'.format(op, name, values, len(values), n))
-        for v in values:
-            if not _args.is_int(v):
-                raise TypeError('{}: {} must be an int or a tuple of ints, not {!r}'.format(
-                    op, name, value))
-        values = tuple(int(v) for v in values)
-    for v in values:
-        _args.fits_int64(v, name, op)
-    if any(v < minimum for v in values):
-        raise too_small('{}: {} must be {} for every axis, got {}'.format(
-            op, name, 'positive' if minimum == 1 else 'non-negative', value))
-    return values
-
-
-def out_size(size, k, s, p, d=1, cover_all=False):
-    """The output length of a window of k taps (dilation d) sliding with
-    stride s over size + 2p elements (Chainer's get_conv_outsize); with
-    cover_all, one more window covers a partial tail."""
-    span = (k - 1) * d + 1
-    return (size + 2 * p - span + (s - 1 if cover_all else 0)) // s + 1
-
-
-def extent(geom, outsize):
-    """How many padded elements per axis the windows of ``outsize`` outputs
-    reach: (l - 1) * s + (k - 1) * d + 1."""
-    return tuple((l - 1) * s + (k - 1) * d + 1 for l, k, s, d in zip(
-        outsize, geom.ksize, geom.stride, geom.dilate))
-
-
-def pad_input(x, geom, outsize, fill=0):
-    """``x`` with ``geom.pad`` elements of ``fill`` before each spatial axis
-    and enough after for every window of ``outsize`` (cover_all can reach past
-    the pad). ``x`` itself when no padding is needed."""
-    spatial = x.shape[2:]
-    full = tuple(max(e, p + n) for e, p, n in zip(extent(geom, outsize), geom.pad, spatial))
-    if full == spatial:  # no pad, no overhang
-        return x
-    out = _args.module_of(x).empty(x.shape[:2] + full, dtype=x.dtype)
-    out[inner(geom.pad, spatial)] = x
-    for axis, (p, n) in enumerate(zip(geom.pad, spatial)):  # fill the borders only
-        before = (slice(None),) * (2 + axis)
-        out[before + (slice(0, p),)] = fill
-        out[before + (slice(p + n, None),)] = fill
-    return out
-
-
-def inner(pad, spatial):
-    """The index of the unpadded region in a padded array."""
-    return (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(pad, spatial))
-
-
-def windows(xpad, geom, outsize):
-    """The strided view (N, C, k_1..k_n, l_1..l_n) of every window of
-    ``xpad``: element [.., k, l] is xpad[.., l * stride + k * dilate]."""
-    strides = xpad.strides[2:]
-    shape = xpad.shape[:2] + tuple(geom.ksize) + tuple(outsize)
-    strides = (xpad.strides[:2] + tuple(t * d for t, d in zip(strides, geom.dilate))
-               + tuple(t * s for t, s in zip(strides, geom.stride)))
-    if cuda.on_gpu(xpad):  # CuPy's as_strided makes no read-only views
-        return cuda.cupy().lib.stride_tricks.as_strided(xpad, shape, strides)
-    return as_strided(xpad, shape, strides, writeable=False)
-
-
-def window_offsets(geom, outsize):
-    """(k, index) for each kernel tap k: ``index`` selects, in a padded array,
-    the elements that tap k of every window reads (a strided slice)."""
-    ranges = [range(k) for k in geom.ksize]
-    for k in itertools.product(*ranges):
-        yield k, (slice(None), slice(None)) + tuple(
-            slice(i * d, i * d + (l - 1) * s + 1, s)
-            for i, d, l, s in zip(k, geom.dilate, outsize, geom.stride))
-
-
-def unpad(apad, geom, spatial):
-    """The unpadded region of ``apad``, contiguous."""
-    if apad.shape[2:] == tuple(spatial):
-        return apad
-    return apad[inner(geom.pad, spatial)].copy(order='C')
 
 
 # ---------------------------------------------------------------------------
@@ -285,7 +178,7 @@ def _conv_transpose_by_output_phases(x, w, geom, outsize, work):
     phase, each output written once, instead of a GEMM into the columns of
     the whole output and col2im's adds (dispatch.output_phases_apply says
     where it applies)."""
-    along_h, along_w = (dispatch.output_phase_taps(x.shape[2 + i], outsize[i], geom.ksize[i],
+    along_h, along_w = (geometry.output_phase_taps(x.shape[2 + i], outsize[i], geom.ksize[i],
                                                    geom.stride[i], geom.pad[i]) for i in (0, 1))
     n, o = x.shape[0], w.shape[1]
     out = workspace.empty((n, o) + tuple(outsize), work)
@@ -310,26 +203,12 @@ def _col2im_add(out, cols, geom, outsize):
         out[index] += cols[(slice(None), slice(None)) + k]
 
 
-def _padded_zeros(shape, geom, outsize, dtype, like):
-    """Zeros shaped like ``pad_input`` pads an array of ``shape`` (on the
-    device of ``like``)."""
-    full = tuple(max(e, p + d) for e, p, d in zip(extent(geom, outsize), geom.pad, shape[2:]))
-    return _args.module_of(like).zeros(tuple(shape[:2]) + full, dtype)
-
-
 def col2im(cols, geom, outsize, spatial):
     """The adjoint of im2col: ``cols`` (N, C, k_1..k_n, l_1..l_n) added into
     an (N, C, *spatial) array, each element where its window tap reads."""
     out = _padded_zeros(cols.shape[:2] + tuple(spatial), geom, outsize, cols.dtype, cols)
     _col2im_add(out, cols, geom, outsize)
     return unpad(out, geom, spatial)
-
-
-def _prod(values):
-    p = 1
-    for v in values:
-        p *= v
-    return p
 
 
 def _add_bias(y, b):
@@ -671,25 +550,6 @@ def _inputs(op, x, w, b):
     return x, w, b
 
 
-def _geometry(op, xshape, xdtype, wshape, stride, pad, dilate, groups):
-    n = len(xshape) - 2
-    groups = _args.int_arg(groups, 'groups', op=op)
-    if groups < 1:
-        raise ValueError('{}: groups must be positive, got {}'.format(op, groups))
-    geom = Geometry(tuple(wshape[2:]), spatial_tuple(stride, n, 'stride', op, 1),
-                    spatial_tuple(pad, n, 'pad', op, 0),
-                    spatial_tuple(dilate, n, 'dilate', op, 1), int(groups))
-    _args.check_result_size(tuple(xshape[:2]) + tuple(d + 2 * p for d, p in zip(
-        xshape[2:], geom.pad)), xdtype, op, 'x with its padding')
-    return geom
-
-
-def _check_bias(op, bshape, channels, wshape):
-    if bshape is not None and bshape != (channels,):
-        raise _args.DimensionError('{}: b {} must have shape ({},) for w {}'.format(
-            op, bshape, channels, wshape))
-
-
 def _plain(stride, pad, dilate, groups, cover_all):
     """Whether the parameters are plain ints and cover_all a bool: the calls
     whose checked geometry is memoized (1.0 and True hash as 1, but must be
@@ -698,30 +558,10 @@ def _plain(stride, pad, dilate, groups, cover_all):
             and type(groups) is int and type(cover_all) is bool)
 
 
-def _conv_shapes(xshape, xdtype, wshape, bshape, stride, pad, dilate, groups, cover_all):
-    """conv's checks on shapes and parameters: (geom, outsize)."""
-    geom = _geometry('conv', xshape, xdtype, wshape, stride, pad, dilate, groups)
-    c, o, g = xshape[1], wshape[0], geom.groups
-    if c % g or o % g:
-        raise _args.DimensionError('conv: groups={} must divide the channels of x {} and '
-                                   'the filters of w {}'.format(g, xshape, wshape))
-    if wshape[1] * g != c:
-        raise _args.DimensionError(
-            'conv: x {} has {} channels, but w {} takes {} (w.shape[1] * groups)'.format(
-                xshape, c, wshape, wshape[1] * g))
-    _check_bias('conv', bshape, o, wshape)
-    outsize = tuple(out_size(d, k, s, p, dl, cover_all) for d, k, s, p, dl in zip(
-        xshape[2:], geom.ksize, geom.stride, geom.pad, geom.dilate))
-    if any(l < 1 for l in outsize):
-        raise _args.DimensionError(
-            'conv: the windows of w {} (dilate {}) do not fit in x {} padded by {}'.format(
-                wshape, geom.dilate, xshape, geom.pad))
-    return geom, outsize
-
-
 # The checks of the last calls' shapes and plain-int parameters, whose
 # Python costs about as much as a small convolution's products (1->16 1x1
 # stride 2 on 4x4: 3.5 of the public call's 7 us besides the kernel).
+_conv_shapes = geometry.conv_shapes
 _memo_conv_shapes = functools.lru_cache(maxsize=512)(_conv_shapes)
 
 
@@ -753,37 +593,9 @@ def conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, *, dilate=1, gro
     d_i (with or without cover_all, decided for all axes at once as ChainerX).
     """
     x, w, b = _inputs('conv_transpose', x, w, b)
-    geom = _geometry('conv_transpose', x.shape, x.dtype, w.shape, stride, pad, dilate, groups)
-    c, g = x.shape[1], geom.groups
-    if w.shape[0] != c:
-        raise _args.DimensionError('conv_transpose: x {} has {} channels, but w {} takes {} '
-                                   '(w.shape[0])'.format(x.shape, c, w.shape, w.shape[0]))
-    if c % g:
-        raise _args.DimensionError('conv_transpose: groups={} must divide the channels of '
-                                   'x {}'.format(g, x.shape))
-    _check_bias('conv_transpose', None if b is None else b.shape, w.shape[1] * g, w.shape)
-    spatial = x.shape[2:]
-    params = list(zip(geom.ksize, geom.stride, geom.pad, geom.dilate))
-    if outsize is None:
-        outsize = tuple(s * (d - 1) + (k - 1) * dl + 1 - 2 * p
-                        for d, (k, s, p, dl) in zip(spatial, params))
-        if any(l < 1 for l in outsize):
-            raise _args.DimensionError(
-                'conv_transpose: x {} with w {}, stride {} and pad {} gives the output '
-                'size {}, which is not positive'.format(x.shape, w.shape, geom.stride,
-                                                        geom.pad, outsize))
-    else:
-        # (an output shape: ChainerX's DimensionError when it is not positive)
-        outsize = spatial_tuple(outsize, len(spatial), 'outsize', 'conv_transpose', 1,
-                                _args.DimensionError)
-        cover_all = any(out_size(l, k, s, p, dl) != d
-                        for l, d, (k, s, p, dl) in zip(outsize, spatial, params))
-        if any(out_size(l, k, s, p, dl, cover_all) != d
-               for l, d, (k, s, p, dl) in zip(outsize, spatial, params)):
-            raise _args.DimensionError(
-                'conv_transpose: outsize {} does not fit x {}: conv with w {}, stride {} '
-                'and pad {} maps it to another size'.format(
-                    outsize, x.shape, w.shape, geom.stride, geom.pad))
+    geom, outsize = geometry.conv_transpose_shapes(
+        x.shape, x.dtype, w.shape, None if b is None else b.shape, stride, pad, outsize, dilate,
+        groups)
     return _args.apply(_ConvTranspose(geom, tuple(outsize)),
                        *(a for a in (x, w, b) if a is not None))
 

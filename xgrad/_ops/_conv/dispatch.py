@@ -16,12 +16,14 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import typing
 
 import numpy
 
 from xgrad._backend import native_kernels
 from xgrad._ops import _polyphase, _tap_groups, _winograd
 from xgrad._ops._conv import thresholds
+from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, prod as _prod
 
 # The algorithms of each kernel, as force_conv_algorithm and conv_algorithm
 # name them.
@@ -42,57 +44,12 @@ input-phases or tap-group plan, im2col's GEMM: whether it is xgrad's own,
 the flipped geometry; else None)."""
 
 
-def _prod(values):
-    p = 1
-    for v in values:
-        p *= v
-    return p
-
-
 def _sides(values):
     return 'x'.join(str(v) for v in values)
 
 
 # ---------------------------------------------------------------------------
 # Shape predicates shared by the rules
-
-def pointwise(geom, spatial, outsize):
-    """A 1x1 window, stride 1, no padding: each sample's channels are already
-    the GEMM's matrix."""
-    ones = (1,) * len(geom.ksize)
-    return (geom.ksize == ones and geom.stride == ones and not any(geom.pad)
-            and tuple(spatial) == tuple(outsize))
-
-
-def flipped_geometry(geom):
-    """With stride 1, conv_transpose is conv with the kernel flipped and in
-    and out swapped, padded by span - 1 - p: that conv's geometry, or None
-    (a stride above 1, or a pad past the span)."""
-    if not all(s == 1 for s in geom.stride) or not all(
-            p <= (k - 1) * d for k, p, d in zip(geom.ksize, geom.pad, geom.dilate)):
-        return None
-    return geom._replace(pad=tuple((k - 1) * d - p for k, p, d in zip(
-        geom.ksize, geom.pad, geom.dilate)))
-
-
-def output_phase_taps(size, out, k, s, p):
-    """conv_transpose's output positions along one axis, phase by phase:
-    (first position, its tap k0, taps T, left pad, positions U) for each
-    position mod s. Output Y = s u + P gets x[l] w[k] for k = k0 + s t
-    (k0 = (P + p) mod s) and l = u + d - t (d = (P + p) // s): a stride-1
-    correlation of x with those T taps reversed, padded by T - 1 - d on the
-    left. None when a left pad would be negative: pads past half the window
-    or strides near the window's size (never with k >= 2 s + 1 and 2 p <=
-    k - 1)."""
-    phases = []
-    for first in range(min(s, out)):
-        k0, d = (first + p) % s, (first + p) // s
-        taps = len(range(k0, k, s))
-        if taps and taps - 1 - d < 0:
-            return None
-        phases.append((first, k0, taps, taps - 1 - d, len(range(first, out, s))))
-    return phases
-
 
 def output_phases_apply(xshape, geom, outsize, work):
     """Whether conv_transpose of host x of ``xshape`` can run by the output's
@@ -137,12 +94,20 @@ def _input_phases_choice(xshape, wshape, geom, outsize, work, rules, transposed=
     if plan is None:
         return None
     th, tw = plan.transform.tile_counts(outsize)
-    return Choice('input_phases', '{}x{} stride {} as a stride-1 {}x{} convolution over the '
-                  "input's {} phases, {} blocks of Winograd {} ({}{}): fewer products than "
-                  'im2col'.format(plan.r, plan.r, plan.s, plan.q, plan.q, plan.s * plan.s,
-                                  xshape[0] * th * tw, plan.transform.name,
-                                  'transposed' if transposed else 'forward',
-                                  ' float32 on this path' if transposed else ''), plan)
+    if any_size:
+        counts = ''
+    elif transposed:
+        counts = ', {} tiles ({}+)'.format(xshape[0] * th * tw,
+                                          rules.input_phases_transposed_min_tiles)
+    else:
+        counts = ', {} blocks ({}+), {:.0%} of them inside the output ({:.0%}+)'.format(
+            xshape[0] * th * tw, rules.input_phases_min_blocks,
+            outsize[0] * outsize[1] / (plan.transform.m ** 2 * th * tw),
+            rules.input_phases_min_block_use)
+    return Choice('input_phases', "{}x{} stride {}: a stride-1 {}x{} convolution over the "
+                  "input's {} phases by Winograd {}{}".format(
+                      plan.r, plan.r, plan.s, plan.q, plan.q, plan.s * plan.s,
+                      plan.transform.name, counts), plan)
 
 
 def _taps_choice(xshape, wshape, geom, outsize, work, rules, threads, any_size=False):
@@ -286,7 +251,7 @@ def _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, thread
         if pointwise(geom, xshape[2:], outsize):
             return _POINTWISE
     elif forced in ('flip', 'winograd'):  # (Winograd computes the flipped convolution)
-        full = flipped_geometry(geom)
+        full = flipped(geom)
         if full is not None and (forced == 'flip' or len(xshape) == 4 and (
                 _winograd.transform_for_shape(xshape, (wshape[1] * geom.groups, xshape[1]
                                                        // geom.groups) + tuple(geom.ksize),
@@ -322,7 +287,7 @@ def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, for
     # copy of the weights) or a GEMM into the output's columns and col2im:
     # the one that moves fewer elements, and the flipped one whenever it is
     # a Winograd convolution.
-    full = flipped_geometry(geom)
+    full = flipped(geom)
     winograd = full is not None and len(xshape) == 4 and _winograd.transform_for_shape(
         xshape, (o, c // g) + tuple(geom.ksize), full, outsize, work, rules=rules) is not None
     if not winograd:
@@ -364,7 +329,7 @@ def _cuda_pointwise_grad_weight(xshape, wshape, geom, outsize, work):
 
 
 def _cuda_flip(xshape, wshape, geom, outsize, work):
-    return flipped_geometry(geom) is not None
+    return flipped(geom) is not None
 
 
 DEVICE_RULES = {
@@ -393,7 +358,7 @@ def device_choice(kernel, xshape, wshape, geom, outsize, work, forced=None):
     for algorithm, rule, reason in sorted(DEVICE_RULES[kernel], key=lambda e: e[0] != forced):
         if rule(xshape, wshape, geom, outsize, work):
             # (im2col's product is CuPy's, not xgrad's GEMM; flip's plan its geometry)
-            plan = flipped_geometry(geom) if algorithm == 'flip' else (
+            plan = flipped(geom) if algorithm == 'flip' else (
                 False if algorithm == 'im2col' else None)
             return Choice(algorithm, reason, plan)
     raise AssertionError('no rule for ' + kernel)  # (the last entry always holds)
@@ -501,3 +466,93 @@ def force_algorithm(name):
         yield forced
     finally:
         _forced.reset(token)
+
+
+# ---------------------------------------------------------------------------
+# The public query: xgrad.conv_algorithm
+
+KERNELS = ('forward', 'grad_input', 'grad_weight')
+
+
+class ConvAlgorithm:
+    """xgrad.conv_algorithm's answer: the ``algorithm`` one kernel of a
+    convolution takes, the ``reason`` (the rule that chose it, with its
+    numbers), the ``kernel`` asked about ('forward', 'grad_input' or
+    'grad_weight'), the ``cpu_path`` whose thresholds decided (None on a
+    GPU) and the ``device`` ('native' or 'cuda')."""
+
+    __slots__ = ('algorithm', 'reason', 'kernel', 'cpu_path', 'device')
+
+    def __init__(self, algorithm, reason, kernel, cpu_path, device):
+        self.algorithm = algorithm
+        self.reason = reason
+        self.kernel = kernel
+        self.cpu_path = cpu_path
+        self.device = device
+
+    def __repr__(self):
+        return 'ConvAlgorithm({!r}, kernel={!r}, cpu_path={!r}, reason={!r})'.format(
+            self.algorithm, self.kernel, self.cpu_path, self.reason)
+
+
+def _on_host(device):
+    """Whether ``device`` (a name such as 'native:0' or 'cuda:1', or an
+    xgrad Device) computes on the host."""
+    if getattr(device, 'backend', None) is not None:
+        return device.backend.name == 'native'
+    backend = str(device).split(':')[0]
+    if backend not in ('native', 'cuda'):
+        raise ValueError("conv_algorithm: device must be 'native[:N]' or 'cuda[:N]', not "
+                         '{!r}'.format(device))
+    return backend == 'native'
+
+
+def conv_algorithm(x_shape, w_shape, stride=1, pad=0, dilate=1, groups=1, *, transposed=False,
+                   outsize=None, cover_all=False, kernel='forward', dtype='float32',
+                   device='native:0', cpu_path=None, threads=None) -> typing.Any:
+    """Which algorithm xgrad runs for one kernel of a convolution, and why.
+
+    ``x_shape``, ``w_shape`` and the parameters are those of ``conv(x, w,
+    stride=stride, pad=pad, cover_all=cover_all, dilate=dilate,
+    groups=groups)``, or with ``transposed`` of ``conv_transpose(x, w, ...,
+    outsize=outsize)``. ``kernel``: 'forward', 'grad_input' (the gradient
+    in x) or 'grad_weight'. ``dtype``: the operands'; ``device``:
+    'native[:N]' or 'cuda[:N]' (or a Device); ``cpu_path`` (a name of
+    xgrad._backend.native_kernels.cpu_paths(), e.g. 'avx2') and ``threads``
+    default to this process's. Returns a ConvAlgorithm with
+    ``.algorithm`` and ``.reason``. The same decision the kernels make
+    (xgrad/_ops/_conv/dispatch.py; thresholds in docs/conv_thresholds.md).
+    """
+    from xgrad._ops._conv import geometry
+    from xgrad._errors import DimensionError
+    op = 'conv_transpose' if transposed else 'conv'
+    x_shape, w_shape = tuple(int(d) for d in x_shape), tuple(int(d) for d in w_shape)
+    if len(x_shape) != len(w_shape) or len(x_shape) < 2:
+        raise DimensionError('conv_algorithm: x {} and w {} must have the same number of '
+                             'dimensions, 2 or more'.format(x_shape, w_shape))
+    if kernel not in KERNELS:
+        raise ValueError('conv_algorithm: kernel must be one of {}, not {!r}'.format(
+            ', '.join(KERNELS), kernel))
+    dtype = numpy.dtype(dtype)
+    work = numpy.result_type(numpy.float32, dtype)
+    if transposed:
+        geom, out = geometry.conv_transpose_shapes(x_shape, dtype, w_shape, None, stride, pad,
+                                                   outsize, dilate, groups)
+        y_shape = (x_shape[0], w_shape[1] * geom.groups) + out
+        asked = {'forward': ('conv_transpose', x_shape, out),
+                 'grad_input': ('conv', y_shape, x_shape[2:]),  # conv(gy, w)
+                 'grad_weight': ('grad_weight', y_shape, x_shape)}[kernel]  # (gy as conv's x)
+    else:
+        geom, out = geometry.conv_shapes(x_shape, dtype, w_shape, None, stride, pad, dilate,
+                                         groups, cover_all)
+        y_shape = (x_shape[0], w_shape[0]) + out
+        asked = {'forward': ('conv', x_shape, out),
+                 'grad_input': ('conv_transpose', y_shape, x_shape[2:]),
+                 'grad_weight': ('grad_weight', x_shape, y_shape)}[kernel]
+    host = _on_host(device)
+    if host and cpu_path is None:
+        cpu_path = native_kernels.cpu_path()
+    which, xs, outs = asked
+    found = decide(which, host, xs, w_shape, geom, tuple(outs), work, cpu_path, threads)
+    return ConvAlgorithm(found.algorithm, found.reason, kernel, cpu_path if host else None,
+                         'native' if host else 'cuda')
