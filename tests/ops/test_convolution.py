@@ -15,7 +15,8 @@ from xgrad._backend import native_kernels
 from xgrad._ops import convolution
 from xgrad._ops._conv import chunking, dispatch, geometry
 from xgrad.testing import force_conv_algorithm
-from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
+from xgrad.testing._reference_conv import (
+    reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 
 from ._conv_checks import (  # NOQA: F401 (on_cpu_path: a fixture)
     assert_adjoint_gradients, data as _data, on_cpu_path, strided_5x5_checked)
