@@ -5,21 +5,18 @@ Arrays are channel-first: ``x`` is (N, C, d_1, ..., d_n) for n >= 0 spatial
 axes. ``conv`` takes weights (out_C, in_C / groups, k_1, ..., k_n),
 ``conv_transpose`` weights (in_C, out_C / groups, k_1, ..., k_n), as Chainer.
 
-The computation is im2col + GEMM: the windows of the padded input are a
-strided view (no copy), gathered into columns a few samples at a time (one
-cache-sized buffer, so the matmul reads them from cache) and contracted with
-the weights by one matmul per chunk (float32 products of one channel group
-on xgrad's own GEMM, ``gemm_kernels.sgemm``, which runs these skinny shapes
-faster than the BLAS; other products on the BLAS). Its adjoint, col2im,
-adds columns back tap by tap (k_1 * ... * k_n strided slice adds); with
-stride 1 the transposed convolution is instead a convolution with the
-flipped kernel (faster), and with 5x5 windows at stride 2 on mid-sized
-images one such convolution per phase of the output
-(``_conv_transpose_phases``).
-Where they pay, 2-D 3x3 and 5x5 convolutions with stride 1 go through
-Winograd's transforms instead (``_winograd``: fewer products), and strided
-ones whose input phases make such a convolution (5x5 with stride 2: 3x3
-over the phases) through ``_polyphase``.
+Each of the three kernels below (conv_kernel, conv_transpose_kernel,
+conv_grad_weight_kernel) asks the dispatcher (``_conv/dispatch.py``, the
+one place that decides; ``xgrad.conv_algorithm`` asks it too) which
+algorithm computes its shape, and runs it: im2col + GEMM (the windows
+gathered into columns in cache-sized chunks, ``_conv/chunking.py``, one
+product per chunk on xgrad's own GEMM or the BLAS) and its adjoint col2im;
+per-sample products for pointwise windows; the flipped convolution for a
+stride-1 conv_transpose, or one convolution per phase of its output
+(``_conv_transpose_by_output_phases``); Winograd's transforms
+(``_winograd``), also over a strided input's phases (``_polyphase``); GEMMs
+over groups of taps that skip the padding (``_tap_groups``). The geometry
+of windows and the shape checks are in ``_conv/geometry.py``.
 
 Three ops are each other's gradients, as in Chainer, so derivatives of any
 order stay in this family:
@@ -377,12 +374,9 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, cg, ll)
         gw = _matmul(xp, gym, xm.swapaxes(2, 3)).sum(axis=0)
         return gw.reshape(wshape).astype(dtype, copy=False)
-    # OpenBLAS runs these products fastest with the longer side of the
-    # result as its rows: so where the windows (C/g * prod(k)) outnumber the
-    # output channels, gw^T = cols @ rows^T, transposed at the end (one
-    # thread, (O, C*k*k, N*L): (32, 400, 4096) 56 -> 86 GFLOP/s, (64, 1600,
-    # 512) 72 -> 93, (16, 144, 4096) 35 -> 69), else gw = rows @ cols^T
-    # ((32, 16, 6272): 50 against 37).
+    # The BLAS runs these products fastest with the longer side of the result
+    # as its rows (docs/conv_thresholds.md): gw^T = cols @ rows^T where the
+    # windows (C/g * prod(k)) outnumber the output channels, else rows @ cols^T.
     ckk = _prod(wshape[1:])
     windows_first = ckk > og
     gw = _empty(xp, (g, ckk, og) if windows_first else (g, og, ckk), work)
