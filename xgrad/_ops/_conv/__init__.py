@@ -1,6 +1,7 @@
-"""The convolution stack's choice of algorithm, its thresholds and its
-chunking: ``dispatch`` decides which algorithm each of the three host
-kernels (conv, conv_transpose, the weight gradient) and the GPU take,
-from ``thresholds``' table for the CPU path; ``chunking`` cuts batches.
-The kernels themselves are in ``xgrad/_ops/convolution.py`` and the
-planners it names (``_winograd``, ``_polyphase``, ``_tap_groups``)."""
+"""The convolution stack's shared parts: ``dispatch`` decides which
+algorithm each of the three host kernels (conv, conv_transpose, the weight
+gradient) and the GPU take, from ``thresholds``' table for the CPU path;
+``geometry`` is where windows lie and the checks of shapes and parameters;
+``chunking`` cuts batches into cache-sized chunks. The kernels are in
+``xgrad/_ops/convolution.py`` and the planners it runs (``_winograd``,
+``_polyphase``, ``_tap_groups``)."""

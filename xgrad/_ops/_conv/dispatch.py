@@ -305,8 +305,9 @@ def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, for
             return _flip(full, "its columns and weights are fewer elements than col2im's")
     if native:
         return _COL2IM._replace(reason=_COL2IM.reason + (
-            ' (stride {})'.format(_sides(geom.stride)) if full is None else
-            ': fewer elements than the flipped convolution\'s columns and weights'))
+            ' (no flipped convolution: stride {}, pad {})'.format(
+                _sides(geom.stride), _sides(geom.pad)) if full is None else
+            ": fewer elements than the flipped convolution's columns and weights"))
     return _COL2IM_ADD
 
 
