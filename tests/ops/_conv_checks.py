@@ -59,7 +59,7 @@ def strided_5x5_checked(transpose, xshape, wshape, outsize):
     kernel, stride 2, pad 2, its forward checked against the float64
     reference; returns (x, w, y, x64, w64, ref, kw) for the gradients."""
     import xgrad
-    from xgrad.testing._reference_conv import (
+    from xgrad._ops._conv.reference import (
         reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
     kw = dict(stride=2, pad=2, outsize=outsize) if transpose else dict(stride=2, pad=2)
     x = xgrad.array(data(xshape, 1, numpy.float32)).require_grad()

@@ -15,7 +15,7 @@ from xgrad._backend import native_kernels
 from xgrad._ops import convolution
 from xgrad._ops._conv import chunking, dispatch, geometry
 from xgrad.testing import force_conv_algorithm
-from xgrad.testing._reference_conv import (
+from xgrad._ops._conv.reference import (
     reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 
 from ._conv_checks import (  # NOQA: F401 (on_cpu_path: a fixture)

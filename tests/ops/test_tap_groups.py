@@ -16,7 +16,7 @@ from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transp
 from xgrad._ops import _tap_groups
 from xgrad._ops._conv import chunking, thresholds
 from xgrad._ops.convolution import Geometry
-from xgrad.testing._reference_conv import (
+from xgrad._ops._conv.reference import (
     reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 
 from ._conv_checks import assert_adjoint_gradients, data, record_calls, strided_5x5_checked

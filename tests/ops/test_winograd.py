@@ -13,7 +13,7 @@ from xgrad._backend import winograd_kernels
 from xgrad._ops import _winograd
 from xgrad._ops._conv import chunking
 from xgrad._ops.convolution import Geometry
-from xgrad.testing._reference_conv import (
+from xgrad._ops._conv.reference import (
     reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 from xgrad.testing import check_backward, check_double_backward, force_conv_algorithm
 

@@ -44,6 +44,8 @@ from xgrad._backend.tap_columns import transpose_into
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
 from xgrad._ops import _args, _gemm_layout, _winograd
 from xgrad._ops._conv import chunking, dispatch, geometry
+from xgrad._ops._conv.reference import (
+    reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 # (the geometry pooling shares, by these names)
 from xgrad._ops._conv.geometry import (  # NOQA: F401
     Geometry, extent, inner, out_size, pad_input, padded_zeros as _padded_zeros,
@@ -595,21 +597,7 @@ def conv_transpose(x, w, b=None, stride=1, pad=0, outsize=None, *, dilate=1, gro
 
 
 # ---------------------------------------------------------------------------
-# Registry: the naive loop references live with the testing code
-# (xgrad/testing/_reference_conv.py), imported when a check first calls them
-
-def _reference(name):
-    def reference(*args, **kwargs):
-        from xgrad.testing import _reference_conv
-        return getattr(_reference_conv, name)(*args, **kwargs)
-    reference.__name__ = reference.__qualname__ = name
-    reference.__doc__ = 'xgrad.testing._reference_conv.{}'.format(name)
-    return reference
-
-
-_reference_conv = _reference('reference_conv')
-_reference_conv_transpose = _reference('reference_conv_transpose')
-
+# Registry (its references: the loops of _conv/reference.py)
 
 register(OpInfo(
     'conv', conv, ref=_reference_conv,

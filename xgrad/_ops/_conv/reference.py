@@ -1,7 +1,10 @@
-"""conv and conv_transpose by direct loops over output positions and
-kernel taps, in float64: the references the registry's checks and the
-convolution tests hold every algorithm to (independent of the kernels in
-xgrad/_ops/convolution.py)."""
+"""Testing code: conv and conv_transpose by direct loops over output
+positions and kernel taps, in float64, the references that the registry's
+checks (``python -m xgrad check``) and the convolution tests hold every
+algorithm to. No kernel calls them; they share nothing with the kernels in
+xgrad/_ops/convolution.py. (Here, not in xgrad.testing, because the
+registry in the op library takes them as its ``ref``, and the op library
+imports nothing from the layers above it.)"""
 
 import numpy
 
