@@ -36,6 +36,7 @@ from xgrad._ops import (  # NOQA
     reshape, transpose, swapaxes, squeeze, expand_dims, copy, astype, to_device)
 from xgrad._ops import *  # NOQA: the op library (every module's __all__)
 from xgrad._ops.registry import OpInfo, Sample, Arg, registered_ops, op_info  # NOQA
+from xgrad._ops._conv.dispatch import conv_algorithm  # NOQA: which algorithm a conv takes
 from xgrad import linalg  # NOQA
 from xgrad import random  # NOQA
 from xgrad import functional  # NOQA

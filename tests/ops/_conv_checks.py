@@ -1,8 +1,26 @@
 """Checks shared by the convolution tests (test_convolution, test_polyphase,
-test_tap_groups): adjoint identities for the gradients, and a record of
-which of an algorithm's entry points a call went through."""
+test_tap_groups): adjoint identities for the gradients, a record of which
+of an algorithm's entry points a call went through, and a fixture that runs
+a test on a given CPU path."""
 
 import numpy
+import pytest
+
+from xgrad._backend import native_kernels
+
+
+@pytest.fixture
+def on_cpu_path():
+    """select(path): run the rest of the test on CPU path ``path`` (skipped
+    where this CPU lacks it); the path before is selected again after."""
+    before = native_kernels.cpu_path()
+
+    def select(path):
+        if path not in native_kernels.cpu_paths():
+            pytest.skip('this CPU has no {} path'.format(path))
+        native_kernels._select_cpu_path(path)
+    yield select
+    native_kernels._select_cpu_path(before)
 
 
 def data(shape, seed, dtype=numpy.float64):
@@ -41,7 +59,8 @@ def strided_5x5_checked(transpose, xshape, wshape, outsize):
     kernel, stride 2, pad 2, its forward checked against the float64
     reference; returns (x, w, y, x64, w64, ref, kw) for the gradients."""
     import xgrad
-    from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
+    from xgrad._ops._conv.reference import (
+        reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
     kw = dict(stride=2, pad=2, outsize=outsize) if transpose else dict(stride=2, pad=2)
     x = xgrad.array(data(xshape, 1, numpy.float32)).require_grad()
     w = xgrad.array(data(wshape, 2, numpy.float32)).require_grad()

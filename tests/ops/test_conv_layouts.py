@@ -62,12 +62,12 @@ def ref_grad_x(gy, w, xshape, s, p):
 CASES = [
     ('conv', 'winograd', (2, 4, 9, 9), (5, 4, 3, 3), 3, 1, 1),
     ('conv', 'winograd', (2, 3, 10, 10), (4, 3, 5, 5), 5, 1, 2),
-    ('conv', 'phases', (2, 4, 12, 12), (5, 4, 5, 5), 5, 2, 2),
+    ('conv', 'input_phases', (2, 4, 12, 12), (5, 4, 5, 5), 5, 2, 2),
     ('conv', 'taps', (2, 4, 7, 7), (5, 4, 3, 3), 3, 2, 1),
     ('conv', 'pointwise', (2, 4, 5, 6), (3, 4, 1, 1), 1, 1, 0),
     ('conv', 'im2col', (2, 4, 7, 7), (5, 4, 3, 3), 3, 2, 1),
     ('conv_transpose', 'output_phases', (2, 4, 6, 6), (4, 3, 5, 5), 5, 2, 2),
-    ('conv_transpose', 'phases', (2, 4, 6, 6), (4, 3, 5, 5), 5, 2, 2),
+    ('conv_transpose', 'input_phases', (2, 4, 6, 6), (4, 3, 5, 5), 5, 2, 2),
     ('conv_transpose', 'taps', (2, 4, 4, 4), (4, 3, 3, 3), 3, 2, 1),
     ('conv_transpose', 'pointwise', (2, 4, 5, 6), (4, 3, 1, 1), 1, 1, 0),
     ('conv_transpose', 'flip', (2, 4, 6, 6), (4, 3, 3, 3), 3, 1, 1),
@@ -159,7 +159,7 @@ def test_algorithm_on_layout(case, dtype, layout):
         numpy.testing.assert_array_equal(before, after)
 
 
-@pytest.mark.parametrize('algorithm', ['winograd', 'phases',
+@pytest.mark.parametrize('algorithm', ['winograd', 'input_phases',
                                        pytest.param('taps', marks=NEEDS_SGEMM),
                                        'pointwise', 'im2col'])
 def test_weight_gradient_takes_the_forced_algorithm(algorithm):

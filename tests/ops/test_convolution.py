@@ -11,11 +11,15 @@ import numpy
 import pytest
 
 import xgrad
-from xgrad._backend import gemm_kernels, native_kernels
+from xgrad._backend import native_kernels
 from xgrad._ops import convolution
-from xgrad._ops.convolution import _reference_conv, _reference_conv_transpose
+from xgrad._ops._conv import chunking, dispatch, geometry
+from xgrad.testing import force_conv_algorithm
+from xgrad._ops._conv.reference import (
+    reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 
-from ._conv_checks import assert_adjoint_gradients, data as _data, strided_5x5_checked
+from ._conv_checks import (  # NOQA: F401 (on_cpu_path: a fixture)
+    assert_adjoint_gradients, data as _data, on_cpu_path, strided_5x5_checked)
 
 # Exact assertions here (issue 24's audit; the rule is in README, "Run the
 # tests"): assert_array_equal and == on floats are used only where the
@@ -138,16 +142,15 @@ def test_a_broadcast_output_gradient_takes_the_native_columns():
         numpy.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-12)
 
 
-@pytest.mark.parametrize('tile_rows, channels, own', [
-    (8, 64, True), (8, 256, True), (6, 32, True), (6, 64, False), (6, 128, False),
-    (0, 16, True)])  # (0: no kernel of ours; sgemm declines, the BLAS runs it)
+@pytest.mark.parametrize('path, channels, own', [
+    ('avx512', 64, True), ('avx512', 256, True), ('avx2', 32, True), ('avx2', 64, False),
+    ('avx2', 128, False), ('sse2', 16, False)])  # (sse2: no kernel of ours, the BLAS runs it)
 def test_the_forward_product_goes_to_our_gemm_by_the_kernel_and_channels(
-        monkeypatch, tile_rows, channels, own):
+        monkeypatch, on_cpu_path, path, channels, own):
     """On the AVX2 kernel (6-row tiles) 64 or more output channels go to
-    the BLAS (convolution._AVX2_BLAS_FORWARD_ROWS); the result is the
+    the BLAS (thresholds' own_gemm_forward_max_rows); the result is the
     reference's either way."""
-    monkeypatch.setattr(gemm_kernels, 'tile_rows', lambda: tile_rows)
-    monkeypatch.setattr(convolution, '_host_tap_plan', lambda *args: None)  # im2col's GEMM
+    on_cpu_path(path)
     asked = []
     ours = convolution.sgemm
 
@@ -156,7 +159,8 @@ def test_the_forward_product_goes_to_our_gemm_by_the_kernel_and_channels(
         return ours(a, b, out, **kw)
     monkeypatch.setattr(convolution, 'sgemm', spy)
     x, w = _data((2, 3, 9, 9), 1, numpy.float32), _data((channels, 3, 3, 3), 2, numpy.float32)
-    y = xgrad.conv(xgrad.array(x), xgrad.array(w), stride=2, pad=1)
+    with force_conv_algorithm('im2col'):
+        y = xgrad.conv(xgrad.array(x), xgrad.array(w), stride=2, pad=1)
     assert asked == ([(channels, 27)] if own else [])
     numpy.testing.assert_allclose(y.to_numpy(), _reference_conv(x, w, stride=2, pad=1),
                                   rtol=1e-4, atol=1e-5)
@@ -353,13 +357,18 @@ def test_non_contiguous_input():
 # The kernels work on the batch a few samples at a time: force one sample per
 # chunk and compare with the references (the registry's samples fit one chunk).
 
+def _one_sample_a_chunk(monkeypatch):
+    """Chunks of one sample (xgrad/_ops/_conv/chunking.py's sizes)."""
+    monkeypatch.setattr(chunking, 'WHOLE_BATCH_ELEMENTS', 0)
+    monkeypatch.setattr(chunking, 'COLUMN_CHUNK_ELEMENTS', 1)
+    monkeypatch.setattr(chunking, 'COL2IM_CHUNK_ELEMENTS', 1)
+    monkeypatch.setattr(chunking, 'COL2IM_MIN_COLUMNS', 1)
+
+
 @pytest.mark.parametrize('stride, pad, dilate, groups', [
     (1, 1, 1, 1), (2, 1, 1, 2), ((1, 2), (0, 2), (2, 1), 1)])
 def test_chunked_kernels_match_the_references(monkeypatch, stride, pad, dilate, groups):
-    monkeypatch.setattr(convolution, '_WHOLE_BATCH_ELEMENTS', 0)
-    monkeypatch.setattr(convolution, '_CHUNK_ELEMENTS', 1)
-    monkeypatch.setattr(convolution, '_SPREAD_ELEMENTS', 1)
-    monkeypatch.setattr(convolution, '_MIN_SPREAD_COLUMNS', 1)
+    _one_sample_a_chunk(monkeypatch)
     kw = dict(stride=stride, pad=pad, dilate=dilate, groups=groups)
     x = _arr((3, 4, 7, 6), 1).require_grad()
     w = _arr((6, 4 // groups, 3, 2), 2).require_grad()
@@ -383,11 +392,11 @@ def test_chunked_kernels_match_the_references(monkeypatch, stride, pad, dilate, 
     (10, 300, 64, [(0, 3), (3, 6), (6, 9), (9, 10)]),
     (7, 5000, 16, [(0, 4), (4, 7)]),  # not one sample fits: the columns decide
     (0, 1, 1, [])])
-def test_spread_chunks_cover_the_batch_with_wide_enough_gemms(monkeypatch, n, per_sample,
+def test_col2im_chunks_cover_the_batch_with_wide_enough_gemms(monkeypatch, n, per_sample,
                                                               positions, ranges):
-    monkeypatch.setattr(convolution, '_SPREAD_ELEMENTS', 1000)
-    monkeypatch.setattr(convolution, '_MIN_SPREAD_COLUMNS', 64)
-    assert convolution._spread_chunks(n, per_sample, positions) == ranges
+    monkeypatch.setattr(chunking, 'COL2IM_CHUNK_ELEMENTS', 1000)
+    monkeypatch.setattr(chunking, 'COL2IM_MIN_COLUMNS', 64)
+    assert chunking.col2im_ranges(n, per_sample, positions) == ranges
 
 
 @pytest.mark.parametrize('whole_batch', [True, False])
@@ -398,10 +407,7 @@ def test_float32_columns_in_padded_rows_match_the_references(monkeypatch, whole_
     (256 elements), which _gemm_layout pads; one sample a chunk makes rows of
     64 elements, which it does not."""
     if not whole_batch:
-        monkeypatch.setattr(convolution, '_WHOLE_BATCH_ELEMENTS', 0)
-        monkeypatch.setattr(convolution, '_CHUNK_ELEMENTS', 1)
-        monkeypatch.setattr(convolution, '_SPREAD_ELEMENTS', 1)
-        monkeypatch.setattr(convolution, '_MIN_SPREAD_COLUMNS', 1)
+        _one_sample_a_chunk(monkeypatch)
     kw = dict(stride=2, pad=1)
     x = _arr((4, 3, 8, 8) if transpose else (4, 3, 16, 16), 1, numpy.float32).require_grad()
     w = _arr((3, 5, 3, 3) if transpose else (5, 3, 3, 3), 2, numpy.float32).require_grad()
@@ -432,15 +438,17 @@ OUTPUT_PHASE_CASES = [
 def test_conv_transpose_by_the_outputs_phases_matches_the_reference(dtype, n, c, o, h, w, k,
                                                                     s, pad, extra):
     """Each output phase as a stride-1 convolution of x with its taps of w,
-    reversed (the left pad T - 1 - d); None where a pad would be negative."""
-    assert convolution._phase_taps(8, 16, 5, 2, 2) == [(0, 0, 3, 1, 8), (1, 1, 2, 0, 8)]
+    reversed (the left pad T - 1 - d); not applied where a pad would be
+    negative."""
+    assert geometry.output_phase_taps(8, 16, 5, 2, 2) == [(0, 0, 3, 1, 8), (1, 1, 2, 0, 8)]
     x, wt = _data((n, c, h, w), 1).astype(dtype), _data((c, o, k, k), 2).astype(dtype)
     outsize = tuple(s * (size - 1) + k - 2 * pad + extra for size in (h, w))
     geom = convolution.Geometry((k, k), (s, s), (pad, pad), (1, 1), 1)
-    y = convolution._conv_transpose_phases(x, wt, geom, outsize, dtype)
-    if y is None:  # a phase would need a negative pad: never with 2s + 1 taps or
+    if not dispatch.output_phases_apply(x.shape, geom, outsize, dtype):
+        # a phase would need a negative pad: never with 2s + 1 taps or
         assert not (k >= 2 * s + 1 and 2 * pad <= k - 1)  # more and at most half padded
         return
+    y = convolution._conv_transpose_by_output_phases(x, wt, geom, outsize, dtype)
     assert y.shape == (n, o) + outsize and y.dtype == dtype
     ref = _reference_conv_transpose(x.astype(float), wt.astype(float), stride=s, pad=pad,
                                     outsize=outsize)
@@ -454,18 +462,18 @@ def test_the_output_phases_serve_conv_and_conv_transpose(monkeypatch, transpose)
     conv's input gradient and conv_transpose's forward go through the
     output's phases; values and gradients match the references."""
     taken = []
-    original = convolution._conv_transpose_phases
+    original = convolution._conv_transpose_by_output_phases
 
     def spy(*args):
         taken.append(args[0].shape)
         return original(*args)
-    monkeypatch.setattr(convolution, '_conv_transpose_phases', spy)
-    monkeypatch.setattr(convolution, '_PHASE_MIN_POSITIONS', 1)
-    x, w, y, x64, w64, ref, kwf = strided_5x5_checked(
-        transpose, (2, 6, 16, 16) if transpose else (2, 6, 32, 32), (6, 6, 5, 5), (32, 32))
-    assert bool(taken) is transpose  # conv's forward is no conv_transpose
-    gy = _arr(y.shape, 3, numpy.float32)
-    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
+    monkeypatch.setattr(convolution, '_conv_transpose_by_output_phases', spy)
+    with force_conv_algorithm('output_phases'):  # (at batch 2: too few positions to pay)
+        x, w, y, x64, w64, ref, kwf = strided_5x5_checked(
+            transpose, (2, 6, 16, 16) if transpose else (2, 6, 32, 32), (6, 6, 5, 5), (32, 32))
+        assert bool(taken) is transpose  # conv's forward is no conv_transpose
+        gy = _arr(y.shape, 3, numpy.float32)
+        gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy])
     assert taken  # conv's input gradient (conv_transpose's is a conv)
     assert_adjoint_gradients(ref, x64, w64, gy, gx, gw, kwf)
 
@@ -481,12 +489,16 @@ def test_the_output_phases_serve_conv_and_conv_transpose(monkeypatch, transpose)
     ((8, 64, 16, 16), (64, 64, 3, 3), (32, 32), False),    # 3x3: phases of 1-2 taps
     ((8, 64, 32, 32), (64, 64, 5, 5), (32, 32), False),    # stride 1
 ])
-def test_where_the_output_phases_are_taken(xshape, wshape, outsize, takes):
+@pytest.mark.parametrize('path', ['sse2', 'avx2', 'avx512'])
+def test_where_the_output_phases_are_taken(xshape, wshape, outsize, takes, path):
+    """conv_transpose of x with w (the input gradient of a conv whose input
+    is ``outsize``), on every CPU path's thresholds."""
     k = wshape[2]
     s = 1 if outsize == xshape[2:] else 2
     geom = convolution.Geometry((k, k), (s, s), (k // 2, k // 2), (1, 1), 1)
-    x = numpy.zeros(xshape, numpy.float32)
-    assert convolution._output_phases_pay(x, wshape, geom, outsize, numpy.float32) is takes
+    found = dispatch.decide('conv_transpose', True, xshape, wshape, geom, outsize,
+                            numpy.float32, path, threads=1)
+    assert (found.algorithm == 'output_phases') is takes, found
 
 
 def test_conv_transpose_weight_gradient_reuses_the_input_gradients_columns(monkeypatch):

@@ -7,10 +7,13 @@ import numpy
 import pytest
 
 import xgrad
-from xgrad._backend import gemm_kernels, winograd_kernels
-from xgrad._ops import _polyphase, _winograd, convolution
-from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
-from xgrad.testing import check_backward, check_double_backward
+from xgrad._backend import winograd_kernels
+from xgrad._ops import _polyphase, convolution
+from xgrad._ops._conv import thresholds
+from xgrad._ops.convolution import Geometry
+from xgrad._ops._conv.reference import (
+    reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
+from xgrad.testing import check_backward, check_double_backward, force_conv_algorithm
 
 from ._conv_checks import data as _data, record_calls
 
@@ -19,32 +22,22 @@ def _geom(k, s, pad):
     return Geometry((k, k), (s, s), pad if isinstance(pad, tuple) else (pad, pad), (1, 1), 1)
 
 
-def _plan(xshape, wshape, k, s, pad, transposed=False):
+def _plan(xshape, wshape, k, s, pad, transposed=False, any_size=False, rules=None):
     geom = _geom(k, s, pad)
     outsize = tuple(convolution.out_size(xshape[2 + i], k, s, geom.pad[i]) for i in range(2))
-    if transposed:  # gy (N, O, *outsize) -> x (N, C, *xshape[2:])
-        return _polyphase.plan(xshape, wshape, geom, outsize, numpy.float32, transposed=True)
-    return _polyphase.plan(xshape, wshape, geom, outsize, numpy.float32)
+    # (transposed: gy (N, O, *outsize) -> x (N, C, *xshape[2:]))
+    return _polyphase.plan(xshape, wshape, geom, outsize, numpy.float32, transposed=transposed,
+                           any_size=any_size, rules=rules)
 
 
 @pytest.fixture
 def small(monkeypatch):
-    """The Winograd thresholds lowered to one channel and one tile, so that
-    small (fast) cases take the phases; returns the entry points called."""
-    for t in _winograd.F2X2_3X3, _winograd.F4X4_3X3, _winograd.F2X2_5X5, _winograd.F4X4_5X5:
-        monkeypatch.setattr(t, 'min_channels', 1)
-        monkeypatch.setattr(t, 'min_tiles', 1)
-    monkeypatch.setattr(_polyphase, '_MIN_SAMPLE_TILES', 1)
-    monkeypatch.setattr(_polyphase, '_FORWARD_MIN_SAMPLE_TILES', 1)
-    monkeypatch.setattr(_polyphase, '_FORWARD_MIN_TILES', 1)
-    monkeypatch.setattr(_polyphase, '_FORWARD_FEW_TILES_MIN_CHANNELS', 1)
-    monkeypatch.setattr(_polyphase, '_FORWARD_FEW_TILES_MAX_CHANNELS', 1 << 30)
-    monkeypatch.setattr(_polyphase, '_MIN_TILE_USE', 0)
-    monkeypatch.setattr(_polyphase, '_FEW_TILES_MIN_CHANNELS', 1)
-    monkeypatch.setattr(_polyphase, '_MIN_TILES', 1)
-    seen = record_calls(monkeypatch, _polyphase.Phases, ('split_weight', 'merge_input'))
-    return record_calls(monkeypatch, winograd_kernels, ('filter_tiles', 'filter_gradients'),
-                        seen)
+    """The input's phases forced (force_conv_algorithm), so that small
+    (fast) cases take them; returns the entry points called."""
+    seen = record_calls(monkeypatch, _polyphase.InputPhases, ('split_weight', 'merge_input'))
+    record_calls(monkeypatch, winograd_kernels, ('filter_tiles', 'filter_gradients'), seen)
+    with force_conv_algorithm('input_phases'):
+        yield seen
 
 
 # (n, c, o, h, w, k, stride, pad): 5x5 stride 2 (3x3 phases) at several
@@ -56,7 +49,7 @@ CASES = [(2, 3, 4, 11, 9, 5, 2, 2), (1, 2, 3, 8, 8, 5, 2, 0), (2, 2, 3, 7, 10, 5
 
 @pytest.mark.parametrize('n, c, o, h, w, k, s, pad', CASES)
 def test_the_reshapes_are_each_others_adjoints(small, n, c, o, h, w, k, s, pad):
-    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad)
+    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad, any_size=True)
     assert phases is not None and phases.q == -(-k // s)
     x = _data((n, c, h, w), 1)
     p = _data((n, c * s * s) + phases.phase_size, 2)
@@ -81,7 +74,7 @@ def test_the_input_tiles_gather_the_phases_split_input_makes(small, n, c, o, h, 
     # conv and its weight gradient read x's phases straight from x (the
     # input tiles' gather): the same tiles, bit for bit, as those of the
     # split copy, including the zeros past x and past the phases' size
-    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad)
+    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad, any_size=True)
     t = phases.transform
     x = _data((n, c, h, w), 1, dtype)
     split = phases.split_input(x, dtype)
@@ -102,7 +95,7 @@ def test_the_filter_transform_gathers_the_phases_split_weight_makes(small, n, c,
     # (filter_tiles), and its weight gradient adds the transformed
     # gradients back into w's taps (filter_gradients): against G g G^T of
     # the split weights and its adjoint, G^T du G merged back
-    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad)
+    phases = _plan((n, c, h, w), (o, c, k, k), k, s, pad, any_size=True)
     t, a = phases.transform, phases.transform.a
     wt = _data((o, c, k, k), 3, dtype)
     split = phases.split_weight(wt, numpy.float64)
@@ -157,27 +150,27 @@ def test_which_convolutions_take_it(xshape, wshape, k, s, pad, takes):
     assert _polyphase.plan(xshape, wshape, geom, (16, 16), numpy.float16) is None
 
 
-def test_the_transposed_plan_asks_about_the_flipped_convolution(monkeypatch):
-    monkeypatch.setattr(gemm_kernels, 'tile_rows', lambda: 8)  # (AVX2's declines, below)
+def test_the_transposed_plan_asks_about_the_flipped_convolution():
+    avx512 = thresholds.for_path('avx512')  # (AVX2's declines, below)
     # conv_transpose's input is the output's gradient: 16->32 channels on
     # 40x40 at batch 8 seen from gy (8, 32, 20, 20); the tiles are counted
     # over gy's planes (conv's output), as for conv: 32x32 takes im2col both ways
-    assert _plan((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, transposed=True) is not None
-    assert _plan((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
-    assert _plan((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, transposed=True) is None
+    assert _plan((8, 16, 40, 40), (32, 16, 5, 5), 5, 2, 2, True, rules=avx512) is not None
+    assert _plan((8, 16, 32, 32), (32, 16, 5, 5), 5, 2, 2, True, rules=avx512) is None
+    assert _plan((1, 16, 16, 16), (32, 16, 5, 5), 5, 2, 2, True, rules=avx512) is None
 
 
-@pytest.mark.parametrize('tile_rows, float32_transposed', [(8, True), (6, False), (0, True)])
-def test_the_avx2_kernel_declines_the_float32_transposed_plan(monkeypatch, tile_rows,
-                                                              float32_transposed):
+@pytest.mark.parametrize('path, float32_transposed', [('avx512', True), ('avx2', False),
+                                                      ('sse2', True)])
+def test_the_avx2_kernel_declines_the_float32_transposed_plan(path, float32_transposed):
     # there im2col's float32 product (our own AVX2 GEMM) and col2im were
     # faster; float64 (the BLAS's product) and the forward plan are kept
-    monkeypatch.setattr(gemm_kernels, 'tile_rows', lambda: tile_rows)
     xshape, wshape = (8, 16, 56, 56), (32, 16, 5, 5)
     geom = _geom(5, 2, 2)
 
     def plan(work, transposed):
-        return _polyphase.plan(xshape, wshape, geom, (28, 28), work, transposed=transposed)
+        return _polyphase.plan(xshape, wshape, geom, (28, 28), work, transposed=transposed,
+                               rules=thresholds.for_path(path))
     assert (plan(numpy.float32, True) is not None) is float32_transposed
     assert plan(numpy.float64, True) is not None
     assert plan(numpy.float32, False) is not None and plan(numpy.float64, False) is not None

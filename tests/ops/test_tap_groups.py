@@ -3,6 +3,7 @@ every output position once and every tap that reads the image, and the
 three products match the float64 references, directly and through
 xgrad.conv / conv_transpose with their gradients."""
 
+import dataclasses
 import itertools
 
 import numpy
@@ -13,7 +14,10 @@ from xgrad._backend import gemm_kernels
 from xgrad._backend import native_kernels as K
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
 from xgrad._ops import _tap_groups
-from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
+from xgrad._ops._conv import chunking, thresholds
+from xgrad._ops.convolution import Geometry
+from xgrad._ops._conv.reference import (
+    reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 
 from ._conv_checks import assert_adjoint_gradients, data, record_calls, strided_5x5_checked
 
@@ -55,25 +59,21 @@ CASES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _avx512_tile(monkeypatch):
-    """Plan as for the AVX-512 micro-kernel's 8-row tile whatever this CPU
-    runs, so that which plans are taken does not depend on the machine
-    (the products run on the kernel this CPU has)."""
-    monkeypatch.setattr(_tap_groups, '_tile_rows', lambda: 8)
+def _rules(**changes):
+    """The AVX-512 path's thresholds (its 8-row tile) whatever this CPU runs,
+    so that which plans are taken does not depend on the machine (the
+    products run on the kernel this CPU has); a path without our GEMM keeps
+    its own (no plans). ``changes``: fields replaced."""
+    rules = thresholds.for_path('avx512') if gemm_kernels.available() else thresholds.for_path()
+    return dataclasses.replace(rules, **changes)
 
 
-def _forced_plan(monkeypatch, n, c, o, size, k, s, p):
+def _forced_plan(n, c, o, size, k, s, p):
     """The plan of the case, with the pay rules off (every case is planned)."""
-    monkeypatch.setattr(_tap_groups, '_MAX_WORK_FRACTION', float('inf'))
-    monkeypatch.setattr(_tap_groups, '_MIN_WINDOWS_PER_OUT_CHANNEL', 0)
-    monkeypatch.setattr(_tap_groups, '_MIN_WINDOWS_PER_OUT_CHANNEL_THREADED', 0)
-    monkeypatch.setattr(_tap_groups, '_MIN_PRODUCTS_THREADED', 0)
-    _tap_groups._plan.cache_clear()
-    plan = _tap_groups.plan((n, c) + size, (o, c) + k, _geometry(k, s, p), _out(size, k, s, p),
-                            numpy.float32)
-    _tap_groups._plan.cache_clear()
-    return plan
+    rules = _rules(tap_max_work_fraction=float('inf'), tap_min_windows_per_out_channel=0,
+                   tap_min_windows_per_out_channel_threaded=0, tap_min_products_threaded=0)
+    return _tap_groups.plan((n, c) + size, (o, c) + k, _geometry(k, s, p), _out(size, k, s, p),
+                            numpy.float32, rules=rules)
 
 
 def _row_major(n, size, k, s, p, outsize):
@@ -139,7 +139,7 @@ def test_classes_of_positions_skip_the_padding_of_mid_sized_images():
 
 @pytest.mark.parametrize('n, c, o, size, k, s, p', CASES)
 def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, size, k, s, p):
-    plan = _forced_plan(monkeypatch, n, c, o, size, k, s, p)
+    plan = _forced_plan(n, c, o, size, k, s, p)
     if not gemm_kernels.available():
         assert plan is None  # (the SSE2 path: no micro-kernel, im2col and the BLAS)
         return
@@ -149,12 +149,12 @@ def test_the_three_products_match_the_references(monkeypatch, path, n, c, o, siz
 @needs_gemm
 @pytest.mark.parametrize('n, chunk', [(32, 16), (32, 8), (24, 12)])
 def test_batches_in_chunks_match_the_references(monkeypatch, n, chunk):
-    """Columns past _MAX_COLUMN_ELEMENTS: the plan takes the batch in
+    """Columns past chunking.WHOLE_BATCH_ELEMENTS: the plan takes the batch in
     halves or quarters, the forward and input gradient chunk by chunk, the
     weight gradient summed over the chunks."""
     per_sample = 25 * 32 * 16  # 5x5 taps, 32 channels, 4x4 outputs (before the skipping)
-    monkeypatch.setattr(_tap_groups, '_MAX_COLUMN_ELEMENTS', chunk * per_sample)
-    plan = _forced_plan(monkeypatch, n, 32, 32, (8, 8), (5, 5), (2, 2), (2, 2))
+    monkeypatch.setattr(chunking, 'WHOLE_BATCH_ELEMENTS', chunk * per_sample)
+    plan = _forced_plan(n, 32, 32, (8, 8), (5, 5), (2, 2), (2, 2))
     assert plan.batch == chunk
     _check_products(plan, n, 32, 32, (8, 8), (5, 5), (2, 2), (2, 2))
     with pytest.raises(ValueError, match='chunks of'):
@@ -216,14 +216,15 @@ def test_conv_and_conv_transpose_take_the_groups_with_their_gradients(monkeypatc
     ((64, 256, 16, 16), (256, 256), 5, 2, 2, False),  # in eighths
     ((64, 64, 8, 8), (64, 64), 5, 2, 0, False),    # no padding
 ])
-def test_where_the_groups_are_taken(monkeypatch, xshape, wshape, k, s, p, takes):
+def test_where_the_groups_are_taken(xshape, wshape, k, s, p, takes):
     """On one thread (on more, 4 GEMM columns an output channel at least)."""
-    monkeypatch.setattr(K, 'max_threads', lambda: 1)
     geom = _geometry((k, k), (s, s), (p, p))
     plan = _tap_groups.plan(xshape, wshape + (k, k), geom, _out(xshape[2:], (k, k), (s, s),
-                                                                 (p, p)), numpy.float32)
+                                                                 (p, p)), numpy.float32,
+                            rules=_rules(), threads=1)
     assert (plan is not None) is (takes and gemm_kernels.available())
-    assert _tap_groups.plan(xshape, wshape + (k, k), geom, (4, 4), numpy.float64) is None
+    assert _tap_groups.plan(xshape, wshape + (k, k), geom, (4, 4), numpy.float64,
+                            rules=_rules(), threads=1) is None
 
 
 @pytest.mark.parametrize('xshape, wshape, k, s, p, takes', [
@@ -232,38 +233,32 @@ def test_where_the_groups_are_taken(monkeypatch, xshape, wshape, k, s, p, takes)
     ((64, 64, 8, 8), (64, 64), 5, 2, 2, True),     # 64 rows: a partial tile in 11
     ((12, 64, 8, 8), (64, 64), 5, 2, 2, True),     # 12 rows: two whole tiles
 ])
-def test_the_avx2_tile_of_6_rows_declines_groups_of_8(monkeypatch, xshape, wshape, k, s, p,
-                                                     takes):
+def test_the_avx2_tile_of_6_rows_declines_groups_of_8(xshape, wshape, k, s, p, takes):
     """With the AVX2 kernel's 6-row tile a partial tile counts as two
-    (_PARTIAL_TILE_COST): batch 8 plans lose there, batch 64 ones pay."""
-    monkeypatch.setattr(K, 'max_threads', lambda: 1)
-    monkeypatch.setattr(_tap_groups, '_tile_rows', lambda: 6)
-    monkeypatch.setattr(gemm_kernels, 'available', lambda: True)
+    (tap_partial_tile_cost): batch 8 plans lose there, batch 64 ones pay."""
     geom = _geometry((k, k), (s, s), (p, p))
     plan = _tap_groups.plan(xshape, wshape + (k, k), geom, _out(xshape[2:], (k, k), (s, s),
-                                                                 (p, p)), numpy.float32)
+                                                                 (p, p)), numpy.float32,
+                            rules=thresholds.for_path('avx2'), threads=1)
     assert (plan is not None) is takes
 
 
-@pytest.mark.parametrize('tile, xshape, o, k, takes', [
-    (6, (32, 16, 8, 8), 32, 3, False),  # 0.85 of the products, 32 channels at batch 32
-    (6, (64, 16, 8, 8), 32, 3, True),   # 0.86 at batch 64
-    (6, (12, 64, 8, 8), 64, 3, False),  # 0.84, 64 channels at batch 12
-    (6, (16, 64, 8, 8), 64, 3, True),   # 0.85 at batch 16
-    (6, (12, 64, 8, 8), 64, 5, True),   # 0.72
-    (8, (32, 16, 8, 8), 32, 3, True),   # (the AVX-512 tile: no such rule)
+@pytest.mark.parametrize('path, xshape, o, k, takes', [
+    ('avx2', (32, 16, 8, 8), 32, 3, False),  # 0.85 of the products, 32 channels at batch 32
+    ('avx2', (64, 16, 8, 8), 32, 3, True),   # 0.86 at batch 64
+    ('avx2', (12, 64, 8, 8), 64, 3, False),  # 0.84, 64 channels at batch 12
+    ('avx2', (16, 64, 8, 8), 64, 3, True),   # 0.85 at batch 16
+    ('avx2', (12, 64, 8, 8), 64, 5, True),   # 0.72
+    ('avx512', (32, 16, 8, 8), 32, 3, True),  # (the AVX-512 tile: no such rule)
 ])
-def test_the_avx2_tile_declines_marginal_plans_of_small_batches(
-        monkeypatch, tile, xshape, o, k, takes):
-    """On the AVX2 kernel plans above _AVX2_MARGINAL_FRACTION of im2col's
+def test_the_avx2_tile_declines_marginal_plans_of_small_batches(path, xshape, o, k, takes):
+    """On the AVX2 kernel plans above tap_marginal's fraction of im2col's
     products lost to it under 16 samples, or 64 with fewer than 64 output
     channels."""
-    monkeypatch.setattr(K, 'max_threads', lambda: 1)
-    monkeypatch.setattr(_tap_groups, '_tile_rows', lambda: tile)
-    monkeypatch.setattr(gemm_kernels, 'available', lambda: True)
     geom = _geometry((k, k), (2, 2), (k // 2, k // 2))
     plan = _tap_groups.plan(xshape, (o, xshape[1], k, k), geom,
-                            _out(xshape[2:], (k, k), (2, 2), (k // 2, k // 2)), numpy.float32)
+                            _out(xshape[2:], (k, k), (2, 2), (k // 2, k // 2)), numpy.float32,
+                            rules=thresholds.for_path(path), threads=1)
     assert (plan is not None) is takes
 
 
@@ -273,9 +268,10 @@ def test_a_partial_tile_counts_by_the_kernel():
     groups = numpy.array([[0, 1, 0, 5, 0, 5]])
     full = 8 * 25
     assert _tap_groups._work_fraction(groups, 8, (5, 5), (1, 1), 8) == pytest.approx(1.0)
-    assert _tap_groups._work_fraction(groups, 8, (5, 5), (1, 1), 6) == pytest.approx(
+    avx2 = thresholds.for_path('avx2').tap_partial_tile_cost
+    assert _tap_groups._work_fraction(groups, 8, (5, 5), (1, 1), 6, avx2) == pytest.approx(
         18 * 25 / full)
-    assert _tap_groups._work_fraction(groups, 12, (5, 5), (1, 1), 6) == pytest.approx(1.0)
+    assert _tap_groups._work_fraction(groups, 12, (5, 5), (1, 1), 6, avx2) == pytest.approx(1.0)
 
 
 def test_the_kernels_refuse_operands_outside_their_layout():
@@ -371,7 +367,7 @@ def test_python_threads_each_have_their_own_scratch():
     at a time) get what each gets alone."""
     import threading
     plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
-                            (4, 4), numpy.float32)
+                            (4, 4), numpy.float32, rules=_rules())
     assert plan is not None
     inputs = [(data((64, 32, 8, 8), s).astype(numpy.float32),
                data((32, 32, 5, 5), s + 10).astype(numpy.float32),
@@ -402,7 +398,7 @@ def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
     is summed by one thread in the blocks' order, so the split gives one
     thread's values bit for bit."""
     plan = _tap_groups.plan((64, 32, 8, 8), (32, 32, 5, 5), _geometry((5, 5), (2, 2), (2, 2)),
-                            (4, 4), numpy.float32)
+                            (4, 4), numpy.float32, rules=_rules())
     spec = getattr(plan, blocks)
     positions, kk_c = plan._columns_shape
     shapes = {'forward': ((positions, kk_c), (kk_c, 32), (positions, 32)),
@@ -427,16 +423,15 @@ def test_sgemm_blocks_split_over_threads_as_one_thread_does(blocks):
 
 
 @pytest.mark.parametrize('threads, takes', [(1, True), (2, False), (8, False)])
-def test_more_threads_take_the_groups_with_more_columns_and_products(monkeypatch, threads,
-                                                                     takes):
-    monkeypatch.setattr(K, 'max_threads', lambda: threads)
+def test_more_threads_take_the_groups_with_more_columns_and_products(threads, takes):
     geom = _geometry((5, 5), (1, 1), (2, 2))
+    kw = dict(rules=_rules(), threads=threads)
     one_a_channel = _tap_groups.plan((8, 128, 4, 4), (128, 128, 5, 5), geom, (4, 4),
-                                     numpy.float32)
+                                     numpy.float32, **kw)
     four_a_channel = _tap_groups.plan((32, 128, 4, 4), (128, 128, 5, 5), geom, (4, 4),
-                                      numpy.float32)
+                                      numpy.float32, **kw)
     geom = _geometry((3, 3), (2, 2), (1, 1))
-    small = _tap_groups.plan((64, 16, 8, 8), (32, 16, 3, 3), geom, (4, 4), numpy.float32)
+    small = _tap_groups.plan((64, 16, 8, 8), (32, 16, 3, 3), geom, (4, 4), numpy.float32, **kw)
     assert (one_a_channel is not None) is (takes and gemm_kernels.available())
     assert (four_a_channel is not None) is gemm_kernels.available()
     assert (small is not None) is (takes and gemm_kernels.available())

@@ -10,9 +10,12 @@ import pytest
 
 import xgrad
 from xgrad._backend import winograd_kernels
-from xgrad._ops import _winograd, convolution
-from xgrad._ops.convolution import Geometry, _reference_conv, _reference_conv_transpose
-from xgrad.testing import check_backward, check_double_backward
+from xgrad._ops import _winograd
+from xgrad._ops._conv import chunking
+from xgrad._ops.convolution import Geometry
+from xgrad._ops._conv.reference import (
+    reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
+from xgrad.testing import check_backward, check_double_backward, force_conv_algorithm
 
 F3, F4, F5 = _winograd.F2X2_3X3, _winograd.F4X4_3X3, _winograd.F2X2_5X5
 F45 = _winograd.F4X4_5X5
@@ -258,12 +261,9 @@ def test_which_convolutions_take_it(xshape, wshape, geom, outsize, takes):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """The Winograd entry points called, by name; the size thresholds
-    lowered to 16 channels and one tile, so that small (fast) cases take it
-    (F(2x2, 3x3) for 3x3 unless a test chooses with ``use``)."""
-    for t in ALL:
-        monkeypatch.setattr(t, 'min_channels', 16)
-        monkeypatch.setattr(t, 'min_tiles', 1)
+    """The Winograd entry points called, by name, with Winograd forced
+    (force_conv_algorithm), so that small (fast) cases take it (F(2x2, 3x3)
+    for 3x3 unless a test chooses with ``use``)."""
     monkeypatch.setitem(_winograd.TRANSFORMS, 3, (F3,))
     seen = []
     for name in ('conv', 'grad_weight'):
@@ -273,7 +273,8 @@ def calls(monkeypatch):
             seen.append(_name)
             return _original(*args, **kwargs)
         monkeypatch.setattr(_winograd, name, spy)
-    return seen
+    with force_conv_algorithm('winograd'):
+        yield seen
 
 
 @pytest.fixture
@@ -349,10 +350,10 @@ def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, use, t,
     whole = xgrad.grad([xgrad.conv(*inputs, pad=k // 2)], inputs,
                        grad_outputs=[xgrad.array(gy)])
     th, tw = t.tile_counts((6, 5))
-    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', t.a ** 2 * 16 * th * tw * 2)  # 2 a chunk
-    monkeypatch.setattr(_winograd, '_MIN_CHUNK_TILES', 1)
+    monkeypatch.setattr(chunking, 'WINOGRAD_CHUNK_ELEMENTS', t.a ** 2 * 16 * th * tw * 2)  # 2
+    monkeypatch.setattr(chunking, 'WINOGRAD_MIN_CHUNK_TILES', 1)
     if not keep:
-        monkeypatch.setattr(_winograd, '_KEEP_ELEMENTS', 0)
+        monkeypatch.setattr(chunking, 'WHOLE_BATCH_ELEMENTS', 0)
     tiles = []
     chunked = xgrad.grad([xgrad.conv(*inputs, pad=k // 2)], inputs,
                          grad_outputs=[xgrad.array(gy)])
@@ -364,13 +365,13 @@ def test_chunked_batches_give_the_whole_batch_result(monkeypatch, calls, use, t,
 
 def test_a_chunk_holds_at_least_the_minimum_tiles(monkeypatch):
     # cache-sized chunks of 1 sample, but at least 5 tiles of 2 a sample: 3 samples a chunk
-    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', 10)
-    monkeypatch.setattr(_winograd, '_MIN_CHUNK_TILES', 5)
-    assert _winograd._sample_chunks(7, 2, 5) == [(0, 3), (3, 6), (6, 7)]
-    monkeypatch.setattr(_winograd, '_MIN_CHUNK_TILES', 1)
-    assert _winograd._sample_chunks(3, 2, 5) == [(0, 1), (1, 2), (2, 3)]
-    monkeypatch.setattr(_winograd, '_CHUNK_ELEMENTS', 1 << 20)
-    assert _winograd._sample_chunks(3, 2, 5) == [(0, 3)]
+    monkeypatch.setattr(chunking, 'WINOGRAD_CHUNK_ELEMENTS', 10)
+    monkeypatch.setattr(chunking, 'WINOGRAD_MIN_CHUNK_TILES', 5)
+    assert chunking.winograd_ranges(7, 2, 5) == [(0, 3), (3, 6), (6, 7)]
+    monkeypatch.setattr(chunking, 'WINOGRAD_MIN_CHUNK_TILES', 1)
+    assert chunking.winograd_ranges(3, 2, 5) == [(0, 1), (1, 2), (2, 3)]
+    monkeypatch.setattr(chunking, 'WINOGRAD_CHUNK_ELEMENTS', 1 << 20)
+    assert chunking.winograd_ranges(3, 2, 5) == [(0, 3)]
 
 
 @pytest.mark.parametrize('t', ALL, ids=ALL_IDS)
@@ -407,9 +408,8 @@ def test_the_im2col_path_gives_the_same_float32_gradients(monkeypatch, calls, us
         return [y] + list(xgrad.grad([y], inputs, grad_outputs=[gy]))
     winograd = grads()
     assert calls == ['conv', 'conv', 'grad_weight']
-    monkeypatch.setattr(t, 'min_channels', 1 << 30)
-    convolution.clear_choices()  # (conv keeps its choice for these shapes)
-    im2col = grads()
+    with force_conv_algorithm('im2col'):
+        im2col = grads()
     assert len(calls) == 3
     for a, b_ in zip(winograd, im2col):
         a, b_ = a.to_numpy(), b_.to_numpy()

@@ -34,16 +34,14 @@ against a layout with the positions as columns (tiles of 32), groups of
 one position at batch 8 are exact on AVX-512 (5x5 stride 1 on 4x4,
 128->128 at batch 8: 0.84x that layout's step). On AVX2 the same group is
 a tile and a third, computed as two: the plan counts its products so
-(_work_fraction) and is declined where that leaves too little saved. The
+(_work_fraction, tap_partial_tile_cost) and is declined where that
+leaves too little saved. The
 channels, the batch and the weights' axes move by transposing copies of
 8x8 tiles (tap_columns.transpose_into).
-Taken for float32 on xgrad's own GEMM (gemm_kernels.available()), one
-channel group, no dilation, 16+ channels each side, batch _MIN_BATCH+,
-_MIN_WINDOWS_PER_OUT_CHANNEL+ windows an output channel (on more
-threads: _MIN_WINDOWS_PER_OUT_CHANNEL_THREADED+, and products of
-_MIN_PRODUCTS_THREADED+ multiply-adds), where the groups skip at least
-1 - _MAX_WORK_FRACTION of the products; the batch in up to four chunks
-whose columns are at most _MAX_COLUMN_ELEMENTS elements.
+Taken for float32 on xgrad's own GEMM, one channel group, no dilation,
+where the thresholds of the CPU path (thresholds.Thresholds.tap_*) say
+the skipped products pay; the batch in up to four chunks whose columns
+are at most chunking.WHOLE_BATCH_ELEMENTS elements.
 """
 
 import collections
@@ -53,89 +51,18 @@ import numpy
 
 from xgrad._backend import gemm_kernels, native_kernels, workspace
 from xgrad._backend.tap_columns import add_tap_columns, fill_tap_columns, transpose_into
+from xgrad._ops._conv import chunking, thresholds
 
 # A group's GEMMs have at least a micro-kernel tile of rows (tile_rows());
 # the plan's last group may be merged into the one before. This tile where
 # none is given (the AVX-512 kernel's; tests give it to plan alike on any
 # CPU).
 _DEFAULT_TILE_ROWS = 8
-# Below 8 samples the groups of few positions take the unions of their
-# rectangles (one thread, 64->64 5x5 stride 2 on 8x8 at batch 4: 1.11x
-# im2col's time; at batch 1 most plans skip under 10% of the products).
-_MIN_BATCH = 8
-_MIN_CHANNELS = 16
-# Each op moves the weights between layouts once or twice, and the groups
-# cut the GEMMs into smaller ones: with fewer windows (batch times output
-# positions, the GEMMs' rows) than output channels the weights outweigh
-# the columns (one thread, with the windows as the GEMMs' columns, the
-# layout before this one: 256->256 3x3 on 4x4 at batch 8, half a window a
-# channel: 1.03x im2col's time; 128->128, one a channel: 0.93x). On more
-# threads the groups' GEMMs, fills and copies are each split, and where
-# they are small the handoffs cost more than the halves save: two threads,
-# 128->128 5x5 stride 2 on 8x8 at batch 8 (one window a channel),
-# 1.09-1.11x; 64->64 5x5 stride 2 on 4x4 at batch 64 (four a channel),
-# 0.53x.
-# Likewise for small products: on more threads, im2col's forward product
-# must be at least this many multiply-adds (16->32 3x3 stride 2 on 8x8 at
-# batch 64, 4.7M: 1.14-1.16x on two threads, 0.90x on one).
-_MIN_WINDOWS_PER_OUT_CHANNEL = 1
-_MIN_WINDOWS_PER_OUT_CHANNEL_THREADED = 4
-_MIN_PRODUCTS_THREADED = 1 << 24
-# Taken when the groups do at most this fraction of im2col's products (in
-# whole micro-kernel tiles, _work_fraction).
-_MAX_WORK_FRACTION = 0.9
-# On the AVX2 kernel (6-row tiles) plans above _AVX2_MARGINAL_FRACTION lost
-# to im2col at batches under _AVX2_MARGINAL_MIN_BATCH, and with fewer than
-# _AVX2_MARGINAL_MIN_CHANNELS output channels under
-# _AVX2_MARGINAL_FEW_CHANNELS_MIN_BATCH. One thread, Zen 3, steps over
-# torch's time, plan -> im2col (paired, in one process): 16->32 3x3 on 8x8
-# at batch 8 0.90 -> 0.76 (stride 1), 0.67 -> 0.55 (stride 2), at 16 0.68
-# -> 0.56, at 24 0.64 -> 0.58; 5x5 stride 2 on 16x16 at batch 8 0.92 ->
-# 0.82 (conv_transpose 0.89 -> 0.79), at 12 0.89 -> 0.80, at 32 1.02 ->
-# 0.96; 64->64 at batch 8, 3x3 stride 2 on 8x8 0.74 -> 0.61, 5x5 on 16x16
-# 0.95 -> 0.90, at 12, 3x3 0.68 -> 0.63; 128->128 3x3 at batch 8 0.71 ->
-# 0.63. Kept: batch 64 (16->32 5x5 stride 2 on 16x16, conv_transpose, 1.06
-# against 1.11 in fresh processes; 64->64 0.96 against 1.08; 128->128 3x3
-# stride 2 on 8x8 0.72 against 0.80), 64->64 at batch 16 (5x5 stride 2 on
-# 16x16, 1.03 against 1.05), and the plans at or under 0.8 (16->32 5x5
-# stride 2 on 8x8 at batch 64, 0.79 of the products: 0.82 against 0.88).
-_AVX2_MARGINAL_FRACTION = 0.8
-_AVX2_MARGINAL_MIN_BATCH = 16
-_AVX2_MARGINAL_MIN_CHANNELS = 64
-_AVX2_MARGINAL_FEW_CHANNELS_MIN_BATCH = 64
-# The columns are built for a chunk of the batch at a time, the whole batch
-# or its half or quarter (8+ samples), the largest whose columns are at
-# most this many elements (16 MiB of float32, convolution.py's whole-batch
-# limit): past it they leave the caches, and im2col's batch chunks win
-# (64->64 5x5 stride 2 on 16x16 at batch 64, 5.6M elements: 1.23x
-# im2col's step; in halves, 0.85-0.89x; 128->128 in quarters 0.89-0.99x).
-# Not in eighths: each chunk packs the weights again (256->256 on 16x16 at
-# batch 64: 1.17x).
-_MAX_COLUMN_ELEMENTS = 1 << 22
+# Where the groups pay: thresholds.Thresholds.tap_* (docs/conv_thresholds.md).
 
-# What a partial tile (a group's rows past its whole tiles) costs, in
-# whole tiles, by the micro-kernel's rows: it packs its rows of A and adds
-# its results through a scratch tile, and with few rows it is a pass over
-# the weights for a third of a tile's products. AVX-512 (8 rows): as a
-# whole tile (batch 12, 12 rows a position: the plan 0.87-0.97x im2col's
-# step). AVX2 (6 rows), where a position at batch 8 is 8 rows: counted as
-# a whole tile, 128->128 5x5 on 4x4 at batch 8 (0.74 of the products)
-# took 1.13x im2col's step and 64->64 5x5 stride 2 on 8x8 (0.86) 1.14x;
-# counted as two, both are declined, and the plans at batch 64 (a partial
-# tile in 11) are kept (64->64 5x5 stride 2 on 8x8: 0.80x).
-_PARTIAL_TILE_COST = {gemm_kernels.AVX2_TILE_ROWS: 2.0}  # others: 1.0
-
-# Classes of positions (_class_groups) instead of row-major runs where they
-# do at least this fraction of im2col's products fewer: their order costs a
-# gather of y and of gy.
-_CLASS_GAIN = 0.02
-
-_Plan = collections.namedtuple(
-    '_Plan', 'batch channels out_channels spatial ksize stride pad outsize groups order '
-             'forward input_grad weight_grad work_fraction')
-
-
-class TapPlan(_Plan):
+class TapPlan(collections.namedtuple(
+        'TapPlan', 'batch channels out_channels spatial ksize stride pad outsize groups order '
+                   'forward input_grad weight_grad work_fraction')):
     """The groups of one convolution, x (batch, channels, *spatial), w
     (out_channels, channels, *ksize), and the three GEMM block lists
     (rows of sgemm_blocks) over them."""
@@ -182,7 +109,7 @@ class TapPlan(_Plan):
         if n % self.batch:
             raise ValueError('tap groups: a batch of {} in a plan for chunks of {}'.format(
                 n, self.batch))
-        return [(lo, lo + self.batch) for lo in range(0, n, self.batch)]
+        return chunking.ranges(n, self.batch)
 
     def _weights_taps_last(self, w):
         """w (O, C, kh, kw) as the matrix (O, kh kw C), in scratch."""
@@ -353,14 +280,14 @@ def _class_groups(n, spatial, ksize, stride, pad, outsize, by=(True, True),
             numpy.array(table, dtype=numpy.int64).reshape(-1, 6))
 
 
-def _work_fraction(groups, n, ksize, outsize, tile=_DEFAULT_TILE_ROWS):
+def _work_fraction(groups, n, ksize, outsize, tile=_DEFAULT_TILE_ROWS, partial_cost=1.0):
     """The groups' products over im2col's, each group's GEMM rows rounded
     up to whole micro-kernel tiles of ``tile`` rows (the kernel computes a
-    partial tile whole), a partial tile counted _PARTIAL_TILE_COST[tile]
-    whole ones."""
+    partial tile whole), a partial tile counted ``partial_cost`` whole
+    ones."""
     count = (groups[:, 1] - groups[:, 0]) * n
     whole = count // tile
-    rows = (whole + (count > whole * tile) * _PARTIAL_TILE_COST.get(tile, 1.0)) * tile
+    rows = (whole + (count > whole * tile) * partial_cost) * tile
     area = rows * (groups[:, 3] - groups[:, 2]) * (groups[:, 5] - groups[:, 4])
     return float(area.sum()) / max(1, ksize[0] * ksize[1] * outsize[0] * outsize[1] * n)
 
@@ -382,74 +309,86 @@ def _blocks(groups, n, c, o, kw):
                  for b in (forward, input_grad, weight_grad))
 
 
+_AVX512 = thresholds.THRESHOLDS['avx512']
+
+
 @functools.lru_cache(maxsize=256)
 def _plan(n, c, o, spatial, ksize, stride, pad, outsize, tile=_DEFAULT_TILE_ROWS,
-          any_size=False):
+          any_size=False, partial_cost=_AVX512.tap_partial_tile_cost,
+          max_fraction=_AVX512.tap_max_work_fraction, class_gain=_AVX512.tap_class_gain):
+    """The TapPlan of one chunk of ``n`` samples, or None where its groups do
+    more than ``max_fraction`` of im2col's products (unless ``any_size``)."""
+    def fraction_of(groups):
+        return _work_fraction(groups, n, ksize, outsize, tile, partial_cost)
+
     groups, order = _groups(n, spatial, ksize, stride, pad, outsize, tile), None
-    fraction = _work_fraction(groups, n, ksize, outsize, tile)
+    fraction = fraction_of(groups)
     classed = min((_class_groups(n, spatial, ksize, stride, pad, outsize, by, tile)
                    for by in ((True, True), (True, False), (False, True))),
-                  key=lambda c: _work_fraction(c[1], n, ksize, outsize, tile))
-    if _work_fraction(classed[1], n, ksize, outsize, tile) <= fraction - _CLASS_GAIN:
+                  key=lambda c: fraction_of(c[1]))
+    if fraction_of(classed[1]) <= fraction - class_gain:
         order, groups = classed
-        fraction = _work_fraction(groups, n, ksize, outsize, tile)
+        fraction = fraction_of(groups)
     area = (groups[:, 1] - groups[:, 0]) * (groups[:, 3] - groups[:, 2]) * (
         groups[:, 5] - groups[:, 4])
     forward, input_grad, weight_grad = _blocks(groups, n, c, o, ksize[1])
     # (the forward leaves the columns of a group without taps unwritten)
-    if (fraction > _MAX_WORK_FRACTION and not any_size) or not area.all():
+    if (fraction > max_fraction and not any_size) or not area.all():
         return None
     return TapPlan(n, c, o, spatial, ksize, stride, pad, outsize, groups, order, forward,
                    input_grad, weight_grad, fraction)
 
 
-def _pays_on_these_threads(xshape, wshape, outsize):
+def _pays_on_these_threads(xshape, wshape, outsize, rules, threads):
     """The rules on windows an output channel and on the product's size,
     which are stricter when the pool has more than one thread."""
     windows = xshape[0] * outsize[0] * outsize[1]
-    if native_kernels.max_threads() == 1:
-        return windows >= _MIN_WINDOWS_PER_OUT_CHANNEL * wshape[0]
+    if threads == 1:
+        return windows >= rules.tap_min_windows_per_out_channel * wshape[0]
     products = windows * wshape[0] * wshape[1] * wshape[2] * wshape[3]
-    return (windows >= _MIN_WINDOWS_PER_OUT_CHANNEL_THREADED * wshape[0]
-            and products >= _MIN_PRODUCTS_THREADED)
+    return (windows >= rules.tap_min_windows_per_out_channel_threaded * wshape[0]
+            and products >= rules.tap_min_products_threaded)
 
 
-def _tile_rows():
-    """The micro-kernel's tile rows on the dispatch path selected now."""
-    return gemm_kernels.tile_rows()
-
-
-def plan(xshape, wshape, geom, outsize, work, any_size=False):
+def plan(xshape, wshape, geom, outsize, work, any_size=False, rules=None, threads=None):
     """The TapPlan of conv(x, w) (x of ``xshape`` (N, C, h, w), w of
-    ``wshape``) with output ``outsize`` where it pays, else None.
-    ``any_size``: wherever the tap groups can compute it, whether or not
-    they pay (a forced algorithm)."""
+    ``wshape``) with output ``outsize`` where it pays by ``rules`` (a
+    thresholds.Thresholds; None: the CPU path's) on ``threads`` threads
+    (None: the pool's), else None. ``any_size``: wherever the tap groups
+    can compute it, whether or not they pay (a forced algorithm)."""
+    rules = rules or thresholds.for_path()
+    tile = rules.tap_tile_rows
     if (len(xshape) != 4 or len(wshape) != 4 or len(geom.ksize) != 2 or geom.groups != 1
             or tuple(geom.dilate) != (1, 1) or numpy.dtype(work) != numpy.float32
-            or wshape[1] != xshape[1] or not gemm_kernels.available()):
+            or wshape[1] != xshape[1] or tile is None):
         return None
+    shape = (xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize), tuple(geom.stride),
+             tuple(geom.pad), tuple(outsize), tile)
+    costs = (rules.tap_partial_tile_cost, rules.tap_max_work_fraction, rules.tap_class_gain)
     if any_size:
-        return _plan(xshape[0], xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
-                     tuple(geom.stride), tuple(geom.pad), tuple(outsize), _tile_rows(),
-                     any_size=True)
-    if (xshape[0] < _MIN_BATCH or min(wshape[:2]) < _MIN_CHANNELS
-            or not _pays_on_these_threads(xshape, wshape, outsize)):
+        return _plan(xshape[0], *shape, True, *costs)
+    if threads is None:
+        threads = native_kernels.max_threads()
+    if (xshape[0] < rules.tap_min_batch or min(wshape[:2]) < rules.tap_min_channels
+            or not _pays_on_these_threads(xshape, wshape, outsize, rules, threads)):
         return None
     n = xshape[0]
-    for chunk in [n] + [n // d for d in (2, 4) if n % d == 0 and n // d >= _MIN_BATCH]:
-        found = _plan(chunk, xshape[1], wshape[0], tuple(xshape[2:]), tuple(geom.ksize),
-                      tuple(geom.stride), tuple(geom.pad), tuple(outsize), _tile_rows())
+    for chunk in [n] + [n // d for d in (2, 4) if n % d == 0 and n // d >= rules.tap_min_batch]:
+        found = _plan(chunk, *shape, False, *costs)
         if found is None:
             return None
         if found.work_fraction * found._columns_shape[0] * found._columns_shape[1] \
-                <= _MAX_COLUMN_ELEMENTS:
-            return None if _marginal_on_avx2(found, n, wshape[0]) else found
+                <= chunking.WHOLE_BATCH_ELEMENTS:
+            return None if _marginal(found, n, wshape[0], rules) else found
     return None
 
 
-def _marginal_on_avx2(plan, n, out_channels):
-    """Whether the AVX2 kernel declines ``plan`` (see _AVX2_MARGINAL_FRACTION)."""
-    min_batch = (_AVX2_MARGINAL_MIN_BATCH if out_channels >= _AVX2_MARGINAL_MIN_CHANNELS
-                 else _AVX2_MARGINAL_FEW_CHANNELS_MIN_BATCH)
-    return (_tile_rows() == gemm_kernels.AVX2_TILE_ROWS
-            and plan.work_fraction > _AVX2_MARGINAL_FRACTION and n < min_batch)
+def _marginal(plan, n, out_channels, rules):
+    """Whether ``rules`` decline ``plan`` as marginal (tap_marginal: on the
+    AVX2 kernel, plans that skip few products at small batches)."""
+    if rules.tap_marginal is None:
+        return False
+    fraction, min_batch, channels, few_channels_min_batch = rules.tap_marginal
+    if out_channels < channels:
+        min_batch = few_channels_min_batch
+    return plan.work_fraction > fraction and n < min_batch

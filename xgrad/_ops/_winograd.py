@@ -8,7 +8,7 @@ Why: im2col + one GEMM does r^2 multiply-adds per output and input channel
 (9 or 25); the transformed products do a^2 / m^2 (2.25, 4 or 9), as a^2
 GEMMs of the same K (input channels) that OpenBLAS runs at nearly the rate
 of the one large GEMM. With enough channels and tiles that is what decides
-(``Transform.min_channels``, ``min_tiles``); with fewer the a^2 GEMMs are
+(thresholds.Thresholds.winograd); with fewer the a^2 GEMMs are
 too thin and im2col's single GEMM (K = r^2 C) wins.
 
 Three passes use it, the same transform for each:
@@ -18,7 +18,7 @@ Three passes use it, the same transform for each:
 * the input gradient, a convolution with the flipped kernel when stride is
   1 (``convolution.conv_transpose_kernel``'s flip path), so the forward;
 * the weight gradient, the adjoint in g: gw = G^T [sum over tiles of
-  (A gy A^T) * V] G, with the forward's V kept (up to _KEEP_ELEMENTS).
+  (A gy A^T) * V] G, with the forward's V kept (up to chunking.WHOLE_BATCH_ELEMENTS).
 
 The matrices come from the Toom-Cook construction (A^T and G Vandermonde
 matrices of the interpolation points, B^T the inverse's transpose, its
@@ -38,29 +38,13 @@ import numpy
 
 from xgrad._backend import winograd_kernels, workspace
 from xgrad._ops import _gemm_layout
-
-# Samples per chunk: the transformed tiles of a chunk stay under this many
-# elements (2 MiB of float32), so that the a^2 GEMMs read them and write
-# their products from cache, not memory. 16->32 channels, 5x5, 16x16,
-# batch 64, forward + both gradients: 35 ms with chunks of 4M elements,
-# 25 ms with 1M, 22 ms with 512K; 64->64 on 16x16, batch 8: 14.2 -> 12.2 ms.
-_CHUNK_ELEMENTS = 1 << 19
-# ... but at least this many tiles a chunk: the a^2 GEMMs are (O, C) times
-# (C, tiles), and with many channels the cache-sized chunk holds a few
-# dozen tiles (14 for 1,024 channels), too thin a product for the BLAS, and
-# each chunk reads the (a^2, O, C) filters from memory again. 5x5 stride 2
-# over 256->256 channels' phases (1,024 of them), 8x8 images, batch 64: 306
-# -> 150 ms; 128->128 on 32x32, batch 8: 91 -> 54 ms.
-_MIN_CHUNK_TILES = 128
-# The forward keeps its transformed input tiles for the weight gradient
-# (saves transforming x again) up to this many elements (16 MiB of float32).
-_KEEP_ELEMENTS = 1 << 22
-
+from xgrad._ops._conv import chunking, thresholds
 
 class Transform:
-    """F(m x m, r x r): its matrices and where it pays over im2col."""
+    """F(m x m, r x r): its matrices."""
 
-    def __init__(self, a_t, g, b_t, min_channels, min_tiles, unrolled=False):
+    def __init__(self, name, a_t, g, b_t, unrolled=False):
+        self.name = name  # (its key in thresholds.Thresholds.winograd)
         self.a_t = numpy.array(a_t, float)  # (m, a)
         self.g = numpy.array(g, float)  # (a, r)
         self.b_t = numpy.array(b_t, float)  # (a, a)
@@ -70,22 +54,22 @@ class Transform:
         # times g flattened; so all filters are one GEMM, straight into the
         # (a^2, O, C) layout.
         self.gg = numpy.kron(self.g, self.g)
-        self.min_channels = min_channels
-        self.min_tiles = min_tiles
         # F(2x2, 3x3) has kernels with its matrices written out (faster)
         self.unrolled = unrolled
 
     def tile_counts(self, outsize):
         return winograd_kernels.tile_counts(outsize[0], outsize[1], self.m)
 
-    def input_tiles(self, x, v, pad, phases=None):
+    def input_tiles(self, x, v, pad, input_phases=None):
         """v = B^T d B of x's tiles (winograd_kernels.input_tiles); with
-        ``phases`` (a _polyphase.Phases), of the tiles of x's phases."""
-        if phases is not None:
+        ``input_phases`` (a _polyphase.InputPhases), of the tiles of x's
+        phases."""
+        if input_phases is not None:
             if self.unrolled:
                 raise ValueError('the phases take a transform of 4x4 blocks or larger')
-            done = winograd_kernels.input_tiles(x, v, self.b_t, self.m, phases.pad[0],
-                                                phases.pad[1], phases.s, *phases.phase_size)
+            ph = input_phases
+            done = winograd_kernels.input_tiles(x, v, self.b_t, self.m, ph.pad[0], ph.pad[1],
+                                                ph.s, *ph.phase_size)
         elif self.unrolled:
             done = winograd_kernels.input_tiles_3x3(x, v, pad[0], pad[1])
         else:
@@ -112,29 +96,15 @@ class Transform:
             raise RuntimeError('winograd gradient_tiles refused {}'.format(gy.shape))
 
 
-# Where they pay (one thread, against im2col on the same shapes, measured
-# with bench/conv_sweep.py's steps, forward + both gradients):
-# F(2x2, 3x3): both channel counts at least 32 and at least 64 tiles in the
-# batch. 64->64 channels on 16x16, batch 8: 6.6 -> 4.7 ms; 256->256 on 8x8,
-# batch 8: 22.0 -> 14.4 ms; 32->32 on 16x16, batch 8: 2.2 -> 1.8 ms. Below
-# them the 16 GEMMs are too thin (K or N of a few dozen) and lose to
-# im2col's one GEMM: 16->32 channels break even, 64->64 on 8x8 at batch 1
-# (16 tiles) is 1.3x slower.
+# Where each transform pays: thresholds.Thresholds.winograd (docs/conv_thresholds.md).
 F2X2_3X3 = Transform(
+    'F(2x2,3x3)',
     a_t=[[1, 1, 1, 0], [0, 1, -1, -1]],
     g=[[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
     b_t=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
-    min_channels=32, min_tiles=64, unrolled=True)
-# F(2x2, 5x5): at least 16 channels each side and 64 tiles. It pays from
-# fewer channels than F(2x2, 3x3) since it saves more (2.8x fewer products,
-# and im2col's columns are 25 per output, not 9): 16->32 channels on 8x8,
-# batch 64: 8.1 -> 5.8 ms; 64->64 on 16x16, batch 8: 22.0 -> 13.1 ms;
-# 64->64 on 4x4, batch 64: 12.6 -> 7.3 ms; 128->128 on 16x16, batch 1:
-# 10.1 -> 7.9 ms. With fewer tiles the filter transforms and the weight
-# gradient's (36, O, C) products, which do not shrink with the batch, cost
-# more than the GEMMs save: 64->64 on 8x8 at batch 1 (16 tiles) 0.8 ->
-# 2.2 ms, 128->128 on 4x4 at batch 8 (32 tiles) 6.5 -> 8.5 ms.
+    unrolled=True)
 F2X2_5X5 = Transform(
+    'F(2x2,5x5)',
     a_t=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 1]],
     g=[[1 / 4, 0, 0, 0, 0],
        [1 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6],
@@ -147,19 +117,10 @@ F2X2_5X5 = Transform(
          [0, -4, 4, 1, -1, 0],
          [0, -2, -1, 2, 1, 0],
          [0, 2, -1, -2, 1, 0],
-         [0, 4, 0, -5, 0, 1]],
-    min_channels=16, min_tiles=64)
-# F(4x4, 3x3): 2.25 products per output and input channel where F(2x2,
-# 3x3) does 4, from 16 channels each side and at least 64 of its 6x6 tiles
-# (1,024 outputs) in the batch; with fewer tiles its 36 GEMMs are too thin
-# and F(2x2, 3x3) or im2col take over. Against F(2x2, 3x3) (one thread,
-# forward + both gradients): 64->64 on 32x32, batch 8: 18.8 -> 13.9 ms;
-# 64->64 on 4x4, batch 64 (64 tiles): 2.95 -> 2.18 ms; 128->128 on 32x32,
-# batch 1 (64 tiles): 8.5 -> 6.9 ms; 16->32 on 8x8, batch 64: 2.41 ->
-# 1.80 ms (im2col 3.32); 256->256 on 56x56, batch 1: 71.6 -> 55.5 ms.
-# Below 64 tiles it loses: 64->64 on 8x8 at batch 8 (32 tiles) 1.87 ->
-# 2.06 ms, 256->256 on 16x16 at batch 1 (16 tiles) 11.4 -> 16.7 ms.
+         [0, 4, 0, -5, 0, 1]])
+# F(4x4, 3x3): 2.25 products per output and input channel where F(2x2, 3x3) does 4.
 F4X4_3X3 = Transform(
+    'F(4x4,3x3)',
     a_t=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
     g=[[1 / 4, 0, 0],
        [1 / 6, 1 / 6, 1 / 6],
@@ -167,20 +128,14 @@ F4X4_3X3 = Transform(
        [1 / 24, 1 / 12, 1 / 6],
        [1 / 24, -1 / 12, 1 / 6],
        [0, 0, 1]],
-    b_t=F2X2_5X5.b_t,
-    min_channels=16, min_tiles=64)
+    b_t=F2X2_5X5.b_t)
 # F(4x4, 5x5): 8x8 tiles, 4 products per output and input channel where
-# F(2x2, 5x5) does 9, and 4 tile values per output instead of 9 to gather
-# and transform. The points 0, +-1, +-2, +-1/2 and infinity (those of
+# F(2x2, 5x5) does 9. The points 0, +-1, +-2, +-1/2 and infinity (those of
 # F(6x6, 3x3) in NNPACK and oneDNN); the halves keep B^T's entries small
-# (up to 21/4). Float32 error on 64 channels, 200 random tiles: 6 eps of
-# the sum of |x| |w| at most (F(2x2, 5x5) 4, F(4x4, 3x3) 8). From 16
-# channels each side and 32 tiles (512 outputs); against F(2x2, 5x5), one
-# thread, forward + both gradients: 16->32 on 8x8, batch 64: 4.07 -> 2.41
-# ms; 64->64 on 32x32, batch 8: 41.0 -> 20.9 ms; 64->64 on 4x4, batch 64:
-# 5.7 -> 3.4 ms; at 32 tiles 0.76-0.96x (128->128 on 8x8, batch 8: 10.6 ->
-# 8.1 ms); at 16 tiles it loses 1.09-1.20x (256->256 on 16x16, batch 1).
+# (up to 21/4): float32 error on 64 channels, 200 random tiles, 6 eps of
+# the sum of |x| |w| at most (F(2x2, 5x5) 4, F(4x4, 3x3) 8).
 F4X4_5X5 = Transform(
+    'F(4x4,5x5)',
     a_t=[[1, 1, 1, 1, 1, 1, 1, 0],
          [0, 1, -1, 2, -2, 1 / 2, -1 / 2, 0],
          [0, 1, 1, 4, 4, 1 / 4, 1 / 4, 0],
@@ -200,10 +155,9 @@ F4X4_5X5 = Transform(
          [0, -1 / 2, 1 / 4, 5 / 2, -5 / 4, -2, 1, 0],
          [0, 2, 4, -5 / 2, -5, 1 / 2, 1, 0],
          [0, -2, 4, 5 / 2, -5, -1 / 2, 1, 0],
-         [0, -1, 0, 21 / 4, 0, -21 / 4, 0, 1]],
-    min_channels=16, min_tiles=32)
+         [0, -1, 0, 21 / 4, 0, -21 / 4, 0, 1]])
 # By kernel size, the transforms in the order they are preferred: the first
-# whose channels and tiles the convolution has computes it.
+# whose thresholds the convolution meets computes it.
 TRANSFORMS = {3: (F4X4_3X3, F2X2_3X3), 5: (F4X4_5X5, F2X2_5X5)}
 
 
@@ -216,22 +170,25 @@ class Tiles:
         self.chunks = chunks
 
 
-def transform_for(x, wshape, geom, outsize, work, any_size=False):
+def transform_for(x, wshape, geom, outsize, work, any_size=False, rules=None):
     """The Transform that computes conv(x, w) here, or None: host
     float32/float64 data (see transform_for_shape)."""
     if type(x) is not numpy.ndarray or x.ndim != 4:
         return None
-    return transform_for_shape(x.shape, wshape, geom, outsize, work, any_size=any_size)
+    return transform_for_shape(x.shape, wshape, geom, outsize, work, any_size=any_size,
+                               rules=rules)
 
 
-def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True, any_size=False):
+def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True, any_size=False,
+                        rules=None):
     """The Transform that computes a conv of x of ``xshape`` (N, C, h, w)
     with w of ``wshape``, or None: a float32/float64 2-D 3x3 or 5x5
     convolution with stride and dilation 1, one group, the stride-1 output
     size; the first of the kernel size's transforms with at least its
     channels in and out and (``count_tiles``: unless the caller counts
-    them itself) its tiles in the batch. ``any_size``: the first transform
-    whatever the channels and tiles (a forced algorithm)."""
+    them itself) its tiles in the batch, by ``rules`` (a
+    thresholds.Thresholds; None: the CPU path's). ``any_size``: the first
+    transform whatever the channels and tiles (a forced algorithm)."""
     ksize = tuple(geom.ksize)
     if (len(ksize) != 2 or ksize[0] != ksize[1] or ksize[0] not in TRANSFORMS
             or tuple(geom.stride) != (1, 1) or tuple(geom.dilate) != (1, 1)
@@ -247,50 +204,51 @@ def transform_for_shape(xshape, wshape, geom, outsize, work, count_tiles=True, a
     if any_size:
         return TRANSFORMS[r][0]
     channels = min(xshape[1], wshape[0])
+    limits = (rules or thresholds.for_path()).winograd_limits
     for t in TRANSFORMS[r]:
+        min_channels, min_tiles = limits(t.name)
         th, tw = t.tile_counts(outsize)
-        if channels >= t.min_channels and (not count_tiles
-                                           or xshape[0] * th * tw >= t.min_tiles):
+        if channels >= min_channels and (not count_tiles or xshape[0] * th * tw >= min_tiles):
             return t
     return None
 
 
-def applies(x, wshape, geom, outsize, work):
+def applies(x, wshape, geom, outsize, work, rules=None):
     """Whether a Winograd transform computes conv(x, w) here."""
-    return transform_for(x, wshape, geom, outsize, work) is not None
+    return transform_for(x, wshape, geom, outsize, work, rules=rules) is not None
 
 
-def _channels(wshape, phases):
-    """The channels the a^2 products sum over: w's, or with ``phases`` (a
-    _polyphase.Phases) those of w's phases, C s^2."""
-    return wshape[1] if phases is None else phases.weight_shape(wshape)[1]
+def _channels(wshape, input_phases):
+    """The channels the a^2 products sum over: w's, or with ``input_phases``
+    (a _polyphase.InputPhases) those of w's phases, C s^2."""
+    return wshape[1] if input_phases is None else input_phases.weight_shape(wshape)[1]
 
 
-def _filters(t, w, work, phases=None):
+def _filters(t, w, work, input_phases=None):
     """U = G g G^T of each filter of w (O, C, r, r): (a^2, O, C). With
-    ``phases`` (a _polyphase.Phases), of each filter's s^2 phases, (a^2, O,
-    C s^2), gathered from w by winograd_kernels.filter_tiles: the phases'
+    ``input_phases`` (a _polyphase.InputPhases), of each filter's s^2
+    phases, (a^2, O, C s^2), gathered from w by winograd_kernels.filter_tiles: the phases'
     weights as an array are a 6-D transposing copy, which with this GEMM
     took 3.9-4.1 ms for 128->128 5x5 filters (one thread), 1.9-2.1 ms in
     the kernel. Without phases the GEMM (kron(G, G) times the filters) is
     about as fast as that kernel (256->256 3x3, 1.7-2.4 against 1.8-2.9
     ms)."""
     o, c = w.shape[:2]
-    if phases is not None:
-        u = workspace.empty((t.a * t.a, o, _channels(w.shape, phases)), work)
+    if input_phases is not None:
+        u = workspace.empty((t.a * t.a, o, _channels(w.shape, input_phases)), work)
         if not winograd_kernels.filter_tiles(numpy.ascontiguousarray(w, dtype=work), u, t.g,
-                                             phases.s):
+                                             input_phases.s):
             raise RuntimeError('winograd filter_tiles refused {}'.format(w.shape))
         return u
     flat = w.astype(work, copy=False).reshape(o * c, t.r * t.r)
     return (t.gg.astype(work) @ flat.T).reshape(t.a * t.a, o, c)
 
 
-def _filter_gradients(t, du, wshape, work, phases=None):
+def _filter_gradients(t, du, wshape, work, input_phases=None):
     """The adjoint of _filters: w's gradient (O, C, r, r) from U's, ``du``."""
-    if phases is not None:
+    if input_phases is not None:
         gw = workspace.empty(wshape, work)
-        if not winograd_kernels.filter_gradients(du, gw, t.g, phases.s):
+        if not winograd_kernels.filter_gradients(du, gw, t.g, input_phases.s):
             raise RuntimeError('winograd filter_gradients refused {}'.format(du.shape))
         return gw
     # G^T dU G of each (o, c): the transpose of _filters' product
@@ -298,30 +256,24 @@ def _filter_gradients(t, du, wshape, work, phases=None):
     return (du.reshape(t.a * t.a, o * c).T @ t.gg.astype(work)).reshape(o, c, t.r, t.r)
 
 
-def _sample_chunks(n, tiles, per_tile):
-    """(lo, hi) of the chunks of n samples of ``tiles`` tiles each, each
-    tile ``per_tile`` elements: _CHUNK_ELEMENTS a chunk, but at least
-    _MIN_CHUNK_TILES tiles."""
-    step = max(1, _CHUNK_ELEMENTS // max(1, tiles * per_tile), -(-_MIN_CHUNK_TILES // tiles))
-    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-
-
-def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
+def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None):
     """y = conv(x, w) + b by the Transform t in ``work`` (x contiguous in
     ``work``); ``keep`` (a list) receives the batch's Tiles when they are at
-    most _KEEP_ELEMENTS. With ``phases`` (a _polyphase.Phases) the
-    convolution is over x's phases (``geom`` their geometry, ``w`` conv's
-    own weights): the input tiles gather x's phases from x, the filter
-    transform w's from w."""
-    n, c = x.shape[0], _channels(w.shape, phases)
+    most chunking.WHOLE_BATCH_ELEMENTS. With ``input_phases`` (a
+    _polyphase.InputPhases) the convolution is over x's phases (``geom``
+    their geometry, ``w`` conv's own weights): the input tiles gather x's
+    phases from x, the filter transform w's from w."""
+    n, c = x.shape[0], _channels(w.shape, input_phases)
     o = w.shape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(outsize)
-    u = _filters(t, w, work, phases)
+    u = _filters(t, w, work, input_phases)
     bias = None if b is None else numpy.ascontiguousarray(b, dtype=work)
     y = workspace.empty((n, o) + tuple(outsize), work)
-    chunks = _sample_chunks(n, th * tw, values * max(c, o))
-    kept = [] if keep is not None and values * c * n * th * tw <= _KEEP_ELEMENTS else None
+    chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o))
+    kept = None
+    if keep is not None and values * c * n * th * tw <= chunking.WHOLE_BATCH_ELEMENTS:
+        kept = []
     # one buffer for every chunk's tiles (unless they are kept) and one for
     # the products, their rows padded (_gemm_layout)
     widest = chunks[0][1] * th * tw if chunks else 0
@@ -333,7 +285,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
             products = products if products is not None else workspace.empty(
                 _gemm_layout.padded_size(values * o, widest, work), work)
         v = _gemm_layout.padded(flat, (values, c, tiles))
-        t.input_tiles(x[lo:hi], v, geom.pad, phases)
+        t.input_tiles(x[lo:hi], v, geom.pad, input_phases)
         e = _gemm_layout.padded(products, (values, o, tiles))
         numpy.matmul(u, v, out=e)
         t.output_tiles(e, y[lo:hi], bias)
@@ -344,17 +296,17 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, phases=None):
     return y
 
 
-def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
+def grad_weight(t, x, gy, wshape, geom, work, tiles=None, input_phases=None):
     """gw = d<conv(x, w), gy>/dw (O, C, r, r) by the Transform t in
     ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
-    Tiles of x. With ``phases``, of the convolution over x's phases (as
+    Tiles of x. With ``input_phases``, of the convolution over x's phases (as
     conv's; ``wshape`` conv's own)."""
-    n, c = x.shape[0], _channels(wshape, phases)
+    n, c = x.shape[0], _channels(wshape, input_phases)
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
     du = workspace.zeros((values, o, c), work)
-    chunks = _sample_chunks(n, th * tw, values * max(c, o))
+    chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o))
     if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)
                               or any(v.dtype != work for v in tiles.chunks)):
         tiles = None
@@ -368,10 +320,10 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, phases=None):
             if flat_v is None:
                 flat_v = workspace.empty(_gemm_layout.padded_size(values * c, widest, work), work)
             v = _gemm_layout.padded(flat_v, (values, c, count))
-            t.input_tiles(x[lo:hi], v, geom.pad, phases)
+            t.input_tiles(x[lo:hi], v, geom.pad, input_phases)
         if flat_g is None:
             flat_g = workspace.empty(_gemm_layout.padded_size(values * o, widest, work), work)
         g = _gemm_layout.padded(flat_g, (values, o, count))
         t.gradient_tiles(gy[lo:hi], g)
         du += numpy.matmul(g, v.transpose(0, 2, 1))
-    return _filter_gradients(t, du, tuple(wshape), work, phases)
+    return _filter_gradients(t, du, tuple(wshape), work, input_phases)

@@ -1,0 +1,559 @@
+"""Which algorithm each convolution kernel takes, and why: the one place
+that decides it (as PyTorch's ``select_conv_backend``).
+
+Three kernels ask (``convolution.py``): conv, conv_transpose (also conv's
+input gradient) and conv's weight gradient. On the host each rule reads its
+thresholds from ``thresholds.for_path()`` (one table per CPU path); on a
+GPU the choices are the entries of ``DEVICE_RULES``, tried in order. A
+choice is a ``Choice``: the algorithm, a reason a user can print (the rule
+that fired, with its numbers), and the plan the kernel runs. Each is worked
+out once per key and kept (``choice``), since the rules cost about a
+microsecond each and run on every call. ``xgrad.conv_algorithm`` asks the
+same functions for given shapes.
+"""
+
+import collections
+import contextlib
+import contextvars
+import dataclasses
+import typing
+
+import numpy
+
+from xgrad._backend import native_kernels
+from xgrad._ops import _polyphase, _tap_groups, _winograd
+from xgrad._ops._conv import thresholds
+from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, prod as _prod
+
+# The algorithms of each kernel, as force_conv_algorithm and conv_algorithm
+# name them.
+KERNEL_ALGORITHMS = {
+    'conv': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col'),
+    'conv_transpose': ('output_phases', 'input_phases', 'taps', 'pointwise', 'flip', 'col2im',
+                       'col2im_add'),
+    'grad_weight': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col'),
+}
+ALGORITHMS = tuple(dict.fromkeys(a for names in KERNEL_ALGORITHMS.values() for a in names))
+# Former names, still accepted by force_conv_algorithm.
+ALIASES = {'phases': 'input_phases'}
+
+Choice = collections.namedtuple('Choice', 'algorithm reason plan')
+Choice.__doc__ = """A kernel's algorithm, the rule that chose it (a short
+sentence), and what the kernel needs to run it (a Winograd transform, an
+input-phases or tap-group plan, im2col's GEMM: whether it is xgrad's own,
+the flipped geometry; else None)."""
+
+
+def _sides(values):
+    return 'x'.join(str(v) for v in values)
+
+
+# ---------------------------------------------------------------------------
+# Shape predicates shared by the rules
+
+def output_phases_apply(xshape, geom, outsize, work):
+    """Whether conv_transpose of host x of ``xshape`` can run by the output's
+    phases: 2-D, one group, no dilation, float, and every phase's taps fit."""
+    if (len(xshape) != 4 or geom.groups != 1 or tuple(geom.dilate) != (1, 1)
+            or work not in (numpy.float32, numpy.float64)):
+        return False
+    return all(output_phase_taps(size, out, k, s, p) is not None for size, out, k, s, p in zip(
+        xshape[2:], outsize, geom.ksize, geom.stride, geom.pad))
+
+
+def _native_col2im(xshape, work):
+    """Whether the native col2im adds back the columns (2-D, float)."""
+    return len(xshape) == 4 and work in (numpy.float32, numpy.float64)
+
+
+# ---------------------------------------------------------------------------
+# The host's rules, each returning a Choice or None
+
+def _winograd_choice(xshape, wshape, geom, outsize, work, rules, any_size=False):
+    if len(xshape) != 4:
+        return None
+    t = _winograd.transform_for_shape(xshape, wshape, geom, outsize, work, any_size=any_size,
+                                      rules=rules)
+    if t is None:
+        return None
+    th, tw = t.tile_counts(outsize)
+    channels, tiles = rules.winograd_limits(t.name)
+    return Choice('winograd', '{}x{} stride 1, {} channels each side ({}+) and {} tiles ({}+): '
+                  'Winograd {} pays'.format(t.r, t.r, min(xshape[1], wshape[0]), channels,
+                                            xshape[0] * th * tw, tiles, t.name), t)
+
+
+def _input_phases_choice(xshape, wshape, geom, outsize, work, rules, transposed=False,
+                         any_size=False):
+    if any(s == 1 for s in geom.stride):
+        return None
+    if transposed:  # x is the output's gradient: the convolution's input is outsize
+        xshape, outsize = (xshape[0], wshape[1]) + tuple(outsize), tuple(xshape[2:])
+    plan = _polyphase.plan(xshape, wshape, geom, outsize, work, transposed=transposed,
+                           any_size=any_size, rules=rules)
+    if plan is None:
+        return None
+    th, tw = plan.transform.tile_counts(outsize)
+    if any_size:
+        counts = ''
+    elif transposed:
+        counts = ', {} tiles ({}+)'.format(xshape[0] * th * tw,
+                                          rules.input_phases_transposed_min_tiles)
+    else:
+        counts = ', {} blocks ({}+), {:.0%} of them inside the output ({:.0%}+)'.format(
+            xshape[0] * th * tw, rules.input_phases_min_blocks,
+            outsize[0] * outsize[1] / (plan.transform.m ** 2 * th * tw),
+            rules.input_phases_min_block_use)
+    return Choice('input_phases', "{}x{} stride {}: a stride-1 {}x{} convolution over the "
+                  "input's {} phases by Winograd {}{}".format(
+                      plan.r, plan.r, plan.s, plan.q, plan.q, plan.s * plan.s,
+                      plan.transform.name, counts), plan)
+
+
+def _taps_choice(xshape, wshape, geom, outsize, work, rules, threads, any_size=False):
+    plan = _tap_groups.plan(xshape, wshape, geom, outsize, work, any_size=any_size,
+                            rules=rules, threads=threads)
+    if plan is None:
+        return None
+    return Choice('taps', 'small images, batch {} (chunks of {}): tap groups do {:.0%} of '
+                  "im2col's products ({:.0%} or less pays)".format(
+                      xshape[0], plan.batch, plan.work_fraction, rules.tap_max_work_fraction),
+                  plan)
+
+
+def _planned(xshape, wshape, geom, outsize, work, rules, threads):
+    """The planned algorithms conv and its weight gradient share, best
+    first: Winograd, the input's phases, tap groups."""
+    return (_winograd_choice(xshape, wshape, geom, outsize, work, rules)
+            or _input_phases_choice(xshape, wshape, geom, outsize, work, rules)
+            or _taps_choice(xshape, wshape, geom, outsize, work, rules, threads))
+
+
+def _forced_planned(forced, xshape, wshape, geom, outsize, work, rules, threads):
+    if forced == 'winograd':
+        return _winograd_choice(xshape, wshape, geom, outsize, work, rules, any_size=True)
+    if forced == 'input_phases':
+        return _input_phases_choice(xshape, wshape, geom, outsize, work, rules, any_size=True)
+    if forced == 'taps':
+        return _taps_choice(xshape, wshape, geom, outsize, work, rules, threads, any_size=True)
+    return None
+
+
+_POINTWISE = Choice('pointwise', '1x1 window, stride 1, no padding: per-sample GEMMs, no '
+                    'columns', None)
+
+
+def _im2col(wshape, geom, rules):
+    """im2col's choice for conv: its plan says whether the product runs on
+    xgrad's own GEMM (one channel group, and not where the path sends wide
+    forward products to the BLAS)."""
+    limit = rules.own_gemm_forward_max_rows
+    own = rules.own_gemm and geom.groups == 1 and (limit is None or wshape[0] < limit)
+    if own:
+        gemm = "xgrad's GEMM"
+    elif rules.own_gemm and geom.groups == 1:
+        gemm = 'the BLAS ({}+ output channels on this path)'.format(limit)
+    else:
+        gemm = 'the BLAS'
+    return Choice('im2col', 'no planned algorithm pays: im2col + one GEMM on {}'.format(gemm),
+                  own)
+
+
+def _forced_choice(choice):
+    return choice._replace(reason='forced (force_conv_algorithm): ' + choice.reason)
+
+
+def host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
+    """conv's algorithm on the host."""
+    if forced is not None:
+        found = _forced_planned(forced, xshape, wshape, geom, outsize, work, rules, threads)
+        if found is None and forced == 'im2col':
+            found = _im2col(wshape, geom, rules)
+        if found is None and forced == 'pointwise' and pointwise(geom, xshape[2:], outsize):
+            found = _POINTWISE
+        if found is not None:
+            return _forced_choice(found)
+    found = _planned(xshape, wshape, geom, outsize, work, rules, threads)
+    if found is not None:
+        return found
+    if pointwise(geom, xshape[2:], outsize):
+        return _POINTWISE
+    return _im2col(wshape, geom, rules)
+
+
+def host_grad_weight(xshape, gyshape, wshape, geom, work, rules, threads, forced=None):
+    """conv's weight gradient's algorithm on the host (x and gy of conv)."""
+    outsize = tuple(gyshape[2:])
+    own = rules.own_gemm and geom.groups == 1 and (
+        wshape[0] >= rules.own_gemm_grad_weight_min_columns)
+    im2col = Choice('im2col', "no planned algorithm pays: im2col + one GEMM on {}".format(
+        "xgrad's GEMM" if own else 'the BLAS'), own)
+    if forced is not None:
+        found = _forced_planned(forced, xshape, wshape, geom, outsize, work, rules, threads)
+        if found is None and forced == 'im2col':
+            found = im2col
+        if found is None and forced == 'pointwise' and pointwise(geom, xshape[2:], outsize):
+            found = _POINTWISE
+        if found is not None:
+            return _forced_choice(found)
+    found = _planned(xshape, wshape, geom, outsize, work, rules, threads)
+    if found is not None:
+        return found
+    og, cg = wshape[0] // geom.groups, xshape[1] // geom.groups
+    if pointwise(geom, xshape[2:], outsize) and og * cg <= (og + cg) * _prod(outsize):
+        return Choice('pointwise', '1x1 window, stride 1, no padding, and the (O, C) products '
+                      'smaller than the batch copies: per-sample GEMMs', None)
+    return im2col
+
+
+def _output_phases_pay(xshape, wshape, geom, outsize, rules):
+    """The thresholds of conv_transpose by the output's phases (its
+    applicability is output_phases_apply's)."""
+    if any(s < 2 or k < 2 * s + 1 for k, s in zip(geom.ksize, geom.stride)):
+        return None
+    sides = [o // s for o, s in zip(outsize, geom.stride)]  # the smallest phase's
+    low, high = rules.output_phases_sides
+    positions = xshape[0] * sides[0] * sides[1]
+    if (low <= min(sides) and max(sides) <= high and positions >= rules.output_phases_min_positions
+            and xshape[1] <= min(wshape[1], rules.output_phases_max_channels)):
+        return Choice('output_phases', "{}x{} stride {}, phases of {} ({}-{} a side), {} "
+                      "positions ({}+), x's {} channels at most the output's and {}: one "
+                      "stride-1 convolution per phase of the output".format(
+                          geom.ksize[0], geom.ksize[1], geom.stride[0], _sides(sides), low,
+                          high, positions, rules.output_phases_min_positions, xshape[1],
+                          rules.output_phases_max_channels), None)
+    return None
+
+
+def _flip(full, why):
+    return Choice('flip', 'stride 1: the convolution of x with the kernel flipped ({})'.format(
+        why), full)
+
+
+_COL2IM = Choice('col2im', 'one GEMM into the columns of the output, added back by the '
+                 'native col2im in cached chunks', None)
+_COL2IM_ADD = Choice('col2im_add', 'one GEMM into the columns of the output, added back '
+                     'tap by tap (no native col2im for this shape or dtype)', None)
+
+
+def _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, threads):
+    if forced == 'output_phases':
+        if output_phases_apply(xshape, geom, outsize, work):
+            return Choice('output_phases', "one stride-1 convolution per phase of the output",
+                          None)
+    elif forced == 'input_phases':
+        return _input_phases_choice(xshape, wshape, geom, outsize, work, rules, transposed=True,
+                                    any_size=True)
+    elif forced == 'taps':
+        return _taps_choice((xshape[0], wshape[1] * geom.groups) + tuple(outsize), wshape,
+                            geom, xshape[2:], work, rules, threads, any_size=True)
+    elif forced == 'pointwise':
+        if pointwise(geom, xshape[2:], outsize):
+            return _POINTWISE
+    elif forced in ('flip', 'winograd'):  # (Winograd computes the flipped convolution)
+        full = flipped(geom)
+        if full is not None and (forced == 'flip' or len(xshape) == 4 and (
+                _winograd.transform_for_shape(xshape, (wshape[1] * geom.groups, xshape[1]
+                                                       // geom.groups) + tuple(geom.ksize),
+                                              full, outsize, work, any_size=True))):
+            return _flip(full, 'forced')
+    elif forced == 'col2im':
+        if _native_col2im(xshape, work):
+            return _COL2IM
+    elif forced == 'col2im_add':
+        return _COL2IM_ADD
+    return None
+
+
+def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
+    """conv_transpose's algorithm on the host (x (N, C, ..), w (C, O/g, ..))."""
+    if forced is not None:
+        found = _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, threads)
+        if found is not None:
+            return _forced_choice(found)
+    n, c, g = xshape[0], xshape[1], geom.groups
+    o = wshape[1] * g
+    spatial = tuple(xshape[2:])
+    if pointwise(geom, spatial, outsize):
+        return _POINTWISE
+    if output_phases_apply(xshape, geom, outsize, work):
+        found = _output_phases_pay(xshape, wshape, geom, outsize, rules)
+        if found is not None:
+            return found
+    found = _input_phases_choice(xshape, wshape, geom, outsize, work, rules, transposed=True)
+    if found is not None:
+        return found
+    # The flipped convolution (im2col of x over the output, plus a flipped
+    # copy of the weights) or a GEMM into the output's columns and col2im:
+    # the one that moves fewer elements, and the flipped one whenever it is
+    # a Winograd convolution.
+    full = flipped(geom)
+    winograd = full is not None and len(xshape) == 4 and _winograd.transform_for_shape(
+        xshape, (o, c // g) + tuple(geom.ksize), full, outsize, work, rules=rules) is not None
+    if not winograd:
+        found = _taps_choice((n, o) + tuple(outsize), wshape, geom, spatial, work, rules,
+                             threads)
+        if found is not None:
+            return found
+    native = _native_col2im(xshape, work)
+    spread_moves_fewer = len(xshape) == 4 and (
+        n * o * _prod(spatial) < n * c * _prod(outsize) + o * (c // g))
+    if full is not None:
+        if winograd:
+            return _flip(full, 'a Winograd convolution')
+        if not spread_moves_fewer:
+            return _flip(full, "its columns and weights are fewer elements than col2im's")
+    if native:
+        return _COL2IM._replace(reason=_COL2IM.reason + (
+            ' (no flipped convolution: stride {}, pad {})'.format(
+                _sides(geom.stride), _sides(geom.pad)) if full is None else
+            ": fewer elements than the flipped convolution's columns and weights"))
+    return _COL2IM_ADD
+
+
+# ---------------------------------------------------------------------------
+# The GPU's rules: entries (algorithm, rule, reason) tried in order, the
+# first whose rule holds taken. A cuDNN entry goes first in each list, its
+# rule the shapes and dtypes cuDNN takes.
+
+def _always(xshape, wshape, geom, outsize, work):
+    return True
+
+
+def _cuda_pointwise(xshape, wshape, geom, outsize, work):
+    return pointwise(geom, xshape[2:], outsize)
+
+
+def _cuda_pointwise_grad_weight(xshape, wshape, geom, outsize, work):
+    og, cg = wshape[0] // geom.groups, xshape[1] // geom.groups
+    return pointwise(geom, xshape[2:], outsize) and og * cg <= (og + cg) * _prod(outsize)
+
+
+def _cuda_flip(xshape, wshape, geom, outsize, work):
+    return flipped(geom) is not None
+
+
+DEVICE_RULES = {
+    'conv': (
+        ('pointwise', _cuda_pointwise, '1x1 window, stride 1, no padding: one batched matmul'),
+        ('im2col', _always, 'strided windows + cuBLAS via CuPy'),
+    ),
+    'conv_transpose': (
+        ('pointwise', _cuda_pointwise, '1x1 window, stride 1, no padding: one batched matmul'),
+        ('flip', _cuda_flip, 'stride 1: the convolution of x with the kernel flipped'),
+        ('col2im_add', _always, 'cuBLAS into the columns of the output, added back tap by '
+                                'tap'),
+    ),
+    'grad_weight': (
+        ('pointwise', _cuda_pointwise_grad_weight, '1x1 window, stride 1, no padding: '
+                                                   'per-sample matmuls'),
+        ('im2col', _always, 'strided windows + cuBLAS via CuPy'),
+    ),
+}
+
+
+def device_choice(kernel, xshape, wshape, geom, outsize, work, forced=None):
+    """The GPU's algorithm for ``kernel``: the first entry of
+    DEVICE_RULES[kernel] whose rule holds (a forced one first, where it
+    holds)."""
+    for algorithm, rule, reason in sorted(DEVICE_RULES[kernel], key=lambda e: e[0] != forced):
+        if rule(xshape, wshape, geom, outsize, work):
+            # (im2col's product is CuPy's, not xgrad's GEMM; flip's plan its geometry)
+            plan = flipped(geom) if algorithm == 'flip' else (
+                False if algorithm == 'im2col' else None)
+            return Choice(algorithm, reason, plan)
+    raise AssertionError('no rule for ' + kernel)  # (the last entry always holds)
+
+
+# ---------------------------------------------------------------------------
+# Each kernel's choice, kept by its key
+
+# At most this many choices are kept, then all are dropped.
+_MAX_CHOICES = 1024
+_choices = {}
+
+
+def clear_choices():
+    """Forget the kept choices (after a rule's threshold changed)."""
+    _choices.clear()
+
+
+@contextlib.contextmanager
+def thresholds_replaced(**changes):
+    """Inside this block the CPU path selected now has its thresholds with
+    ``changes`` (fields of thresholds.Thresholds): for benchmarks that
+    re-derive a threshold by timing both sides of it."""
+    path = native_kernels.cpu_path()
+    before = thresholds.THRESHOLDS[path]
+    thresholds.THRESHOLDS[path] = dataclasses.replace(before, **changes)
+    clear_choices()
+    try:
+        yield thresholds.THRESHOLDS[path]
+    finally:
+        thresholds.THRESHOLDS[path] = before
+        clear_choices()
+
+
+def decide(kernel, host, xshape, wshape, geom, outsize, work, path=None, threads=None,
+           forced=None):
+    """The Choice of ``kernel`` ('conv', 'conv_transpose' or 'grad_weight';
+    for 'grad_weight' ``outsize`` is gy's shape) for host (NumPy) or device
+    data, on CPU path ``path`` with ``threads`` pool threads (None: this
+    process's)."""
+    if not host:
+        outsize = tuple(outsize[2:]) if kernel == 'grad_weight' else outsize
+        return device_choice(kernel, xshape, wshape, geom, outsize, work, forced)
+    rules = thresholds.for_path(path)
+    if threads is None:
+        threads = native_kernels.max_threads()
+    if kernel == 'conv':
+        return host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced)
+    if kernel == 'conv_transpose':
+        return host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, forced)
+    return host_grad_weight(xshape, outsize, wshape, geom, work, rules, threads, forced)
+
+
+def choice(kernel, x, wshape, geom, outsize, work):
+    """decide() for the array ``x`` a kernel got, worked out once per key:
+    the kernel, whether x is a NumPy array, the shapes, the geometry, the
+    compute dtype, the thread count, the CPU path and the forced algorithm."""
+    forced = _forced.get()
+    name = None if forced is None else forced.name
+    host = type(x) is numpy.ndarray
+    key = (kernel, host, x.shape, wshape, geom, outsize, work, native_kernels.max_threads(),
+           native_kernels.cpu_path(), name)
+    found = _choices.get(key)
+    if found is None:
+        if len(_choices) >= _MAX_CHOICES:
+            _choices.clear()
+        found = _choices[key] = decide(kernel, host, x.shape, wshape, geom, outsize, work,
+                                       key[-2], key[-3], name)
+    if forced is not None:
+        forced.taken.append((kernel, found.algorithm))
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Forcing an algorithm (tests and benchmarks: xgrad.testing.force_conv_algorithm)
+
+class ForcedAlgorithm:
+    """One force_algorithm block: the algorithm asked for, and what each
+    kernel call inside it took, as (kernel, algorithm) pairs in call order
+    (kernel: 'conv', 'conv_transpose' or 'grad_weight')."""
+
+    def __init__(self, name):
+        self.name = name
+        self.taken = []
+
+
+_forced = contextvars.ContextVar('xgrad_forced_conv_algorithm', default=None)
+
+
+@contextlib.contextmanager
+def force_algorithm(name):
+    """Inside this block, each convolution kernel (conv, conv_transpose, the
+    weight gradient; also those that the gradients and the algorithms
+    themselves call) that has the algorithm ``name`` and can compute its
+    shape with it takes it, whether or not it pays there; the others choose
+    as usual. Yields a ForcedAlgorithm whose ``taken`` lists what ran
+    (``phases``, the former name of ``input_phases``, is taken as it)."""
+    name = ALIASES.get(name, name)
+    if name not in ALGORITHMS:
+        raise ValueError('force_conv_algorithm: unknown algorithm {!r}; the algorithms are '
+                         '{}'.format(name, ', '.join(ALGORITHMS)))
+    forced = ForcedAlgorithm(name)
+    token = _forced.set(forced)
+    try:
+        yield forced
+    finally:
+        _forced.reset(token)
+
+
+# ---------------------------------------------------------------------------
+# The public query: xgrad.conv_algorithm
+
+KERNELS = ('forward', 'grad_input', 'grad_weight')
+
+
+class ConvAlgorithm:
+    """xgrad.conv_algorithm's answer: the ``algorithm`` one kernel of a
+    convolution takes, the ``reason`` (the rule that chose it, with its
+    numbers), the ``kernel`` asked about ('forward', 'grad_input' or
+    'grad_weight'), the ``cpu_path`` whose thresholds decided (None on a
+    GPU) and the ``device`` ('native' or 'cuda')."""
+
+    __slots__ = ('algorithm', 'reason', 'kernel', 'cpu_path', 'device')
+
+    def __init__(self, algorithm, reason, kernel, cpu_path, device):
+        self.algorithm = algorithm
+        self.reason = reason
+        self.kernel = kernel
+        self.cpu_path = cpu_path
+        self.device = device
+
+    def __repr__(self):
+        return 'ConvAlgorithm({!r}, kernel={!r}, cpu_path={!r}, reason={!r})'.format(
+            self.algorithm, self.kernel, self.cpu_path, self.reason)
+
+
+def _on_host(device):
+    """Whether ``device`` (a name such as 'native:0' or 'cuda:1', or an
+    xgrad Device) computes on the host."""
+    if getattr(device, 'backend', None) is not None:
+        return device.backend.name == 'native'
+    backend = str(device).split(':')[0]
+    if backend not in ('native', 'cuda'):
+        raise ValueError("conv_algorithm: device must be 'native[:N]' or 'cuda[:N]', not "
+                         '{!r}'.format(device))
+    return backend == 'native'
+
+
+def conv_algorithm(x_shape, w_shape, stride=1, pad=0, dilate=1, groups=1, *, transposed=False,
+                   outsize=None, cover_all=False, kernel='forward', dtype='float32',
+                   device='native:0', cpu_path=None, threads=None) -> typing.Any:
+    """Which algorithm xgrad runs for one kernel of a convolution, and why.
+
+    ``x_shape``, ``w_shape`` and the parameters are those of ``conv(x, w,
+    stride=stride, pad=pad, cover_all=cover_all, dilate=dilate,
+    groups=groups)``, or with ``transposed`` of ``conv_transpose(x, w, ...,
+    outsize=outsize)``. ``kernel``: 'forward', 'grad_input' (the gradient
+    in x) or 'grad_weight'. ``dtype``: the operands'; ``device``:
+    'native[:N]' or 'cuda[:N]' (or a Device); ``cpu_path`` (a name of
+    xgrad._backend.native_kernels.cpu_paths(), e.g. 'avx2') and ``threads``
+    default to this process's. Returns a ConvAlgorithm with
+    ``.algorithm`` and ``.reason``. The same decision the kernels make
+    (xgrad/_ops/_conv/dispatch.py; thresholds in docs/conv_thresholds.md).
+    """
+    from xgrad._ops._conv import geometry
+    from xgrad._errors import DimensionError
+    op = 'conv_transpose' if transposed else 'conv'
+    x_shape, w_shape = tuple(int(d) for d in x_shape), tuple(int(d) for d in w_shape)
+    if len(x_shape) != len(w_shape) or len(x_shape) < 2:
+        raise DimensionError('conv_algorithm: x {} and w {} must have the same number of '
+                             'dimensions, 2 or more'.format(x_shape, w_shape))
+    if kernel not in KERNELS:
+        raise ValueError('conv_algorithm: kernel must be one of {}, not {!r}'.format(
+            ', '.join(KERNELS), kernel))
+    dtype = numpy.dtype(dtype)
+    work = numpy.result_type(numpy.float32, dtype)
+    if transposed:
+        geom, out = geometry.conv_transpose_shapes(x_shape, dtype, w_shape, None, stride, pad,
+                                                   outsize, dilate, groups)
+        y_shape = (x_shape[0], w_shape[1] * geom.groups) + out
+        asked = {'forward': ('conv_transpose', x_shape, out),
+                 'grad_input': ('conv', y_shape, x_shape[2:]),  # conv(gy, w)
+                 'grad_weight': ('grad_weight', y_shape, x_shape)}[kernel]  # (gy as conv's x)
+    else:
+        geom, out = geometry.conv_shapes(x_shape, dtype, w_shape, None, stride, pad, dilate,
+                                         groups, cover_all)
+        y_shape = (x_shape[0], w_shape[0]) + out
+        asked = {'forward': ('conv', x_shape, out),
+                 'grad_input': ('conv_transpose', y_shape, x_shape[2:]),
+                 'grad_weight': ('grad_weight', x_shape, y_shape)}[kernel]
+    host = _on_host(device)
+    if host and cpu_path is None:
+        cpu_path = native_kernels.cpu_path()
+    which, xs, outs = asked
+    found = decide(which, host, xs, w_shape, geom, tuple(outs), work, cpu_path, threads)
+    return ConvAlgorithm(found.algorithm, found.reason, kernel, cpu_path if host else None,
+                         'native' if host else 'cuda')
