@@ -36,7 +36,7 @@ its 25-term sums. Host float32/float64 only (the GPU keeps its own path).
 
 import numpy
 
-from xgrad._backend import winograd_kernels, workspace
+from xgrad._backend import host_gemm, winograd_kernels, workspace
 from xgrad._ops import _gemm_layout
 from xgrad._ops._conv import chunking, thresholds
 
@@ -287,7 +287,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None):
         v = _gemm_layout.padded(flat, (values, c, tiles))
         t.input_tiles(x[lo:hi], v, geom.pad, input_phases)
         e = _gemm_layout.padded(products, (values, o, tiles))
-        numpy.matmul(u, v, out=e)
+        host_gemm.matmul(u, v, out=e)
         t.output_tiles(e, y[lo:hi], bias)
         if kept is not None:
             kept.append(v)
@@ -325,5 +325,5 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, input_phases=None):
             flat_g = workspace.empty(_gemm_layout.padded_size(values * o, widest, work), work)
         g = _gemm_layout.padded(flat_g, (values, o, count))
         t.gradient_tiles(gy[lo:hi], g)
-        du += numpy.matmul(g, v.transpose(0, 2, 1))
+        host_gemm.matmul(g, v.transpose(0, 2, 1), out=du, accumulate=True)
     return _filter_gradients(t, du, tuple(wshape), work, input_phases)

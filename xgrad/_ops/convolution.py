@@ -37,7 +37,7 @@ import functools
 import numpy
 
 from xgrad import _dtypes
-from xgrad._backend import native_kernels, workspace
+from xgrad._backend import host_gemm, native_kernels, workspace
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.operands import kernel_operands
 from xgrad._backend.tap_columns import transpose_into
@@ -72,7 +72,18 @@ def _matmul(xp, a, b, out=None):
     against 4 us."""
     if a.shape[-1] == 1:
         return xp.multiply(a, b, out=out)
+    if xp is numpy:  # (host_gemm decides which GEMM runs it)
+        return host_gemm.matmul(a, b, out=out)
     return xp.matmul(a, b, out=out)
+
+
+def _matmul_add(xp, a, b, out):
+    """out += a @ b (stacks of matrices), without a temporary where
+    host_gemm's choice is xgrad's sgemm."""
+    if xp is numpy and a.shape[-1] != 1:
+        host_gemm.matmul(a, b, out=out, accumulate=True)
+    else:
+        out += _matmul(xp, a, b)
 
 
 def _column_chunks(x, geom, outsize):
@@ -374,7 +385,12 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         # per-sample products summed: an (n, g, o/g, c/g) intermediate instead
         # of copies of both operands with the batch moved beside the positions
         xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, cg, ll)
-        gw = _matmul(xp, gym, xm.swapaxes(2, 3)).sum(axis=0)
+        if xp is numpy and host_gemm.choice().own:  # (summed as computed: no (n, ...) stack)
+            gw = numpy.zeros((g, og, cg), work)
+            for i in range(n):
+                host_gemm.matmul(gym[i], xm[i].swapaxes(1, 2), out=gw, accumulate=True)
+        else:
+            gw = _matmul(xp, gym, xm.swapaxes(2, 3)).sum(axis=0)
         return gw.reshape(wshape).astype(dtype, copy=False)
     # The BLAS runs these products fastest with the longer side of the result
     # as its rows (docs/conv_thresholds.md): gw^T = cols @ rows^T where the
@@ -391,9 +407,9 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
         if windows_first:
             if not (plan and sgemm(cols[0], rows[0].T, gw[0], accumulate=True)):
-                gw += _matmul(xp, cols, rows.swapaxes(1, 2))
+                _matmul_add(xp, cols, rows.swapaxes(1, 2), gw)
         else:
-            gw += _matmul(xp, rows, cols.swapaxes(1, 2))
+            _matmul_add(xp, rows, cols.swapaxes(1, 2), gw)
     if windows_first:  # back to (g, o/g, C/g k): w's own layout, C-contiguous
         # (a transposed view was the gradient once: an optimizer's update of
         # NIN's 1024x384x3x3 weights then took 41 ms instead of 3; NumPy's

@@ -20,7 +20,7 @@ import typing
 
 import numpy
 
-from xgrad._backend import native_kernels
+from xgrad._backend import host_gemm, native_kernels
 from xgrad._ops import _polyphase, _tap_groups, _winograd
 from xgrad._ops._conv import thresholds
 from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, prod as _prod
@@ -473,6 +473,8 @@ def force_algorithm(name):
 # The public query: xgrad.conv_algorithm
 
 KERNELS = ('forward', 'grad_input', 'grad_weight')
+# The CPU paths on which xgrad's sgemm has a micro-kernel (gemm_kernels).
+GEMM_KERNEL_PATHS = ('avx2', 'avx512')
 
 
 class ConvAlgorithm:
@@ -480,16 +482,19 @@ class ConvAlgorithm:
     convolution takes, the ``reason`` (the rule that chose it, with its
     numbers), the ``kernel`` asked about ('forward', 'grad_input' or
     'grad_weight'), the ``cpu_path`` whose thresholds decided (None on a
-    GPU) and the ``device`` ('native' or 'cuda')."""
+    GPU), the ``device`` ('native' or 'cuda') and ``gemm``: which GEMM runs
+    the products the algorithm does not give xgrad's sgemm itself, and why
+    (xgrad/_backend/host_gemm.py on the host)."""
 
-    __slots__ = ('algorithm', 'reason', 'kernel', 'cpu_path', 'device')
+    __slots__ = ('algorithm', 'reason', 'kernel', 'cpu_path', 'device', 'gemm')
 
-    def __init__(self, algorithm, reason, kernel, cpu_path, device):
+    def __init__(self, algorithm, reason, kernel, cpu_path, device, gemm=None):
         self.algorithm = algorithm
         self.reason = reason
         self.kernel = kernel
         self.cpu_path = cpu_path
         self.device = device
+        self.gemm = gemm
 
     def __repr__(self):
         return 'ConvAlgorithm({!r}, kernel={!r}, cpu_path={!r}, reason={!r})'.format(
@@ -555,5 +560,10 @@ def conv_algorithm(x_shape, w_shape, stride=1, pad=0, dilate=1, groups=1, *, tra
         cpu_path = native_kernels.cpu_path()
     which, xs, outs = asked
     found = decide(which, host, xs, w_shape, geom, tuple(outs), work, cpu_path, threads)
+    if host:
+        gemm = host_gemm.decide(cpu_path, host_gemm.blas_core(),
+                                cpu_path in GEMM_KERNEL_PATHS).reason
+    else:
+        gemm = "cuBLAS (CuPy's matmul)"
     return ConvAlgorithm(found.algorithm, found.reason, kernel, cpu_path if host else None,
-                         'native' if host else 'cuda')
+                         'native' if host else 'cuda', gemm)
