@@ -176,9 +176,16 @@ def emulate_cudnn_conv(xgrad, cudnn):
             w = xgrad.zeros(tuple(w_shape), gy.dtype, device='cuda:0').require_grad()
             gw, = xgrad.grad([conv(wrap(x), w, stride, pad)], [w], grad_outputs=[wrap(gy)])
         return _raw_data(gw)
+    saved = {name: getattr(cudnn, name) for name in (
+        'convolution_forward', 'convolution_backward_data', 'convolution_backward_filter')}
     cudnn.convolution_forward = forward
     cudnn.convolution_backward_data = backward_data
     cudnn.convolution_backward_filter = backward_filter
+
+    def restore():
+        for name, f in saved.items():
+            setattr(cudnn, name, f)
+    return restore
 
 
 # ---------------------------------------------------------------------------
@@ -284,7 +291,7 @@ def _steps(tiny):
         workloads['swish_mlp'] = (_tiny_swish_data, bx, bt)
 
         def resnet(dtype):
-            return lambda rng: resnet_data(rng, batch=2, size=4, width=2, dtype=dtype)
+            return lambda rng: resnet_data(rng, batch=8, size=8, width=4, dtype=dtype)
     else:
         def resnet(dtype):
             return lambda rng: resnet_data(rng, dtype=dtype)
@@ -604,14 +611,23 @@ def main(argv=None):
     torch_device = 'cuda' if (real and torch.cuda.is_available()) else 'cpu'
     if not dry_run and torch_device != 'cuda':
         raise SystemExit('torch has no CUDA here: the comparison needs it (or --dry-run)')
+    if torch_device == 'cpu':  # the dry run: torch's threads would spin against the stand-in's
+        torch.set_num_threads(1)
     torch.backends.cudnn.allow_tf32 = False     # float32 in float32, as xgrad's
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = bool(cudnn.config['benchmark'])
     env = Env()
     env.dry_run = dry_run
-    if dry_run:
-        emulate_cudnn_conv(xgrad, cudnn)
     env.torch = torch
+    restore = emulate_cudnn_conv(xgrad, cudnn) if dry_run else (lambda: None)
+    try:
+        return _run(args, names, env, cp, cudnn, start, dry_run, real, torch_device)
+    finally:
+        restore()
+
+
+def _run(args, names, env, cp, cudnn, start, dry_run, real, torch_device):
+    torch = env.torch
     env.torch_on = TorchOn(torch, torch_device)
     env.device = Device(cp, torch, torch_device, real)
     settings = {'rounds': args.rounds or (2 if dry_run else 9),
