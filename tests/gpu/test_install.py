@@ -3,7 +3,6 @@
 import importlib.metadata
 import io
 import os
-import re
 import subprocess
 import sys
 
