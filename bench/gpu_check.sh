@@ -148,35 +148,41 @@ if [ -f "$TMP/gpu.json" ]; then
     printf '\n== bench/gpu.py results (JSON)\n' >> "$RESULT"
     cat "$TMP/gpu.json" >> "$RESULT"
 fi
+# Results: bench/results/ (the dry run's in $TMP: not measurements)
+JSON_DIR=bench/results
+[ "$DRY" = 1 ] && JSON_DIR=$TMP/results && mkdir -p "$JSON_DIR"
 # The training steps: each step's results are written as it finishes, so a
 # step cut at its limit keeps the earlier ones; --budget leaves time to write.
 TRAIN_ONLY=()
 [ "$DRY" = 1 ] && TRAIN_ONLY=(--dry-run --only lstm,resnet18,resnet18_fp16)
-step train 130 "$PY" bench/gpu_training_steps.py --budget 105 \
+step train 130 "$PY" bench/gpu_training_steps.py --budget 105 --out-dir "$JSON_DIR" \
     ${TRAIN_ONLY[@]+"${TRAIN_ONLY[@]}"}
 LAUNCH_DRY=()
 [ "$DRY" = 1 ] && LAUNCH_DRY=(--dry-run)
-step launch 20 "$PY" bench/gpu_training_steps.py --overhead ${LAUNCH_DRY[@]+"${LAUNCH_DRY[@]}"}
+step launch 20 "$PY" bench/gpu_training_steps.py --overhead --out-dir "$JSON_DIR" \
+    ${LAUNCH_DRY[@]+"${LAUNCH_DRY[@]}"}
 # The CPU cores, each framework with its default threads (torch's intra-op
 # count; xgrad's pool): the steps in this process, then a few conv points.
 CORES=$(nproc)
 DAY=$(date -u +%F)
 CPU_ARGS=(--rounds 5 --min-time 0.02)
+CONV_ROUNDS=5
 CONV_POINTS=(conv:8,64,64,32,3,1 conv:64,16,32,16,3,1 conv:8,128,128,16,3,2
              conv:32,3,64,32,3,1 conv_transpose:8,32,16,16,4,2)
 if [ "$DRY" = 1 ]; then
-    CPU_ARGS=(--quick --only lstm,wgan_gp)
+    CPU_ARGS=(--quick --only wgan_gp --rounds 2)
     CONV_POINTS=(conv:2,4,4,8,3,1)
+    CONV_ROUNDS=2
 fi
-export CONV_POINTS_LIST="${CONV_POINTS[*]}"
+export CONV_POINTS_LIST="${CONV_POINTS[*]}" CONV_ROUNDS
 step cpu 40 bash -c '"$1" bench/training_steps.py --threads 0 --json-stdout "${@:4}" \
         > "$2.tmp" && mv "$2.tmp" "$2" && echo "wrote $2" || exit
-    "$1" bench/conv_sweep.py --threads 0 --rounds 5 --min-time 0.02 --no-pool \
+    "$1" bench/conv_sweep.py --threads 0 --rounds $CONV_ROUNDS --min-time 0.02 --no-pool \
         --out "$3" --points $CONV_POINTS_LIST' cpu "$PY" \
-    "bench/results/cpu_training_steps_${CORES}cores_${DAY}$([ "$DRY" = 1 ] && echo _dry_run).json" \
-    "bench/results/cpu_conv_points_${CORES}cores_${DAY}$([ "$DRY" = 1 ] && echo _dry_run).json" \
+    "$JSON_DIR/cpu_training_steps_${CORES}cores_${DAY}.json" \
+    "$JSON_DIR/cpu_conv_points_${CORES}cores_${DAY}.json" \
     "${CPU_ARGS[@]}"
-for f in $(find bench/results -newer "$TMP/start-stamp" -type f -name '*.json' | sort); do
+for f in $(find "$JSON_DIR" -newer "$TMP/start-stamp" -type f -name '*.json' | sort); do
     printf '\n== %s\n' "$f" >> "$RESULT"
     head -c 20000 "$f" >> "$RESULT"
 done
@@ -185,6 +191,6 @@ printf '\n== done: exit %s in %ss (budget %ss)\n' "$status" "$total" "$BUDGET" |
 echo "results: $RESULT"
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
     cp "$RESULT" "$OUT"/
-    find bench/results -newer "$TMP/start-stamp" -type f -name '*.json' -exec cp {} "$OUT"/ \;
+    find "$JSON_DIR" -newer "$TMP/start-stamp" -type f -name '*.json' -exec cp {} "$OUT"/ \;
 fi
 exit $status

@@ -561,10 +561,10 @@ def _gpu_slug(name):
     return re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-') or 'gpu'
 
 
-def default_out(kind, gpu, dry_run):
+def default_out(kind, gpu, dry_run, folder=None):
     date = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')
     stem = '{}_{}_{}{}.json'.format(kind, _gpu_slug(gpu), date, '_dry_run' if dry_run else '')
-    return os.path.join(_BENCH_DIR, 'results', stem)
+    return os.path.join(folder or os.path.join(_BENCH_DIR, 'results'), stem)
 
 
 def _gpu_name(cp):
@@ -588,6 +588,7 @@ def main(argv=None):
     p.add_argument('--dry-run', action='store_true',
                    help='the CPU stand-in for CuPy, torch on the CPU, tiny shapes')
     p.add_argument('--out', help='JSON path (default bench/results/<kind>_<gpu>_<date>.json)')
+    p.add_argument('--out-dir', help='the default name in this folder instead')
     args = p.parse_args(argv)
     names = [n.strip() for n in args.only.split(',') if n.strip()]
     for n in names:
@@ -637,7 +638,7 @@ def _run(args, names, env, cp, cudnn, start, dry_run, real, torch_device):
                 'overhead_repeats': 1 if dry_run else 3}
     gpu = _gpu_name(cp)
     kind = 'gpu_overhead' if args.overhead else 'gpu_training_steps'
-    out = args.out or default_out(kind, gpu, dry_run)
+    out = args.out or default_out(kind, gpu, dry_run, args.out_dir)
     report = {
         'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'dry_run': dry_run,

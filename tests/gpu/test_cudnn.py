@@ -9,6 +9,7 @@ the fallback's values, first and second derivatives included, and fall
 back after a cuDNN error. Numerics against cuDNN itself: test_cudnn_gpu.py.
 """
 
+import os
 import sys
 import warnings
 
@@ -252,7 +253,7 @@ def test_modes_have_environment_variables_and_setters():
     assert cudnn.set_benchmark(previous) is True
     assert cudnn.set_deterministic(False) in (True, False)
     assert cudnn.config['workspace_limit'] > 0
-    src = open(cudnn.__file__.rsplit('.', 2)[0].rsplit('/', 1)[0] + '/cudnn.pyx').read()
+    src = open(os.path.join(os.path.dirname(cudnn.__file__), 'cudnn.pyx')).read()
     for name in ('XGRAD_CUDNN_BENCHMARK', 'XGRAD_CUDNN_DETERMINISTIC', 'XGRAD_CUDNN_TF32',
                  'XGRAD_CUDNN_WORKSPACE_MB'):
         assert name in src

@@ -70,6 +70,7 @@ def test_gpu_check_builds_in_place_and_runs_only_real_gpu_tests():
     # to it and, where $OUT is a folder, copied there
     assert len(set(re.findall(r'bench/results/[\w.-]+\.txt', text))) == 2
     assert '-newer "$TMP/start-stamp"' in text and 'cp "$RESULT" "$OUT"/' in text
+    assert 'JSON_DIR=$TMP/results' in text   # (the dry run's JSONs are not results)
     assert 'bench/gpu_training_steps.py --budget' in text
     assert 'bench/gpu_training_steps.py --overhead' in text
     assert 'bench/training_steps.py --threads 0' in text and 'bench/conv_sweep.py --threads 0' in text
