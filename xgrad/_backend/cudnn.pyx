@@ -489,13 +489,25 @@ def batch_norm_descriptor(Descriptor x, mode):
 _handles = threading.local()
 
 
+cdef bint _exiting = False
+
+
+def _at_exit():
+    global _exiting
+    _exiting = True  # (CUDA may be torn down before the handles: leave them)
+
+
+import atexit
+atexit.register(_at_exit)
+
+
 cdef class Handle:
     cdef void* ptr
     cdef uintptr_t stream
     cdef readonly int device
 
     def __dealloc__(self):
-        if self.ptr != NULL:
+        if self.ptr != NULL and not _exiting:
             api.destroy(self.ptr)
 
 
