@@ -5,7 +5,8 @@ vector kernels (sse2, avx2 or avx512: ``XGRAD_CPU_PATH``), whether glibc's
 heap was tuned through xgrad (only on request: ``xgrad.keep_heap_top``), the GPUs, and
 whether xgrad's kernels compile with NVRTC (no GPU needed: they are
 compiled for a virtual architecture, ``compute_90`` unless a GPU says
-otherwise).
+otherwise), and which path runs convolution, pooling and batch norm on cuda
+devices: cuDNN (its version and library) or the fallback and why.
 
 Exit status 0 when every part that is present works (no CuPy at all is
 fine: xgrad then runs on the CPU), 1 when CuPy is installed but broken or a
@@ -146,7 +147,31 @@ def report(out=sys.stdout):
     else:
         line('kernels', 'not compiled: NVRTC is missing')
         status = 1
+    cudnn_lines(line, cp)
     return int(status)
+
+
+def cudnn_lines(line, cp):
+    """cuDNN: its version and file or why not; per op kind, the path that
+    runs on cuda devices."""
+    from xgrad._backend import cudnn
+    why = cudnn.reason()
+    if why is None:
+        line('cuDNN', '{} ({})'.format(cudnn.version_string(), cudnn.library_path()))
+        device_why = cudnn.device_reason(cp)
+        if device_why:
+            line('cuDNN device', 'unusable: ' + device_why)
+    else:
+        line('cuDNN', 'not used: ' + why)
+        device_why = None
+    for kind, label in (('conv', 'conv path'), ('pool', 'pool path'),
+                        ('batch_norm', 'BN path')):
+        text = cudnn.path(kind)
+        if why is not None:
+            text = '{} (cuDNN not used)'.format(cudnn._FALLBACK[kind])
+        elif device_why and text.startswith('cudnn'):
+            text = '{} (cuDNN unusable on this device)'.format(cudnn._FALLBACK[kind])
+        line(label, text)
 
 
 def _nvrtc_module(cp):

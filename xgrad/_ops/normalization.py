@@ -14,11 +14,18 @@ reshaped so that neighbouring axes that are all reduced or all kept become
 one axis ((N, C, H, W) over (0, 2, 3) is (N, C, H*W) over (0, 2), see
 ``_Layout``), so NumPy applies per-channel values to long contiguous rows.
 Arithmetic is done in at least float32; the result has the dtype of ``x``.
+
+On cuda devices with cuDNN (xgrad/_backend/cudnn.pyx), where the reduced
+axes are cuDNN's ((N, C, L) over N and L: its spatial mode; (N, D) over N:
+per activation), eps >= 1e-5 and the parameters are in cuDNN's dtype for
+x (float32 for float16 and float32 x, float64 for float64), ``batch_norm``'s
+forward and first gradient and ``fixed_batch_norm``'s forward run cuDNN's
+kernels. Second derivatives are the recorded formulas, as without cuDNN.
 """
 
 import numpy
 
-from xgrad._backend import cuda, norm_kernels
+from xgrad._backend import cuda, cudnn, norm_kernels
 from xgrad._errors import XgradError
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
@@ -111,6 +118,20 @@ def _check_params(op, lay, params):
                                               lay.axes, lay.channels))
 
 
+def _cudnn_mode(lay, x, work, eps):
+    """cuDNN's batch norm mode for raw ``x`` (None: not through cuDNN): GPU
+    data, cuDNN usable, its axes, eps and parameter dtype."""
+    if not cuda.on_gpu(x) or not cudnn.use_for('batch_norm', cuda.cupy(), x):
+        return None
+    param = numpy.float64 if x.dtype == numpy.float64 else numpy.float32
+    if work != param:
+        return None
+    reduced = [i in lay.merged_axes for i in range(len(lay.merged))]
+    if cudnn.batch_norm_reason(lay.merged, reduced, x.dtype, eps, lay.count):
+        return None
+    return cudnn.batch_norm_mode(reduced)
+
+
 def _per_channel(xp, a, lay, dtype):
     """``a`` (a parameter or statistic) shaped to broadcast against merged x."""
     return xp.reshape(xp.cast(a, dtype), lay.keep)
@@ -144,6 +165,19 @@ class BatchNorm(PyOp):
         self.dtypes = tuple(a.dtype for a in inputs)
         self.work = work = _args.compute_dtype(*self.dtypes)
         self.native = lay.ncl is not None and x.dtype == work and not cuda.on_gpu(x)
+        self.cudnn_mode = _cudnn_mode(lay, x, work, self.eps)
+        if self.cudnn_mode is not None:
+            try:
+                y, mean, inv_std = cudnn.batch_norm_forward_training(
+                    x.reshape(lay.merged), gamma, beta, lay.merged, self.cudnn_mode, self.eps)
+            except cudnn.CudnnError as e:
+                cudnn.record_failure('batch_norm', e)
+                self.cudnn_mode = None
+            else:  # (the biased variance, for the running average)
+                self.mean = mean.reshape(lay.keep)
+                self.inv_std = inv_std.reshape(lay.keep)
+                self.var = 1 / (self.inv_std * self.inv_std) - work.type(self.eps)
+                return (y.reshape(lay.shape),)
         if self.native:
             # One threaded pass per step (see norm_kernels); nothing of x's
             # size is kept beyond x itself.
@@ -171,6 +205,10 @@ class BatchNorm(PyOp):
             return self._native_grads(targets, gys[0], xs[0], xs[1])
         if xp is numpy_ns:
             return self._numpy_grads(targets, gys[0])
+        if self.cudnn_mode is not None and xp.raw and 'batch_norm' not in cudnn.failures:
+            grads = self._cudnn_grads(targets, gys[0], xs[0], xs[1])
+            if grads is not None:
+                return grads
         lay = self.lay
         axes = lay.merged_axes
         gy = xp.reshape(xp.cast(gys[0], self.work), lay.merged)
@@ -189,6 +227,22 @@ class BatchNorm(PyOp):
                 g = ggamma if t == 1 else gbeta
             out.append(xp.cast(xp.reshape(g, self.shapes[t]), self.dtypes[t]))
         return tuple(out)
+
+    def _cudnn_grads(self, targets, gy, x, gamma):
+        """(gx, ggamma, gbeta) by cuDNN from the saved statistics; None after
+        recording a failure (the formula runs instead)."""
+        lay = self.lay
+        try:
+            gx, ggamma, gbeta = cudnn.batch_norm_backward(
+                x.reshape(lay.merged), gy.astype(x.dtype, copy=False).reshape(lay.merged),
+                gamma.reshape(-1), self.mean.reshape(-1), self.inv_std.reshape(-1),
+                lay.merged, self.cudnn_mode, self.eps)
+        except cudnn.CudnnError as e:
+            cudnn.record_failure('batch_norm', e)
+            return None
+        grads = {0: gx, 1: ggamma, 2: gbeta}
+        return tuple(grads[t].reshape(self.shapes[t]).astype(self.dtypes[t], copy=False)
+                     for t in targets)
 
     def _native_grads(self, targets, gy, x, gamma):
         lay = self.lay
@@ -290,6 +344,16 @@ class FixedBatchNorm(PyOp):
         self.shapes = tuple(a.shape for a in inputs)
         self.dtypes = tuple(a.dtype for a in inputs)
         work = self.work = _args.compute_dtype(*self.dtypes)
+        mode = _cudnn_mode(lay, x, work, self.eps)
+        if mode is not None:
+            try:
+                y = cudnn.batch_norm_forward_inference(
+                    x.reshape(lay.merged), gamma.reshape(-1), beta.reshape(-1),
+                    mean.reshape(-1), var.reshape(-1), lay.merged, mode, self.eps)
+            except cudnn.CudnnError as e:
+                cudnn.record_failure('batch_norm', e)
+            else:
+                return (y.reshape(lay.shape),)
         gamma, beta, mean, var = [a.reshape(lay.keep).astype(work, copy=False)
                                   for a in (gamma, beta, mean, var)]
         scale = gamma / _args.module_of(var).sqrt(var + self.eps)

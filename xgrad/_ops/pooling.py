@@ -17,13 +17,23 @@ derivative order stays in the pair:
 * average: the window sum over a count (``pad_mode`` 'ignore': the elements
   inside the input, 'zero': the whole window); its gradient spreads gy / count
   over each window, and the gradient of that is the average again.
+
+On cuda devices with cuDNN (xgrad/_backend/cudnn.pyx), the forward and the
+first gradient run cuDNN's pooling where it computes what the strided
+windows do (max: padding as -inf, NaN propagated; average: cuDNN's
+count-excluding-padding mode for pad_mode 'ignore', count-including for
+'zero'; not with cover_all adding windows, nor with pad >= ksize, whose
+windows wholly in the padding xgrad defines as 0 or nan). The max pair
+keeps x and y for cuDNN's backward and finds the argmax positions only if a
+second derivative asks for the gather; the pairs stay each other's adjoints,
+so every derivative order is unchanged.
 """
 
 import functools
 
 import numpy
 
-from xgrad._backend import window_kernels, workspace
+from xgrad._backend import cuda, cudnn, window_kernels, workspace
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair, run
 from xgrad._ops._op import PyOp
@@ -55,18 +65,60 @@ def _geometry(op, x, ksize, stride, pad, cover_all):
     return geom, outsize
 
 
+def _cudnn_mode(kind, x, geom, outsize, pad_mode=None):
+    """cuDNN's pooling mode for raw ``x`` when cuDNN pools it as the strided
+    windows do (GPU data, cuDNN usable, the same windows), else None."""
+    if not cuda.on_gpu(x) or not cudnn.use_for('pool', cuda.cupy(), x):
+        return None
+    if outsize != tuple(out_size(d, k, s, p) for d, k, s, p in zip(
+            x.shape[2:], geom.ksize, geom.stride, geom.pad)):
+        return None  # cover_all's extra windows
+    if cudnn.pooling_reason(x.shape, x.dtype, geom.ksize, geom.stride, geom.pad, kind):
+        return None
+    return cudnn.pooling_mode(kind, pad_mode)
+
+
+def _cudnn_pool(x, outsize, mode, geom):
+    """cuDNN's pooling of x, or None after recording a failure (the caller
+    falls back)."""
+    try:
+        return cudnn.pooling_forward(x, outsize, mode, geom.ksize, geom.stride, geom.pad)
+    except cudnn.CudnnError as e:
+        cudnn.record_failure('pool', e)
+        return None
+
+
+def _cudnn_pool_grad(spatial, x, y, gy, mode, geom):
+    try:
+        return cudnn.pooling_backward(gy.shape[:2] + tuple(spatial), x, y, gy, mode,
+                                      geom.ksize, geom.stride, geom.pad)
+    except cudnn.CudnnError as e:
+        cudnn.record_failure('pool', e)
+        return None
+
+
 # ---------------------------------------------------------------------------
 # Max pooling
 
 class _Argmax:
     """Which tap of its window (0 .. prod(ksize) - 1, in window order) each
-    output's maximum came from, with the pooling geometry."""
+    output's maximum came from, with the pooling geometry. After cuDNN's
+    forward, ``cudnn`` is (mode, x, y) for cuDNN's backward, and the taps
+    are found from x only when asked for (by the gather, a second
+    derivative)."""
 
-    def __init__(self, tap, geom, outsize, spatial):
-        self.tap = tap
+    def __init__(self, tap, geom, outsize, spatial, cudnn=None):
+        self._tap = tap
         self.geom = geom
         self.outsize = outsize
         self.spatial = spatial
+        self.cudnn = cudnn
+
+    @property
+    def tap(self):
+        if self._tap is None:
+            self._tap = _window_max(self.cudnn[1], self.geom, self.outsize)[1]
+        return self._tap
 
     def taps(self):
         """(mask, index) per tap: the outputs whose maximum is that tap, and
@@ -96,6 +148,23 @@ def _geometry_2d(geom):
     return (1,) + tuple(geom.ksize), (1,) + tuple(geom.stride), (0,) + tuple(geom.pad)
 
 
+def _window_max(x, geom, outsize):
+    """(y, tap): each window's maximum and the tap it came from, by strided
+    windows (any array module)."""
+    xpad = pad_input(x, geom, outsize, fill=-numpy.inf)
+    y = tap = None
+    for t, (_, index) in enumerate(window_offsets(geom, outsize)):
+        v = xpad[index]
+        if y is None:
+            y = v.copy()
+            xp = _args.module_of(y)
+            tap = xp.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
+        else:  # strictly greater wins: ties keep the first tap
+            tap = xp.where(v > y, tap.dtype.type(t), tap)
+            y = xp.maximum(y, v)  # (NaN propagates to y)
+    return y, tap
+
+
 class _MaxPool(PyOp):
     op_name = 'max_pool'
 
@@ -113,17 +182,12 @@ class _MaxPool(PyOp):
             if window_kernels.max_pool_2d(_as_2d(x), _as_2d(y), tap, *_geometry_2d(geom)):
                 self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
                 return (y,)
-        xpad = pad_input(x, geom, outsize, fill=-numpy.inf)
-        y = tap = None
-        for t, (_, index) in enumerate(window_offsets(geom, outsize)):
-            v = xpad[index]
-            if y is None:
-                y = v.copy()
-                xp = _args.module_of(y)
-                tap = xp.zeros(y.shape, numpy.min_scalar_type(_prod(geom.ksize)))
-            else:  # strictly greater wins: ties keep the first tap
-                tap = xp.where(v > y, tap.dtype.type(t), tap)
-                y = xp.maximum(y, v)  # (NaN propagates to y)
+        mode = _cudnn_mode('max', x, geom, outsize)
+        y = None if mode is None else _cudnn_pool(x, outsize, mode, geom)
+        if y is not None:
+            self.argmax = _Argmax(None, geom, outsize, x.shape[2:], cudnn=(mode, x, y))
+            return (y,)
+        y, tap = _window_max(x, geom, outsize)
         self.argmax = _Argmax(tap, geom, outsize, x.shape[2:])
         return (y,)
 
@@ -137,6 +201,12 @@ class _MaxPoolGrad(LinearPair):
 
     def compute(self, gy):
         a = self.plan
+        if a.cudnn is not None and cuda.on_gpu(gy) and 'pool' not in cudnn.failures:
+            mode, x, y = a.cudnn
+            gx = _cudnn_pool_grad(a.spatial, x, y, gy.astype(x.dtype, copy=False), mode,
+                                  a.geom)
+            if gx is not None:
+                return gx.astype(gy.dtype, copy=False)
         if _native(gy):
             gx = workspace.zeros(gy.shape[:2] + a.spatial, gy.dtype)
             if window_kernels.max_pool_2d_scatter(_as_2d(numpy.ascontiguousarray(gy)),
@@ -206,10 +276,11 @@ def _inside_counts(outsize, ksize, stride, pad, spatial):
 class _Average:
     """An average pooling's geometry and its per-output element counts."""
 
-    def __init__(self, geom, outsize, spatial, pad_mode):
+    def __init__(self, geom, outsize, spatial, pad_mode, cudnn_mode=None):
         self.geom = geom
         self.outsize = outsize
         self.spatial = spatial
+        self.cudnn_mode = cudnn_mode  # cuDNN's mode on cuda devices, or None
         if pad_mode == 'zero':
             self.count = _prod(geom.ksize)
         else:
@@ -228,6 +299,10 @@ class _AveragePool(LinearPair):
 
     def compute(self, x):
         a = self.plan
+        if a.cudnn_mode is not None and cuda.on_gpu(x) and 'pool' not in cudnn.failures:
+            y = _cudnn_pool(x, a.outsize, a.cudnn_mode, a.geom)
+            if y is not None:
+                return y
         if _native(x):  # one pass in C (window_kernels.pyx), NumPy's sums exactly
             x = numpy.ascontiguousarray(x)
             y = workspace.empty(x.shape[:2] + a.outsize, x.dtype)
@@ -250,6 +325,10 @@ class _AveragePoolGrad(LinearPair):
 
     def compute(self, gy):
         a = self.plan
+        if a.cudnn_mode is not None and cuda.on_gpu(gy) and 'pool' not in cudnn.failures:
+            gx = _cudnn_pool_grad(a.spatial, None, None, gy, a.cudnn_mode, a.geom)
+            if gx is not None:
+                return gx
         if _native(gy):
             gx = workspace.zeros(gy.shape[:2] + a.spatial, gy.dtype)
             if window_kernels.average_pool_2d(_as_2d(gx), _as_2d(numpy.ascontiguousarray(gy)),
@@ -280,7 +359,8 @@ def average_pool(x, ksize, stride=None, pad=0, pad_mode='ignore'):
         raise ValueError("average_pool: pad_mode must be 'ignore' or 'zero', not "
                          "{!r}".format(pad_mode))
     geom, outsize = _geometry('average_pool', x, ksize, stride, pad, False)
-    return _args.apply(_AveragePool(_Average(geom, outsize, x.shape[2:], pad_mode)), x)
+    mode = _cudnn_mode('average', _args.raw(x), geom, outsize, pad_mode)
+    return _args.apply(_AveragePool(_Average(geom, outsize, x.shape[2:], pad_mode, mode)), x)
 
 
 # ---------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 import importlib.metadata
 import io
 import os
-import re
 import subprocess
 import sys
 
@@ -15,9 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 
 def _extra(name):
-    text = open(os.path.join(ROOT, 'pyproject.toml')).read()
-    m = re.search(r'^{} = (.*)$'.format(name), text, re.M)
-    return re.findall(r'"([^"]+)"', m.group(1))
+    import tomllib
+    with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+        return tomllib.load(f)['project']['optional-dependencies'][name]
 
 
 def test_the_cuda_extra_brings_cupy_with_the_cuda_toolkit_parts():
@@ -82,3 +81,8 @@ def test_python_m_xgrad_info_runs():
     assert 'xgrad:' in out.stdout and 'NumPy:' in out.stdout
     if 'CuPy:' in out.stdout and 'compiles' in out.stdout:
         assert 'FAILS' not in out.stdout, out.stdout
+
+
+def test_the_cuda_extra_brings_cudnn_9_for_cuda_12_on_linux():
+    (cudnn,) = [r for r in _extra('cuda') if r.startswith('nvidia-cudnn')]
+    assert cudnn.startswith('nvidia-cudnn-cu12>=9') and "platform_system == 'Linux'" in cudnn
