@@ -16,10 +16,10 @@ each step ended by a device synchronize):
 
 * ``xgrad``: as a user gets it (xgrad.conv's dispatcher; cuDNN pooling and
   batch norm where cuDNN is usable);
-* ``xgrad_cudnn_conv`` (steps with convolutions, while xgrad.conv's
-  dispatcher does not call cuDNN): the convolutions through
-  xgrad._backend.cudnn's functions as a bench-local FunctionNode, so the
-  cuDNN step is measured before the dispatcher is wired;
+* ``xgrad_cudnn_conv`` (steps with convolutions, where xgrad.conv's
+  dispatcher does not take cuDNN: the dry run's stand-in, or a cuDNN
+  failure): the convolutions through xgrad._backend.cudnn's functions as a
+  bench-local FunctionNode;
 * ``xgrad_no_cudnn``: the same step with ``XGRAD_CUDNN=0`` set around each
   call (today's im2col / strided-window path);
 * ``torch`` (cuDNN heuristics, no TF32: ``torch.backends.cudnn.allow_tf32 =

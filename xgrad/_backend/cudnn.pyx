@@ -1109,18 +1109,17 @@ def use_for(kind, cp, data):
     return device_reason(cp) is None
 
 
-# Which xgrad ops call cuDNN on cuda devices; convolution joins when the
-# conv dispatcher calls the functions above.
-WIRED = {'pool': 'max_pool, average_pool', 'batch_norm': 'batch_norm, fixed_batch_norm'}
+# Which xgrad ops call cuDNN on cuda devices (convolution: the conv
+# dispatcher's 'cudnn' entries, xgrad/_ops/_conv/dispatch.py).
+WIRED = {'conv': 'conv, conv_transpose and their gradients', 'pool': 'max_pool, average_pool',
+         'batch_norm': 'batch_norm, fixed_batch_norm'}
 _FALLBACK = {'conv': 'im2col', 'pool': 'strided windows', 'batch_norm': 'CuPy routines'}
 
 
 def path(kind):
     """What runs ``kind`` ('conv', 'pool', 'batch_norm') on cuda devices:
     'cudnn 9.28.1' or '<fallback>: <why not cuDNN>' (for `xgrad info`)."""
-    if kind not in WIRED:
-        why = reason() or "cuDNN's convolution is not called by the conv dispatcher yet"
-    elif kind in failures:
+    if kind in failures:
         why = 'cuDNN failed: ' + failures[kind]
     else:
         why = reason()

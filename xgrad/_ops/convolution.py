@@ -37,7 +37,7 @@ import functools
 import numpy
 
 from xgrad import _dtypes
-from xgrad._backend import host_gemm, native_kernels, workspace
+from xgrad._backend import cudnn, host_gemm, native_kernels, workspace
 from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.operands import kernel_operands
 from xgrad._backend.tap_columns import transpose_into
@@ -258,6 +258,18 @@ clear_choices = dispatch.clear_choices
 force_algorithm = dispatch.force_algorithm
 
 
+def _on_cudnn(function, *args):
+    """``function(*args)`` of xgrad/_backend/cudnn.pyx; None after a cuDNN
+    error, which turns cuDNN's convolution off for this process (the
+    dispatcher then takes the next rule: im2col)."""
+    try:
+        return function(*args)
+    except cudnn.CudnnError as e:
+        cudnn.record_failure('conv', e)
+        dispatch.clear_choices()
+        return None
+
+
 def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
@@ -265,9 +277,16 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     chunk (for the weight gradient, which needs the same columns)."""
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
+    how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
+    if how == 'cudnn':
+        y = _on_cudnn(cudnn.convolution_forward, x.astype(dtype, copy=False),
+                      w.astype(dtype, copy=False), geom.stride, geom.pad, geom.dilate,
+                      geom.groups)
+        if y is not None:
+            return _add_bias(y, b)
+        how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
     x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     n, o, g = x.shape[0], w.shape[0], geom.groups
-    how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
     if how == 'winograd':
         y = _winograd.conv(plan, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
                            outsize, work, keep_columns)
@@ -317,8 +336,16 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     spatial = x.shape[2:]
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
-    x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     how, _, plan = dispatch.choice('conv_transpose', x, w.shape, geom, tuple(outsize), work)
+    if how == 'cudnn':
+        y = _on_cudnn(cudnn.convolution_transpose, x.astype(dtype, copy=False),
+                      w.astype(dtype, copy=False), tuple(outsize), geom.stride, geom.pad,
+                      geom.dilate, geom.groups)
+        if y is not None:
+            return _add_bias(y, b)
+        how, _, plan = dispatch.choice('conv_transpose', x, w.shape, geom, tuple(outsize),
+                                       work)
+    x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     if how == 'pointwise':  # y[n] = w^T x[n]
         wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
         return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
@@ -357,9 +384,17 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
     kept them (saves building them again)."""
     work = _args.compute_dtype(numpy.dtype(dtype))
-    x, gy = kernel_operands(work, x, gy)  # (what every algorithm's kernels read)
     how, _, plan = dispatch.choice('grad_weight', x, tuple(wshape), geom, tuple(gy.shape),
                                    work)
+    if how == 'cudnn':
+        gw = _on_cudnn(cudnn.convolution_backward_filter, x.astype(dtype, copy=False),
+                       gy.astype(dtype, copy=False), tuple(wshape), geom.stride, geom.pad,
+                       geom.dilate, geom.groups)
+        if gw is not None:
+            return gw
+        how, _, plan = dispatch.choice('grad_weight', x, tuple(wshape), geom,
+                                       tuple(gy.shape), work)
+    x, gy = kernel_operands(work, x, gy)  # (what every algorithm's kernels read)
     if how == 'winograd':
         tiles = columns if isinstance(columns, _winograd.Tiles) else None
         gw = _winograd.grad_weight(plan, numpy.ascontiguousarray(x, dtype=work),

@@ -100,7 +100,7 @@ def test_library_reports_its_version(library):
     assert v >= 8000
     assert cudnn.version_string().count('.') == 2
     assert cudnn.path('pool') == 'cudnn ' + cudnn.version_string()
-    assert cudnn.path('conv').startswith('im2col: ')  # (not wired to the dispatcher yet)
+    assert cudnn.path('conv') == 'cudnn ' + cudnn.version_string()
 
 
 # ---------------------------------------------------------------------------

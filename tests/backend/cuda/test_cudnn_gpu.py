@@ -7,6 +7,9 @@ gradients on the im2col path, and pooling and batch norm with cuDNN
 against XGRAD_CUDNN=0, first and second derivatives included.
 """
 
+import contextlib
+import os
+
 import numpy
 import pytest
 
@@ -29,6 +32,21 @@ def gpu(cuda_runtime, monkeypatch):
     cudnn.config.update(saved)
     cudnn.clear_plans()
     assert not cudnn.failures, cudnn.failures
+
+
+@contextlib.contextmanager
+def _im2col():
+    """xgrad's own GPU path inside (XGRAD_CUDNN=0: the conv dispatcher, the
+    pooling and batch norm skip cuDNN), for the reference values."""
+    before = os.environ.get('XGRAD_CUDNN')
+    os.environ['XGRAD_CUDNN'] = '0'
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ['XGRAD_CUDNN']
+        else:
+            os.environ['XGRAD_CUDNN'] = before
 
 
 def _close(got, want, dtype, what):
@@ -71,9 +89,10 @@ def test_convolution_matches_the_im2col_path(gpu, geometry, dtype, mode):
     wh = rs.uniform(-1, 1, w_shape).astype(dtype)
     x = xgrad.array(xh, device='cuda:0').require_grad()
     w = xgrad.array(wh, device='cuda:0').require_grad()
-    y = xgrad.conv(x, w, stride=stride, pad=pad, dilate=dilation, groups=groups)
-    gyh = rs.uniform(-1, 1, y.shape).astype(dtype)
-    gx, gw = xgrad.grad([y], [x, w], grad_outputs=[xgrad.array(gyh, device='cuda:0')])
+    with _im2col():
+        y = xgrad.conv(x, w, stride=stride, pad=pad, dilate=dilation, groups=groups)
+        gyh = rs.uniform(-1, 1, y.shape).astype(dtype)
+        gx, gw = xgrad.grad([y], [x, w], grad_outputs=[xgrad.array(gyh, device='cuda:0')])
     cp = gpu
     xr, wr, gyr = cp.asarray(xh), cp.asarray(wh), cp.asarray(gyh)
     got = cudnn.convolution_forward(xr, wr, stride, pad, dilation, groups)
@@ -96,9 +115,10 @@ def test_convolution_transpose_matches_xgrads(gpu, geometry, dtype):
         x_shape[2:], w_shape[2:], stride, pad, dilation))
     th = rs.uniform(-1, 1, (x_shape[0], w_shape[0]) + y_spatial).astype(dtype)
     wh = rs.uniform(-1, 1, w_shape).astype(dtype)   # (C_in of the transpose, C_out / g, k)
-    want = xgrad.conv_transpose(xgrad.array(th, device='cuda:0'),
-                                xgrad.array(wh, device='cuda:0'), stride=stride, pad=pad,
-                                outsize=x_shape[2:], dilate=dilation, groups=groups)
+    with _im2col():
+        want = xgrad.conv_transpose(xgrad.array(th, device='cuda:0'),
+                                    xgrad.array(wh, device='cuda:0'), stride=stride, pad=pad,
+                                    outsize=x_shape[2:], dilate=dilation, groups=groups)
     cp = gpu
     got = cudnn.convolution_transpose(cp.asarray(th), cp.asarray(wh), x_shape[2:], stride,
                                       pad, dilation, groups)
@@ -191,6 +211,40 @@ def test_batch_norm_running_statistics_match_the_fallback(gpu, monkeypatch):
         numpy.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('transposed', [False, True])
+@pytest.mark.parametrize('geometry', GEOMETRIES[:4])
+def test_the_dispatcher_takes_cudnn_with_im2cols_derivatives(gpu, geometry, transposed, dtype):
+    """xgrad.conv / conv_transpose through the dispatcher (cuDNN) against
+    XGRAD_CUDNN=0 (im2col): values, first and second derivatives."""
+    x_shape, w_shape, stride, pad, dilation, groups = geometry
+    if transposed:
+        x_shape = (x_shape[0], w_shape[0]) + tuple(cudnn.conv_out_size(
+            d, k, s, p, dl) for d, k, s, p, dl in zip(x_shape[2:], w_shape[2:], stride, pad,
+                                                      dilation))
+    assert xgrad.conv_algorithm(x_shape, w_shape, stride, pad, dilation, groups,
+                                transposed=transposed, device='cuda:0').algorithm == 'cudnn'
+
+    def run():
+        rs = numpy.random.RandomState(3)
+        x = xgrad.array(rs.uniform(-1, 1, x_shape).astype(dtype), device='cuda:0')
+        w = xgrad.array(rs.uniform(-1, 1, w_shape).astype(dtype), device='cuda:0')
+        x, w = x.require_grad(), w.require_grad()
+        f = xgrad.conv_transpose if transposed else xgrad.conv
+        y = f(x, w, stride=stride, pad=pad, dilate=dilation, groups=groups)
+        gy = xgrad.array(rs.uniform(-1, 1, y.shape).astype(dtype), device='cuda:0')
+        gx, gw = xgrad.grad([y], [x, w], grad_outputs=[gy], enable_double_backprop=True)
+        total = xgrad.sum(gx * gx) + xgrad.sum(gw * gw)
+        hx, hw = xgrad.grad([total], [x, w])
+        return [a.to_numpy() for a in (y, gx, gw, hx, hw)]
+    got = run()
+    with _im2col():
+        want = run()
+    for i, (g, w) in enumerate(zip(got, want)):
+        _close(g, w, dtype, 'output {}'.format(i))
+
+
 def test_info_says_cudnn_runs_pooling_and_batch_norm(gpu):
+    assert cudnn.path('conv').startswith('cudnn ')
     assert cudnn.path('pool').startswith('cudnn ')
     assert cudnn.path('batch_norm').startswith('cudnn ')

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import os
 import typing
 
 import numpy
@@ -28,10 +29,10 @@ from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, pro
 # The algorithms of each kernel, as force_conv_algorithm and conv_algorithm
 # name them.
 KERNEL_ALGORITHMS = {
-    'conv': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col'),
+    'conv': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col', 'cudnn'),
     'conv_transpose': ('output_phases', 'input_phases', 'taps', 'pointwise', 'flip', 'col2im',
-                       'col2im_add'),
-    'grad_weight': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col'),
+                       'col2im_add', 'cudnn'),
+    'grad_weight': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col', 'cudnn'),
 }
 ALGORITHMS = tuple(dict.fromkeys(a for names in KERNEL_ALGORITHMS.values() for a in names))
 # Former names, still accepted by force_conv_algorithm.
@@ -333,18 +334,53 @@ def _cuda_flip(xshape, wshape, geom, outsize, work):
     return flipped(geom) is not None
 
 
+def cudnn_reason(conv_x, w_shape, conv_y, geom, work):
+    """Why cuDNN cannot run the convolution from ``conv_x`` (N, C, *spatial)
+    by ``w_shape`` to the spatial size ``conv_y`` on the current device;
+    None when it can. (conv_transpose and the input gradient are that
+    convolution's backward data; the weight gradient its backward filter.)"""
+    from xgrad._backend import cudnn
+    if 'conv' in cudnn.failures:
+        return 'cuDNN failed: ' + cudnn.failures['conv']
+    why = cudnn.convolution_reason(conv_x, w_shape, work, geom.stride, geom.pad, geom.dilate,
+                                   geom.groups)
+    if why:
+        return why
+    sizes = tuple(cudnn.conv_out_size(d, k, s, p, dl) for d, k, s, p, dl in zip(
+        conv_x[2:], geom.ksize, geom.stride, geom.pad, geom.dilate))
+    if sizes != tuple(conv_y):
+        return 'output {} is not the convolution\'s {} (cover_all)'.format(
+            tuple(conv_y), sizes)
+    return cudnn.device_reason()
+
+
+def _cudnn_conv(xshape, wshape, geom, outsize, work):
+    return cudnn_reason(xshape, wshape, outsize, geom, work) is None
+
+
+def _cudnn_conv_transpose(xshape, wshape, geom, outsize, work):
+    # the convolution whose backward data this is: from y (N, C_out, *outsize) to x
+    conv_x = (xshape[0], wshape[1] * geom.groups) + tuple(outsize)
+    conv_w = (wshape[0], wshape[1]) + tuple(wshape[2:])
+    return cudnn_reason(conv_x, conv_w, xshape[2:], geom, work) is None
+
+
 DEVICE_RULES = {
     'conv': (
+        ('cudnn', _cudnn_conv, "cuDNN's convolution forward (its heuristics or, with "
+                               'XGRAD_CUDNN_BENCHMARK, the fastest timed)'),
         ('pointwise', _cuda_pointwise, '1x1 window, stride 1, no padding: one batched matmul'),
         ('im2col', _always, 'strided windows + cuBLAS via CuPy'),
     ),
     'conv_transpose': (
+        ('cudnn', _cudnn_conv_transpose, "cuDNN's convolution backward data"),
         ('pointwise', _cuda_pointwise, '1x1 window, stride 1, no padding: one batched matmul'),
         ('flip', _cuda_flip, 'stride 1: the convolution of x with the kernel flipped'),
         ('col2im_add', _always, 'cuBLAS into the columns of the output, added back tap by '
                                 'tap'),
     ),
     'grad_weight': (
+        ('cudnn', _cudnn_conv, "cuDNN's convolution backward filter"),
         ('pointwise', _cuda_pointwise_grad_weight, '1x1 window, stride 1, no padding: '
                                                    'per-sample matmuls'),
         ('im2col', _always, 'strided windows + cuBLAS via CuPy'),
@@ -422,6 +458,8 @@ def choice(kernel, x, wshape, geom, outsize, work):
     host = type(x) is numpy.ndarray
     key = (kernel, host, x.shape, wshape, geom, outsize, work, native_kernels.max_threads(),
            native_kernels.cpu_path(), name)
+    if not host:  # (XGRAD_CUDNN=0 set between calls turns cuDNN off: bench/gpu_training_steps.py)
+        key += (os.environ.get('XGRAD_CUDNN'),)
     found = _choices.get(key)
     if found is None:
         if len(_choices) >= _MAX_CHOICES:
