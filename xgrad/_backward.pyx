@@ -22,7 +22,9 @@ from xgrad._backend cimport native_kernels
 from xgrad._context cimport (
     BackpropId, Context, _ModeEntry, _ThreadState, _state, _push_mode, _pop_mode,
     _resolve_bp, _is_native, is_enabled, _op_scope_state)
-from xgrad._graph cimport ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks
+from xgrad._graph cimport (
+    ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks, in_edge, out_edge,
+    set_out_edge)
 from xgrad._array cimport (
     _OPS, ndarray, _wrap, _as_raw_array, _context_of, _has_float_data)
 from xgrad._function_node cimport FunctionNode, backward_hooks_pre, backward_hooks_post
@@ -283,7 +285,7 @@ cdef class _BackwardPass:
                 if child is not None and child in self.sub_nodes:
                     self.sub_ops.add(fn)
                     for j in range(fn._n_out):
-                        p = fn._out_nodes[k * fn._n_out + j]
+                        p = out_edge(fn, k, j)
                         if p != NULL:
                             self.sub_nodes.add(<ArrayNode>p)
                     break
@@ -500,14 +502,14 @@ cdef class _BackwardPass:
         cdef bint any_gy = False
         cdef tuple gys
         if n_out == 1:
-            p = fn._out_nodes[k]
+            p = out_edge(fn, k, 0)
             g = None if p == NULL else self._take_grad(<ArrayNode>p)
             any_gy = g is not None
             gys = (g,)
         else:
             gys_list = []
             for j in range(n_out):
-                p = fn._out_nodes[k * n_out + j]
+                p = out_edge(fn, k, j)
                 g = None if p == NULL else self._take_grad(<ArrayNode>p)
                 any_gy = any_gy or g is not None
                 gys_list.append(g)
@@ -700,7 +702,7 @@ cdef class _BackwardPass:
             return a if fn._formula_only() else _view_in_scope(<ndarray>a)
         substitute = _wrap(data, fn._device)
         for kk in range(fn._n_graphs):
-            p = fn._in_nodes[kk * fn._n_in + i]
+            p = in_edge(fn, kk, i)
             if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
                 substitute._adopt(<ArrayNode>p)
         return substitute if fn._formula_only() else _view_in_scope(substitute)
@@ -709,8 +711,8 @@ cdef class _BackwardPass:
         """A retained output as the backward sees it: a view of the output if
         it is alive, else its saved data re-attached to the op's output nodes
         (made anew on graphs where they died)."""
-        cdef Py_ssize_t n_out = fn._n_out, kk, j = fn._retain_out_idx[pos]
-        cdef PyObject* p = fn._out_nodes[k * n_out + j]
+        cdef Py_ssize_t kk, j = fn._retain_out_idx[pos]
+        cdef PyObject* p = out_edge(fn, k, j)
         cdef ArrayNode node
         cdef ndarray substitute
         data = fn._retained_out_data[pos]
@@ -725,12 +727,12 @@ cdef class _BackwardPass:
             bp = fn._graphs[kk]
             if not is_enabled(bp):
                 continue
-            p = fn._out_nodes[kk * n_out + j]
+            p = out_edge(fn, kk, j)
             if p != NULL:
                 substitute._adopt(<ArrayNode>p)
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
-                fn._out_nodes[kk * n_out + j] = <PyObject*>node
+                set_out_edge(fn, kk, j, <PyObject*>node)
         return substitute if fn._formula_only() else _view_in_scope(substitute)
 
     # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
@@ -791,7 +793,7 @@ cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
     cdef Py_ssize_t k
     cdef PyObject* p
     for k in range(fn._n_graphs):
-        p = fn._in_nodes[k * fn._n_in + i]
+        p = in_edge(fn, k, i)
         if p != NULL and (<ArrayNode>p)._array != NULL:
             return <object>(<ArrayNode>p)._array
     return None
@@ -829,14 +831,14 @@ cdef tuple _targets(FunctionNode fn, Py_ssize_t k, set sub_nodes):
     cdef PyObject* p
     cdef bint has0, has1
     if n_in <= 2 and sub_nodes is None:
-        has0 = fn._in_nodes[k * n_in] != NULL
-        has1 = n_in == 2 and fn._in_nodes[k * n_in + 1] != NULL
+        has0 = in_edge(fn, k, 0) != NULL
+        has1 = n_in == 2 and in_edge(fn, k, 1) != NULL
         if has0:
             return _T01 if has1 else _T0
         return _T1 if has1 else ()
     out = []
     for i in range(n_in):
-        p = fn._in_nodes[k * n_in + i]
+        p = in_edge(fn, k, i)
         if p != NULL and (sub_nodes is None or <object>p in sub_nodes):
             out.append(i)
     return tuple(out)

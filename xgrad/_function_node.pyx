@@ -6,13 +6,13 @@ elsewhere (ChainerX's entry point for Chainer's FunctionNode.apply).
 """
 
 cimport cython
-from cpython.mem cimport PyMem_Calloc
 from cpython.ref cimport PyObject, Py_INCREF
 cimport numpy as cnp
 
 from xgrad._context cimport (
     BackpropId, Context, _ThreadState, _default_device, _op_scope_state, is_enabled)
-from xgrad._graph cimport ArrayNode, OpNode
+from xgrad._graph cimport (
+    ArrayNode, OpNode, alloc_edges, set_in_edge, set_out_edge)
 from xgrad._array cimport ndarray, _wrap, _has_float_data, _as_raw_array
 
 import sys
@@ -224,7 +224,6 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     cdef ndarray out
     cdef BackpropId bp
     cdef bint any_float = False
-    cdef char* block
     if graphs is None:
         return
     for o in outs:
@@ -236,20 +235,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     n_graphs = len(graphs)
     n_in = len(xs)
     n_out = len(outs)
-    # One block: out-node pointers, in-node pointers, ranks, chained flags.
-    block = <char*>PyMem_Calloc(
-        1, n_graphs * ((n_in + n_out) * sizeof(PyObject*) + sizeof(Py_ssize_t) + 1))
-    if block == NULL:
-        raise MemoryError()
-    fn._block = block
-    fn._out_nodes = <PyObject**>block
-    fn._in_nodes = fn._out_nodes + n_graphs * n_out
-    fn._ranks = <Py_ssize_t*>(fn._in_nodes + n_graphs * n_in)
-    fn._chained = <unsigned char*>(fn._ranks + n_graphs)
-    fn._n_graphs = n_graphs
-    fn._n_in = n_in
-    fn._n_out = n_out
-    fn._graphs = graphs
+    alloc_edges(fn, graphs, n_in, n_out)
     fn._device = device
     for k in range(n_graphs):
         bp = <BackpropId>graphs[k]
@@ -263,7 +249,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             if node is None:
                 continue
             Py_INCREF(node)
-            fn._in_nodes[k * n_in + i] = <PyObject*>node
+            set_in_edge(fn, k, i, <PyObject*>node)
             if node.rank >= rank:
                 rank = node.rank + 1
             if like is None:
@@ -274,7 +260,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             o = outs[j]
             if o is not None and _has_float_data((<ndarray>o)._data):
                 node = (<ndarray>o)._add_node(bp, fn, rank, <int>k, <int>j, like)
-                fn._out_nodes[k * n_out + j] = <PyObject*>node
+                set_out_edge(fn, k, j, <PyObject*>node)
     if n_graphs > 1:
         ctx = (<BackpropId>graphs[0]).context
         for k in range(n_graphs):
