@@ -21,13 +21,14 @@ cimport numpy as cnp
 from xgrad._backend cimport native_kernels
 from xgrad._context cimport (
     BackpropId, Context, _ModeEntry, _ThreadState, _state, _push_mode, _pop_mode,
-    _resolve_bp, _is_native, is_enabled, _op_scope_state)
+    _resolve_bp, _is_native, is_enabled)
 from xgrad._graph cimport (
     ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks, in_edge, out_edge,
     set_out_edge)
 from xgrad._array cimport (
     _OPS, ndarray, _wrap, _as_raw_array, _context_of, _has_float_data)
-from xgrad._function_node cimport FunctionNode, backward_hooks_pre, backward_hooks_post
+from xgrad._function_node cimport FunctionNode
+from xgrad._op_hooks cimport _op_scope_state, backward_hooks_pre, backward_hooks_post
 from xgrad._grad_table cimport IndexedGradient, _GradTable
 
 import math

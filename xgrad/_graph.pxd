@@ -46,6 +46,7 @@ cdef class OpNode:
     cdef object _device
     cdef tuple _retained_in_data
     cdef tuple _retained_out_data
+    cdef object _forward_stack   # detect_anomaly(): where forward was called
 
     cdef ArrayNode _any_input_node(self, Py_ssize_t i)
     cdef int _graph_index(self, BackpropId bp)
