@@ -24,6 +24,7 @@ LAYERS = [
     ('random state tape', ['xgrad._random_tape']),
     ('kernels and dtypes', ['xgrad._backend', 'xgrad._kernels', 'xgrad._dtypes']),
     ('devices', ['xgrad._device']),
+    ('engine: debug checks', ['xgrad._debug']),
     ('engine: device cache', ['xgrad._device_cache']),
     ('engine: contexts', ['xgrad._context']),
     ('engine: graph vertices', ['xgrad._graph']),

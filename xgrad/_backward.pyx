@@ -30,6 +30,7 @@ from xgrad._array cimport (
 from xgrad._function_node cimport FunctionNode
 from xgrad._op_hooks cimport _op_scope_state, backward_hooks_pre, backward_hooks_post
 from xgrad._grad_table cimport IndexedGradient, _GradTable
+from xgrad cimport _debug
 
 import math
 import threading
@@ -48,6 +49,7 @@ cdef object _NUMPY_NDARRAY = numpy.ndarray
 
 # NumPy < 2 promotes 0-d arrays by value (NEP 50 came with NumPy 2).
 _NUMPY1_SCALAR_PROMOTION = int(numpy.__version__.split('.')[0]) < 2
+cdef bint _numpy1 = _NUMPY1_SCALAR_PROMOTION
 
 
 # ---------------------------------------------------------------------------
@@ -526,9 +528,9 @@ cdef class _BackwardPass:
 
     cdef void _propagate(self, FunctionNode fn, int k, tuple targets,
                          tuple gys) except *:
-        cdef ArrayNode node
-        cdef Py_ssize_t t, u
-        cdef bint raw, fresh = False
+        """Run ``fn``'s backward for ``targets`` on raw arrays when nothing can
+        be recorded (``_feed_raw``), else on xgrad arrays (``_feed_recorded``)."""
+        cdef bint raw
         cdef _ThreadState st = _op_scope_state()
         if st is not None:
             backward_hooks_pre(st, fn, gys)
@@ -536,15 +538,25 @@ cdef class _BackwardPass:
         raw = grads is not None
         if not raw:
             grads = self._call_backward_graph(fn, k, targets, gys)
-        if len(grads) != len(targets):
-            if len(grads) == fn._n_in:
-                grads = tuple([grads[i] for i in targets])
-            else:
-                raise GradientError(
-                    '{}.backward returned {} gradients for {} target inputs'.format(
-                        fn.name, len(grads), len(targets)))
+        if len(grads) != len(targets):  # one per input: take the targets'
+            if len(grads) != fn._n_in:
+                raise GradientError('{}.backward returned {} gradients for {} target '
+                                    'inputs'.format(fn.name, len(grads), len(targets)))
+            grads = tuple([grads[i] for i in targets])
         if st is not None:
             self._after_backward(st, fn, k, targets, gys, grads)
+        if raw:
+            self._feed_raw(fn, k, targets, grads)
+        else:
+            self._feed_recorded(fn, k, targets, gys, grads)
+
+    cdef void _feed_raw(self, FunctionNode fn, int k, tuple targets,
+                        tuple grads) except *:
+        """The raw path's checks: ``grads``, one per target, are what the op's
+        formula computed on raw arrays (arrays, NumPy scalars, IndexedGradients)."""
+        cdef ArrayNode node
+        cdef Py_ssize_t t
+        cdef bint fresh
         for t in range(len(targets)):
             g = grads[t]
             if g is None:
@@ -552,52 +564,62 @@ cdef class _BackwardPass:
             node = fn._input_node(k, targets[t])
             if node is None:
                 continue  # unchained meanwhile (another thread's pass): nothing to feed
-            if raw and type(g) is IndexedGradient:
+            if type(g) is IndexedGradient:
                 # (add_at writes into a buffer of the node's dtype: a value of
                 # another float dtype, NumPy 1.x's, is cast there)
                 self.table.add_at(node, <IndexedGradient>g, fn._device)
                 self._push(node)
                 continue
-            if raw:
-                data = _as_raw_array(g)
-                if (_NUMPY1_SCALAR_PROMOTION and data.dtype != node.dtype
-                        and data.dtype.kind == 'f' and node.dtype.kind == 'f'):
-                    # NumPy 1.x promotes a 0-d float16/32 operand with a Python
-                    # float to float64; NumPy 2 (and ChainerX) keep its dtype.
-                    data = data.astype(node.dtype)
-                # A buffer the kernel just made, held only by the result tuple
-                # and these two locals, can take the other contributions in place.
-                fresh = (data is g and type(data) is _NUMPY_NDARRAY
-                         and Py_REFCNT(data) <= 3
-                         and cnp.PyArray_CHKFLAGS(<cnp.ndarray>data, cnp.NPY_ARRAY_OWNDATA)
-                         and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data))
-                g = _wrap(data, fn._device)
-            elif not isinstance(g, ndarray):
+            data = _as_raw_array(g)
+            if _numpy1_widened(data, node):
+                data = data.astype(node.dtype)
+            # Not a reference more or less to ``data`` here (see the function).
+            fresh = data is g and _gradient_is_exclusively_ours(data, grads)
+            self._feed(fn, node, _wrap(data, fn._device), fresh)
+
+    cdef void _feed_recorded(self, FunctionNode fn, int k, tuple targets, tuple gys,
+                             tuple grads) except *:
+        """The graph path's checks: ``grads``, one per target, are what
+        ``fn.backward`` returned (a user's op may return anything)."""
+        cdef ArrayNode node
+        cdef Py_ssize_t t, u
+        for t in range(len(targets)):
+            g = grads[t]
+            if g is None:
+                continue
+            node = fn._input_node(k, targets[t])
+            if node is None:
+                continue  # unchained meanwhile (another thread's pass): nothing to feed
+            if not isinstance(g, ndarray):
                 raise GradientError('{}.backward returned a {} for input {}; '
                                     'gradients must be xgrad arrays. Op: {}'.format(
                                         fn.name, type(g).__name__, targets[t], fn.name))
+            # The same object twice (x + x, a pass-through of gy) gets a
+            # fresh view, so that gradients never alias by identity.
+            for other in gys:
+                if other is g:
+                    g = _view_in_scope(g)
+                    break
             else:
-                # The same object twice (x + x, a pass-through of gy) gets a
-                # fresh view, so that gradients never alias by identity.
-                for other in gys:
-                    if other is g:
+                for u in range(t):
+                    if grads[u] is g:
                         g = _view_in_scope(g)
                         break
-                else:
-                    for u in range(t):
-                        if grads[u] is g:
-                            g = _view_in_scope(g)
-                            break
-                if (_NUMPY1_SCALAR_PROMOTION and (<ndarray>g)._data.ndim == 0
-                        and (<ndarray>g)._data.dtype != node.dtype
-                        and (<ndarray>g)._data.dtype.kind == 'f' and node.dtype.kind == 'f'):
-                    g = (<ndarray>g).astype(node.dtype)  # as on the raw path (recorded)
-            if not _meta_matches(<ndarray>g, node):
-                raise GradientError('{} Op: {}'.format(
-                    _gradient_mismatch(g, node.shape, node.dtype, node.device),
-                    fn.name))
-            self.table.add(node, <ndarray>g, fresh)
-            self._push(node)
+            # (NumPy 1.x widens 0-d values only; other dtypes are errors)
+            if (_numpy1_widened((<ndarray>g)._data, node)
+                    and (<ndarray>g)._data.ndim == 0):
+                g = (<ndarray>g).astype(node.dtype)  # recorded, as the formula
+            self._feed(fn, node, <ndarray>g, False)
+
+    cdef inline void _feed(self, FunctionNode fn, ArrayNode node, ndarray g,
+                           bint fresh) except *:
+        """Check ``g`` against ``node``, add it in, queue the node's creator."""
+        if not _meta_matches(g, node):
+            raise GradientError('{} Op: {}'.format(
+                _gradient_mismatch(g, node.shape, node.dtype, node.device),
+                fn.name))
+        self.table.add(node, g, fresh)
+        self._push(node)
 
     cdef void _after_backward(self, _ThreadState st, FunctionNode fn, int k,
                               tuple targets, tuple gys, tuple grads) except *:
@@ -818,6 +840,45 @@ cdef object _writable(object g):
         return _OPS.copy(a)
     with a._device.scope():
         return _wrap(data.copy(order='C'), a._device)
+
+
+cdef inline bint _numpy1_widened(object data, ArrayNode node) except -1:
+    """NumPy 1.x only: whether the float gradient ``data`` (raw) is wider than
+    its node's because NumPy 1.x promotes a 0-d float16/32 operand with a
+    Python float to float64 by value (NumPy 2, NEP 50, and ChainerX keep the
+    operand's dtype); the caller casts it back. Under NumPy 2: one C test."""
+    return (_numpy1 and data.dtype != node.dtype
+            and data.dtype.kind == 'f' and node.dtype.kind == 'f')
+
+
+cdef enum:
+    _OUR_REFERENCES = 3   # _feed_raw's own, see _gradient_is_exclusively_ours
+
+
+cdef inline bint _gradient_is_exclusively_ours(object data, tuple grads) except -1:
+    """Whether the raw gradient ``data``, just returned by an op's formula in
+    ``grads``, is a buffer nobody else sees, which the gradient table may
+    then add the node's other contributions into in place.
+
+    The invariant: ``_feed_raw`` asks holding exactly three references to
+    ``data``: its slot in ``grads``, the loop's ``g`` and the local ``data``
+    (the same object). So a count of at most three means no one else holds
+    it: not the op (retained data), not the caller (``gys``, for a passed-
+    through output gradient), not the user. A reference added in
+    ``_feed_raw`` makes every buffer look shared (only slower); one dropped
+    makes a shared one look exclusive (a sum into someone else's array),
+    which the debug checks (``XGRAD_DEBUG=1``) assert against. The array must
+    also own its memory (the workspace arrays of xgrad/_backend/workspace.py
+    are views, never taken) and be writeable (not a broadcast, not retained)."""
+    cdef Py_ssize_t refs
+    if type(data) is not _NUMPY_NDARRAY:
+        return False
+    refs = Py_REFCNT(data)
+    if _debug.enabled:
+        _debug.check_gradient_ownership(data, grads, refs, _OUR_REFERENCES)
+    return (refs <= _OUR_REFERENCES
+            and cnp.PyArray_CHKFLAGS(<cnp.ndarray>data, cnp.NPY_ARRAY_OWNDATA)
+            and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data))
 
 
 cdef tuple _T0 = (0,)
