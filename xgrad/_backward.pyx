@@ -21,12 +21,16 @@ cimport numpy as cnp
 from xgrad._backend cimport native_kernels
 from xgrad._context cimport (
     BackpropId, Context, _ModeEntry, _ThreadState, _state, _push_mode, _pop_mode,
-    _resolve_bp, _is_native, is_enabled, _op_scope_state)
-from xgrad._graph cimport ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks
+    _resolve_bp, _is_native, is_enabled)
+from xgrad._graph cimport (
+    ArrayNode, OpNode, raw_meta_matches, _leaf_grad_hooks, in_edge, out_edge,
+    set_out_edge)
 from xgrad._array cimport (
     _OPS, ndarray, _wrap, _as_raw_array, _context_of, _has_float_data)
-from xgrad._function_node cimport FunctionNode, backward_hooks_pre, backward_hooks_post
+from xgrad._function_node cimport FunctionNode
+from xgrad._op_hooks cimport _op_scope_state, backward_hooks_pre, backward_hooks_post
 from xgrad._grad_table cimport IndexedGradient, _GradTable
+from xgrad cimport _debug
 
 import math
 import threading
@@ -45,6 +49,7 @@ cdef object _NUMPY_NDARRAY = numpy.ndarray
 
 # NumPy < 2 promotes 0-d arrays by value (NEP 50 came with NumPy 2).
 _NUMPY1_SCALAR_PROMOTION = int(numpy.__version__.split('.')[0]) < 2
+cdef bint _numpy1 = _NUMPY1_SCALAR_PROMOTION
 
 
 # ---------------------------------------------------------------------------
@@ -283,7 +288,7 @@ cdef class _BackwardPass:
                 if child is not None and child in self.sub_nodes:
                     self.sub_ops.add(fn)
                     for j in range(fn._n_out):
-                        p = fn._out_nodes[k * fn._n_out + j]
+                        p = out_edge(fn, k, j)
                         if p != NULL:
                             self.sub_nodes.add(<ArrayNode>p)
                     break
@@ -500,14 +505,14 @@ cdef class _BackwardPass:
         cdef bint any_gy = False
         cdef tuple gys
         if n_out == 1:
-            p = fn._out_nodes[k]
+            p = out_edge(fn, k, 0)
             g = None if p == NULL else self._take_grad(<ArrayNode>p)
             any_gy = g is not None
             gys = (g,)
         else:
             gys_list = []
             for j in range(n_out):
-                p = fn._out_nodes[k * n_out + j]
+                p = out_edge(fn, k, j)
                 g = None if p == NULL else self._take_grad(<ArrayNode>p)
                 any_gy = any_gy or g is not None
                 gys_list.append(g)
@@ -523,9 +528,9 @@ cdef class _BackwardPass:
 
     cdef void _propagate(self, FunctionNode fn, int k, tuple targets,
                          tuple gys) except *:
-        cdef ArrayNode node
-        cdef Py_ssize_t t, u
-        cdef bint raw, fresh = False
+        """Run ``fn``'s backward for ``targets`` on raw arrays when nothing can
+        be recorded (``_feed_raw``), else on xgrad arrays (``_feed_recorded``)."""
+        cdef bint raw
         cdef _ThreadState st = _op_scope_state()
         if st is not None:
             backward_hooks_pre(st, fn, gys)
@@ -533,15 +538,25 @@ cdef class _BackwardPass:
         raw = grads is not None
         if not raw:
             grads = self._call_backward_graph(fn, k, targets, gys)
-        if len(grads) != len(targets):
-            if len(grads) == fn._n_in:
-                grads = tuple([grads[i] for i in targets])
-            else:
-                raise GradientError(
-                    '{}.backward returned {} gradients for {} target inputs'.format(
-                        fn.name, len(grads), len(targets)))
+        if len(grads) != len(targets):  # one per input: take the targets'
+            if len(grads) != fn._n_in:
+                raise GradientError('{}.backward returned {} gradients for {} target '
+                                    'inputs'.format(fn.name, len(grads), len(targets)))
+            grads = tuple([grads[i] for i in targets])
         if st is not None:
             self._after_backward(st, fn, k, targets, gys, grads)
+        if raw:
+            self._feed_raw(fn, k, targets, grads)
+        else:
+            self._feed_recorded(fn, k, targets, gys, grads)
+
+    cdef void _feed_raw(self, FunctionNode fn, int k, tuple targets,
+                        tuple grads) except *:
+        """The raw path's checks: ``grads``, one per target, are what the op's
+        formula computed on raw arrays (arrays, NumPy scalars, IndexedGradients)."""
+        cdef ArrayNode node
+        cdef Py_ssize_t t
+        cdef bint fresh
         for t in range(len(targets)):
             g = grads[t]
             if g is None:
@@ -549,52 +564,62 @@ cdef class _BackwardPass:
             node = fn._input_node(k, targets[t])
             if node is None:
                 continue  # unchained meanwhile (another thread's pass): nothing to feed
-            if raw and type(g) is IndexedGradient:
+            if type(g) is IndexedGradient:
                 # (add_at writes into a buffer of the node's dtype: a value of
                 # another float dtype, NumPy 1.x's, is cast there)
                 self.table.add_at(node, <IndexedGradient>g, fn._device)
                 self._push(node)
                 continue
-            if raw:
-                data = _as_raw_array(g)
-                if (_NUMPY1_SCALAR_PROMOTION and data.dtype != node.dtype
-                        and data.dtype.kind == 'f' and node.dtype.kind == 'f'):
-                    # NumPy 1.x promotes a 0-d float16/32 operand with a Python
-                    # float to float64; NumPy 2 (and ChainerX) keep its dtype.
-                    data = data.astype(node.dtype)
-                # A buffer the kernel just made, held only by the result tuple
-                # and these two locals, can take the other contributions in place.
-                fresh = (data is g and type(data) is _NUMPY_NDARRAY
-                         and Py_REFCNT(data) <= 3
-                         and cnp.PyArray_CHKFLAGS(<cnp.ndarray>data, cnp.NPY_ARRAY_OWNDATA)
-                         and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data))
-                g = _wrap(data, fn._device)
-            elif not isinstance(g, ndarray):
+            data = _as_raw_array(g)
+            if _numpy1_widened(data, node):
+                data = data.astype(node.dtype)
+            # Not a reference more or less to ``data`` here (see the function).
+            fresh = data is g and _gradient_is_exclusively_ours(data, grads)
+            self._feed(fn, node, _wrap(data, fn._device), fresh)
+
+    cdef void _feed_recorded(self, FunctionNode fn, int k, tuple targets, tuple gys,
+                             tuple grads) except *:
+        """The graph path's checks: ``grads``, one per target, are what
+        ``fn.backward`` returned (a user's op may return anything)."""
+        cdef ArrayNode node
+        cdef Py_ssize_t t, u
+        for t in range(len(targets)):
+            g = grads[t]
+            if g is None:
+                continue
+            node = fn._input_node(k, targets[t])
+            if node is None:
+                continue  # unchained meanwhile (another thread's pass): nothing to feed
+            if not isinstance(g, ndarray):
                 raise GradientError('{}.backward returned a {} for input {}; '
                                     'gradients must be xgrad arrays. Op: {}'.format(
                                         fn.name, type(g).__name__, targets[t], fn.name))
+            # The same object twice (x + x, a pass-through of gy) gets a
+            # fresh view, so that gradients never alias by identity.
+            for other in gys:
+                if other is g:
+                    g = _view_in_scope(g)
+                    break
             else:
-                # The same object twice (x + x, a pass-through of gy) gets a
-                # fresh view, so that gradients never alias by identity.
-                for other in gys:
-                    if other is g:
+                for u in range(t):
+                    if grads[u] is g:
                         g = _view_in_scope(g)
                         break
-                else:
-                    for u in range(t):
-                        if grads[u] is g:
-                            g = _view_in_scope(g)
-                            break
-                if (_NUMPY1_SCALAR_PROMOTION and (<ndarray>g)._data.ndim == 0
-                        and (<ndarray>g)._data.dtype != node.dtype
-                        and (<ndarray>g)._data.dtype.kind == 'f' and node.dtype.kind == 'f'):
-                    g = (<ndarray>g).astype(node.dtype)  # as on the raw path (recorded)
-            if not _meta_matches(<ndarray>g, node):
-                raise GradientError('{} Op: {}'.format(
-                    _gradient_mismatch(g, node.shape, node.dtype, node.device),
-                    fn.name))
-            self.table.add(node, <ndarray>g, fresh)
-            self._push(node)
+            # (NumPy 1.x widens 0-d values only; other dtypes are errors)
+            if (_numpy1_widened((<ndarray>g)._data, node)
+                    and (<ndarray>g)._data.ndim == 0):
+                g = (<ndarray>g).astype(node.dtype)  # recorded, as the formula
+            self._feed(fn, node, <ndarray>g, False)
+
+    cdef inline void _feed(self, FunctionNode fn, ArrayNode node, ndarray g,
+                           bint fresh) except *:
+        """Check ``g`` against ``node``, add it in, queue the node's creator."""
+        if not _meta_matches(g, node):
+            raise GradientError('{} Op: {}'.format(
+                _gradient_mismatch(g, node.shape, node.dtype, node.device),
+                fn.name))
+        self.table.add(node, g, fresh)
+        self._push(node)
 
     cdef void _after_backward(self, _ThreadState st, FunctionNode fn, int k,
                               tuple targets, tuple gys, tuple grads) except *:
@@ -700,7 +725,7 @@ cdef class _BackwardPass:
             return a if fn._formula_only() else _view_in_scope(<ndarray>a)
         substitute = _wrap(data, fn._device)
         for kk in range(fn._n_graphs):
-            p = fn._in_nodes[kk * fn._n_in + i]
+            p = in_edge(fn, kk, i)
             if p != NULL and is_enabled((<ArrayNode>p).backprop_id):
                 substitute._adopt(<ArrayNode>p)
         return substitute if fn._formula_only() else _view_in_scope(substitute)
@@ -709,8 +734,8 @@ cdef class _BackwardPass:
         """A retained output as the backward sees it: a view of the output if
         it is alive, else its saved data re-attached to the op's output nodes
         (made anew on graphs where they died)."""
-        cdef Py_ssize_t n_out = fn._n_out, kk, j = fn._retain_out_idx[pos]
-        cdef PyObject* p = fn._out_nodes[k * n_out + j]
+        cdef Py_ssize_t kk, j = fn._retain_out_idx[pos]
+        cdef PyObject* p = out_edge(fn, k, j)
         cdef ArrayNode node
         cdef ndarray substitute
         data = fn._retained_out_data[pos]
@@ -725,12 +750,12 @@ cdef class _BackwardPass:
             bp = fn._graphs[kk]
             if not is_enabled(bp):
                 continue
-            p = fn._out_nodes[kk * n_out + j]
+            p = out_edge(fn, kk, j)
             if p != NULL:
                 substitute._adopt(<ArrayNode>p)
             else:
                 node = substitute._add_node(bp, fn, fn._ranks[kk], <int>kk, <int>j)
-                fn._out_nodes[kk * n_out + j] = <PyObject*>node
+                set_out_edge(fn, kk, j, <PyObject*>node)
         return substitute if fn._formula_only() else _view_in_scope(substitute)
 
     # -- phase 4: commit (rollback is what ``run`` drops on an error) ----------
@@ -791,7 +816,7 @@ cdef object _alive_input(FunctionNode fn, Py_ssize_t i):
     cdef Py_ssize_t k
     cdef PyObject* p
     for k in range(fn._n_graphs):
-        p = fn._in_nodes[k * fn._n_in + i]
+        p = in_edge(fn, k, i)
         if p != NULL and (<ArrayNode>p)._array != NULL:
             return <object>(<ArrayNode>p)._array
     return None
@@ -817,6 +842,45 @@ cdef object _writable(object g):
         return _wrap(data.copy(order='C'), a._device)
 
 
+cdef inline bint _numpy1_widened(object data, ArrayNode node) except -1:
+    """NumPy 1.x only: whether the float gradient ``data`` (raw) is wider than
+    its node's because NumPy 1.x promotes a 0-d float16/32 operand with a
+    Python float to float64 by value (NumPy 2, NEP 50, and ChainerX keep the
+    operand's dtype); the caller casts it back. Under NumPy 2: one C test."""
+    return (_numpy1 and data.dtype != node.dtype
+            and data.dtype.kind == 'f' and node.dtype.kind == 'f')
+
+
+cdef enum:
+    _OUR_REFERENCES = 3   # _feed_raw's own, see _gradient_is_exclusively_ours
+
+
+cdef inline bint _gradient_is_exclusively_ours(object data, tuple grads) except -1:
+    """Whether the raw gradient ``data``, just returned by an op's formula in
+    ``grads``, is a buffer nobody else sees, which the gradient table may
+    then add the node's other contributions into in place.
+
+    The invariant: ``_feed_raw`` asks holding exactly three references to
+    ``data``: its slot in ``grads``, the loop's ``g`` and the local ``data``
+    (the same object). So a count of at most three means no one else holds
+    it: not the op (retained data), not the caller (``gys``, for a passed-
+    through output gradient), not the user. A reference added in
+    ``_feed_raw`` makes every buffer look shared (only slower); one dropped
+    makes a shared one look exclusive (a sum into someone else's array),
+    which the debug checks (``XGRAD_DEBUG=1``) assert against. The array must
+    also own its memory (the workspace arrays of xgrad/_backend/workspace.py
+    are views, never taken) and be writeable (not a broadcast, not retained)."""
+    cdef Py_ssize_t refs
+    if type(data) is not _NUMPY_NDARRAY:
+        return False
+    refs = Py_REFCNT(data)
+    if _debug.enabled:
+        _debug.check_gradient_ownership(data, grads, refs, _OUR_REFERENCES)
+    return (refs <= _OUR_REFERENCES
+            and cnp.PyArray_CHKFLAGS(<cnp.ndarray>data, cnp.NPY_ARRAY_OWNDATA)
+            and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>data))
+
+
 cdef tuple _T0 = (0,)
 cdef tuple _T1 = (1,)
 cdef tuple _T01 = (0, 1)
@@ -829,14 +893,14 @@ cdef tuple _targets(FunctionNode fn, Py_ssize_t k, set sub_nodes):
     cdef PyObject* p
     cdef bint has0, has1
     if n_in <= 2 and sub_nodes is None:
-        has0 = fn._in_nodes[k * n_in] != NULL
-        has1 = n_in == 2 and fn._in_nodes[k * n_in + 1] != NULL
+        has0 = in_edge(fn, k, 0) != NULL
+        has1 = n_in == 2 and in_edge(fn, k, 1) != NULL
         if has0:
             return _T01 if has1 else _T0
         return _T1 if has1 else ()
     out = []
     for i in range(n_in):
-        p = fn._in_nodes[k * n_in + i]
+        p = in_edge(fn, k, i)
         if p != NULL and (sub_nodes is None or <object>p in sub_nodes):
             out.append(i)
     return tuple(out)

@@ -1,5 +1,9 @@
-# Contexts, backprop IDs, backprop modes and the device cache (_context.pyx).
+# Contexts, backprop IDs and backprop modes (_context.pyx).
 cimport cython
+
+# The device-attribute cache has a module of its own; its names stay
+# cimportable from here (the op library cimports device_ns from _context).
+from xgrad._device_cache cimport device_ns, _is_native, _learn_device
 
 
 cdef class Context:
@@ -38,6 +42,7 @@ cdef class _ThreadState:
     cdef list modes
     cdef object default_device
     cdef Context default_context    # None: the global default context
+    # Op hooks' per-thread state (read and written by _op_hooks):
     cdef tuple op_hooks    # op hooks active in this thread, outermost first
     cdef int anomaly       # depth of detect_anomaly() scopes in this thread
 
@@ -49,27 +54,9 @@ cdef bint _is_enabled_in_modes(BackpropId bp)
 cdef object _default_device()
 cdef object _resolve_device(device)
 cdef BackpropId _resolve_bp(backprop_id, Context context)
-cdef object device_ns(object device)
-cdef int _learn_device(object device) except -1
 
 # Read by the inline functions below in every module that uses them.
 cdef Py_ssize_t _active_mode_entries   # mode entries pushed, all threads
-cdef object _known_device              # the device _learn_device saw last
-cdef bint _known_is_native
-cdef Py_ssize_t _active_op_scopes      # op_hooks/detect_anomaly scopes, all threads
-
-
-cdef inline _ThreadState _op_scope_state():
-    """This thread's state when an op_hooks or detect_anomaly scope is
-    active in it, else None; while none is active in any thread (the common
-    case), None without looking at thread state."""
-    cdef _ThreadState st
-    if _active_op_scopes == 0:
-        return None
-    st = _state()
-    if st.op_hooks or st.anomaly:
-        return st
-    return None
 
 
 cdef inline bint is_enabled(BackpropId bp):
@@ -79,10 +66,3 @@ cdef inline bint is_enabled(BackpropId bp):
     if _active_mode_entries == 0:
         return True
     return _is_enabled_in_modes(bp)
-
-
-cdef inline bint _is_native(object device) except -1:
-    """``device.is_native``, for the last device asked about at C speed."""
-    if device is not _known_device:
-        _learn_device(device)
-    return _known_is_native

@@ -7,8 +7,8 @@ Each thread has a stack of backprop modes (``no_backprop_mode`` /
 ``force_backprop_mode``), a default context and a default device.
 ``is_enabled`` answers, on every op, whether a graph records now.
 
-The cache of a device's attributes (``device_ns``, ``_is_native``) lives here
-too: the hot path asks them of the device of every op.
+The cache of a device's attributes (``device_ns``, ``_is_native``) is
+``_device_cache``'s; ``_context.pxd`` re-exports it.
 """
 
 cimport cython
@@ -226,34 +226,6 @@ cdef void _pop_mode(_ThreadState st, _ModeEntry entry) except *:
                 'A backprop mode scope was exited in a thread that did not '
                 'enter it (or exited twice); modes are per thread.')
     _active_mode_entries -= 1
-
-
-# op_hooks() and detect_anomaly() scopes entered in all threads together:
-# while it is 0 an op asks no thread state about hooks (_op_scope_state).
-_active_op_scopes = 0
-
-
-def _enter_op_scope(tuple hooks, bint anomaly):
-    """Enter an op_hooks (``hooks``) or detect_anomaly scope in this thread;
-    returns the token that ``_exit_op_scope`` takes."""
-    global _active_op_scopes
-    cdef _ThreadState st = _state()
-    token = (st, st.op_hooks)
-    st.op_hooks = st.op_hooks + hooks
-    st.anomaly += anomaly
-    _active_op_scopes += 1
-    return token
-
-
-def _exit_op_scope(token, bint anomaly):
-    global _active_op_scopes
-    cdef _ThreadState st = _state()
-    if token[0] is not st:
-        raise XgradError('An op_hooks/detect_anomaly scope was exited in a thread '
-                         'that did not enter it; op hooks are per thread.')
-    st.op_hooks = token[1]
-    st.anomaly -= anomaly
-    _active_op_scopes -= 1
 
 
 cdef bint _is_enabled_in_modes(BackpropId bp):
@@ -600,33 +572,6 @@ cdef BackpropId _resolve_bp(backprop_id, Context context):
         return <BackpropId>backprop_id
     raise TypeError('incompatible function arguments: backprop_id must be a '
                     'BackpropId or None, not {!r}'.format(backprop_id))
-
-
-# The last device whose attributes the hot path asked for, and those
-# attributes: devices are singletons whose ``is_native`` and ``ns`` never
-# change, and the backward loop asks once per op.
-_known_device = None
-_known_is_native = False
-cdef object _known_ns = None
-
-
-cdef int _learn_device(object device) except -1:
-    global _known_device, _known_is_native, _known_ns
-    is_native = device.is_native
-    ns = device.ns
-    # (no other thread runs between these three assignments)
-    _known_is_native = is_native
-    _known_ns = ns
-    _known_device = device
-    return 0
-
-
-cdef object device_ns(object device):
-    """``device.ns`` (NumPy, or CuPy for a cuda device), for the last device
-    asked about at C speed: the namespace of the backward fast path."""
-    if device is not _known_device:
-        _learn_device(device)
-    return _known_ns
 
 
 def _recover_device(backend_name, device_index):

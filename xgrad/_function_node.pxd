@@ -3,7 +3,6 @@ cimport cython
 
 from xgrad._graph cimport OpNode
 from xgrad._array cimport ndarray
-from xgrad._context cimport BackpropId, _ThreadState
 
 
 # Not tracked by the garbage collector: the built-in ops hold no arrays
@@ -16,7 +15,6 @@ cdef class FunctionNode(OpNode):
     cdef tuple _retain_out_idx
     cdef tuple _bw_inputs
     cdef tuple _bw_outputs
-    cdef object _forward_stack   # detect_anomaly(): where forward was called
 
     cpdef forward(self, inputs)
     cpdef backward(self, target_input_indexes, grad_outputs)
@@ -27,11 +25,6 @@ cdef class FunctionNode(OpNode):
 
 
 cpdef tuple apply(FunctionNode fn, inputs)
-cdef void forward_hooks_pre(_ThreadState st, FunctionNode fn, tuple xs) except *
-cdef void forward_hooks_post(_ThreadState st, FunctionNode fn, tuple xs, tuple outs) except *
-cdef void backward_hooks_pre(_ThreadState st, FunctionNode fn, tuple gys) except *
-cdef void backward_hooks_post(_ThreadState st, FunctionNode fn, BackpropId bp,
-                              tuple gys, tuple grads) except *
 cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device)
 cdef ndarray apply1(FunctionNode fn, ndarray x)
 cdef ndarray apply2(FunctionNode fn, ndarray a, ndarray b)

@@ -6,21 +6,19 @@ elsewhere (ChainerX's entry point for Chainer's FunctionNode.apply).
 """
 
 cimport cython
-from cpython.mem cimport PyMem_Calloc
 from cpython.ref cimport PyObject, Py_INCREF
 cimport numpy as cnp
 
 from xgrad._context cimport (
-    BackpropId, Context, _ThreadState, _default_device, _op_scope_state, is_enabled)
-from xgrad._graph cimport ArrayNode, OpNode
+    BackpropId, Context, _ThreadState, _default_device, is_enabled)
+from xgrad._graph cimport (
+    ArrayNode, OpNode, alloc_edges, set_in_edge, set_out_edge)
 from xgrad._array cimport ndarray, _wrap, _has_float_data, _as_raw_array
-
-import sys
-import traceback
+from xgrad._op_hooks cimport _op_scope_state, forward_hooks_pre, forward_hooks_post
 
 import numpy
 
-from xgrad._errors import AnomalyError, DeviceError, XgradError
+from xgrad._errors import DeviceError, XgradError
 from xgrad._errors import NotImplementedError as XgradNotImplementedError
 from xgrad._errors import IndexError as XgradIndexError
 from xgrad import _device as _device_module
@@ -224,7 +222,6 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     cdef ndarray out
     cdef BackpropId bp
     cdef bint any_float = False
-    cdef char* block
     if graphs is None:
         return
     for o in outs:
@@ -236,20 +233,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
     n_graphs = len(graphs)
     n_in = len(xs)
     n_out = len(outs)
-    # One block: out-node pointers, in-node pointers, ranks, chained flags.
-    block = <char*>PyMem_Calloc(
-        1, n_graphs * ((n_in + n_out) * sizeof(PyObject*) + sizeof(Py_ssize_t) + 1))
-    if block == NULL:
-        raise MemoryError()
-    fn._block = block
-    fn._out_nodes = <PyObject**>block
-    fn._in_nodes = fn._out_nodes + n_graphs * n_out
-    fn._ranks = <Py_ssize_t*>(fn._in_nodes + n_graphs * n_in)
-    fn._chained = <unsigned char*>(fn._ranks + n_graphs)
-    fn._n_graphs = n_graphs
-    fn._n_in = n_in
-    fn._n_out = n_out
-    fn._graphs = graphs
+    alloc_edges(fn, graphs, n_in, n_out)
     fn._device = device
     for k in range(n_graphs):
         bp = <BackpropId>graphs[k]
@@ -263,7 +247,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             if node is None:
                 continue
             Py_INCREF(node)
-            fn._in_nodes[k * n_in + i] = <PyObject*>node
+            set_in_edge(fn, k, i, <PyObject*>node)
             if node.rank >= rank:
                 rank = node.rank + 1
             if like is None:
@@ -274,7 +258,7 @@ cdef void _link(FunctionNode fn, tuple xs, tuple outs, object device) except *:
             o = outs[j]
             if o is not None and _has_float_data((<ndarray>o)._data):
                 node = (<ndarray>o)._add_node(bp, fn, rank, <int>k, <int>j, like)
-                fn._out_nodes[k * n_out + j] = <PyObject*>node
+                set_out_edge(fn, k, j, <PyObject*>node)
     if n_graphs > 1:
         ctx = (<BackpropId>graphs[0]).context
         for k in range(n_graphs):
@@ -339,85 +323,6 @@ cpdef tuple apply(FunctionNode fn, inputs):
     if st is not None:
         forward_hooks_post(st, fn, xs, outs)
     return outs
-
-
-# ---------------------------------------------------------------------------
-# Op hooks and anomaly detection around forward (xgrad.hooks; the pass calls
-# the backward ones). Reached only inside an op_hooks/detect_anomaly scope.
-# ---------------------------------------------------------------------------
-
-cdef list _caller_frames():
-    """(file, line, function) of each Python frame calling now, outermost
-    first: what a traceback shows, kept without the frames themselves."""
-    frames = []
-    f = sys._getframe(0)
-    while f is not None:
-        frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name, None))
-        f = f.f_back
-    frames.reverse()
-    return frames
-
-
-cdef void forward_hooks_pre(_ThreadState st, FunctionNode fn, tuple xs) except *:
-    for hook in st.op_hooks:
-        hook.forward_preprocess(fn, xs, None)
-
-
-cdef void forward_hooks_post(_ThreadState st, FunctionNode fn, tuple xs,
-                             tuple outs) except *:
-    if st.anomaly:
-        # The caller's frames (the engine's Cython functions leave none);
-        # source lines are read only if an anomaly is reported.
-        fn._forward_stack = _caller_frames()
-    for hook in st.op_hooks:
-        hook.forward_postprocess(fn, xs, outs)
-
-
-cdef void backward_hooks_pre(_ThreadState st, FunctionNode fn, tuple gys) except *:
-    for hook in st.op_hooks:
-        hook.backward_preprocess(fn, gys, None)
-
-
-cdef void backward_hooks_post(_ThreadState st, FunctionNode fn, BackpropId bp,
-                              tuple gys, tuple grads) except *:
-    """``grads``: one xgrad array (or None) per input of ``fn``."""
-    if st.anomaly:
-        _check_anomaly(fn, bp, gys, grads)
-    for hook in st.op_hooks:
-        hook.backward_postprocess(fn, gys, grads)
-
-
-cdef bint _all_finite(object arrays):
-    for a in arrays:
-        if a is not None and not bool((<ndarray>a)._device.xp.isfinite(
-                (<ndarray>a)._data).all()):
-            return False
-    return True
-
-
-cdef void _check_anomaly(FunctionNode fn, BackpropId bp, tuple gys,
-                         tuple grads) except *:
-    """detect_anomaly(): an AnomalyError when ``fn``'s backward made NaN or
-    inf from finite output gradients, with the stack of its forward call.
-    (On a GPU each check reads one boolean on the host.)"""
-    if not _all_finite(gys):
-        return
-    for i, g in enumerate(grads):
-        if g is None or _all_finite((g,)):
-            continue
-        data = (<ndarray>g)._data
-        kind = 'NaN' if bool((<ndarray>g)._device.xp.isnan(data).any()) else 'inf'
-        if fn._forward_stack is None:
-            where = ('Its forward ran outside detect_anomaly(), so no stack was '
-                     'recorded: run the forward inside it too.')
-        else:
-            where = 'Its forward was called from:\n' + ''.join(
-                traceback.format_list(traceback.StackSummary.from_list(fn._forward_stack)))
-        raise AnomalyError(
-            "{} of op {} on backprop ID '{}' is {} although every output gradient "
-            'is finite. {}'.format(
-                'The gradient of input {}'.format(i), fn.name, bp.name, kind, where))
-
 
 
 cpdef ndarray apply_to_device(FunctionNode fn, ndarray x, object device):

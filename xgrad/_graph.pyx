@@ -83,11 +83,9 @@ cdef class ArrayNode:
 
     def __dealloc__(self):
         cdef OpNode creator = self.creator
-        cdef Py_ssize_t pos
         if creator is not None and creator._out_nodes != NULL:
-            pos = self.graph_index * creator._n_out + self.out_index
-            if creator._out_nodes[pos] == <PyObject*>self:
-                creator._out_nodes[pos] = NULL
+            if out_edge(creator, self.graph_index, self.out_index) == <PyObject*>self:
+                set_out_edge(creator, self.graph_index, self.out_index, NULL)
 
     def __repr__(self):
         return '<ArrayNode shape={} dtype={} rank={} backprop_id={}>'.format(
@@ -193,7 +191,7 @@ cdef void print_graph(ArrayNode node, BackpropId bp) except *:
 cdef class OpNode:
     """An op's vertex in the graphs it is recorded on. Per graph k it keeps a
     rank, its input nodes (owned) and its output nodes (borrowed), in one C
-    block (laid out by ``xgrad._function_node._link``) so that recording
+    block (laid out by ``alloc_edges``, ``_graph.pxd``) so that recording
     allocates no Python containers; and, for all graphs, the input and output
     data that the op's backward retained."""
 
@@ -227,7 +225,7 @@ cdef class OpNode:
         cdef Py_ssize_t k
         cdef PyObject* p
         for k in range(self._n_graphs):
-            p = self._in_nodes[k * self._n_in + i]
+            p = in_edge(self, k, i)
             if p != NULL:
                 return <ArrayNode>p
         return None
@@ -240,7 +238,7 @@ cdef class OpNode:
         return -1
 
     cdef ArrayNode _input_node(self, Py_ssize_t k, Py_ssize_t i):
-        cdef PyObject* p = self._in_nodes[k * self._n_in + i]
+        cdef PyObject* p = in_edge(self, k, i)
         return None if p == NULL else <ArrayNode>p
 
     cdef void _unchain_graph(self, int k):
@@ -250,15 +248,15 @@ cdef class OpNode:
         cdef PyObject* p
         cdef ArrayNode out
         for j in range(self._n_out):
-            p = self._out_nodes[k * self._n_out + j]
+            p = out_edge(self, k, j)
             if p != NULL:
                 out = <ArrayNode>p
-                self._out_nodes[k * self._n_out + j] = NULL
+                set_out_edge(self, k, j, NULL)
                 out.creator = None  # may free self: the caller holds a reference
         for i in range(self._n_in):
-            p = self._in_nodes[k * self._n_in + i]
+            p = in_edge(self, k, i)
             if p != NULL:
-                self._in_nodes[k * self._n_in + i] = NULL
+                set_in_edge(self, k, i, NULL)
                 if Py_REFCNT(<object>p) > 1:
                     Py_DECREF(<object>p)
                 else:

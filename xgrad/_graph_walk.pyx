@@ -9,7 +9,7 @@ kept once it returns. It never recurses (a million-op chain is fine).
 """
 
 from xgrad._context cimport BackpropId, Context, _resolve_bp
-from xgrad._graph cimport ArrayNode, OpNode
+from xgrad._graph cimport ArrayNode, OpNode, out_edge
 from xgrad._array cimport ndarray, _context_of
 from xgrad._function_node cimport FunctionNode
 
@@ -77,7 +77,7 @@ def walk_graph(tuple outputs, backprop_id, default_context):
             ins.append(_index_of(op._input_node(k, i), nodes, index, arrays))
         outs = []
         for j in range(op._n_out):
-            p = op._out_nodes[k * op._n_out + j]
+            p = out_edge(op, k, j)
             outs.append(None if p == NULL else
                         _index_of(<ArrayNode>p, nodes, index, arrays))
         retained_in = retained_out = ()

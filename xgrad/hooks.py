@@ -26,7 +26,7 @@ raise ``AnomalyError`` with that stack.
 import sys
 import time
 
-from xgrad import _context
+from xgrad import _op_hooks
 from xgrad._errors import XgradError
 
 __all__ = ['OpHook', 'op_hooks', 'detect_anomaly', 'TimerHook', 'PrintHook']
@@ -63,11 +63,11 @@ class _OpScope:
         self._tokens = []
 
     def __enter__(self):
-        self._tokens.append(_context._enter_op_scope(self._hooks, self._anomaly))
+        self._tokens.append(_op_hooks._enter_op_scope(self._hooks, self._anomaly))
         return self
 
     def __exit__(self, *exc):
-        _context._exit_op_scope(self._tokens.pop(), self._anomaly)
+        _op_hooks._exit_op_scope(self._tokens.pop(), self._anomaly)
         return False
 
 
