@@ -4,10 +4,13 @@ tools and ``chainerx_compat`` import. Nothing is defined here; each name
 lives in the module of its concept:
 
     _context         Context, BackpropId, backprop modes and scopes, defaults
+    _device_cache    the device attributes the hot path asks of every op
     _graph           array nodes and op nodes, the release of dead graphs
     _array           ndarray
     _function_node   FunctionNode, apply (recording), the Chainer graft
+    _op_hooks        op hooks and anomaly mode around each op
     _backward        the backward pass: backward(), grad()
+    _debug           the engine's debug checks (XGRAD_DEBUG=1)
 
 See docs/architecture.md for an op's way through them.
 """
