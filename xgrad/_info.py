@@ -115,6 +115,8 @@ def report(out=sys.stdout):
     line('CPU threads', '{} ({})'.format(threads, 'OMP_NUM_THREADS' if 'OMP_NUM_THREADS' in os.environ
                                            else 'the CPUs this process may use'))
     line('CPU path', cpu_path_text(native_kernels))
+    from xgrad._backend import host_gemm
+    line('host GEMM', host_gemm.choice().reason)
     line('C heap', heap_text())
     cp, why = _cupy()
     if cp is None:

@@ -107,3 +107,12 @@ def test_matmul_accumulates_and_allocates(sa, sb, own):
     tol = dict(rtol=1e-5, atol=1e-5 * abs(expected).max())
     numpy.testing.assert_allclose(fresh, expected, **tol)
     numpy.testing.assert_allclose(out, expected + start, **tol)
+
+
+def test_info_says_which_gemm_runs_and_why():
+    import io
+    from xgrad import _info
+    out = io.StringIO()
+    _info.report(out)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith('host GEMM:')]
+    assert lines == ['host GEMM:      ' + host_gemm.choice().reason]
