@@ -150,11 +150,14 @@ def tile_rows():
     return xgrad_sgemm_shape_for(vector_path()).mr
 
 
-def sgemm(a, b, out, bint accumulate=False):
+def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     """out = a @ b, or out += a @ b with ``accumulate``, for matrices or for
     stacks of them (3-D, the same number in each, no broadcasting); True
     when done, False (nothing written) where this GEMM does not run (see
-    the module's docstring). ``out`` must not overlap ``a`` or ``b``."""
+    the module's docstring). ``any_shape``: also the products it declines
+    for speed (tiles a quarter padding or more, short sums), where calling
+    the BLAS costs more (host_gemm: its threads would spin beside ours).
+    ``out`` must not overlap ``a`` or ``b``."""
     cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
     if shape.kernel == NULL or type(out) is not cnp.ndarray:
         return False
@@ -174,8 +177,9 @@ def sgemm(a, b, out, bint accumulate=False):
         return True
     if not cnp.PyArray_ISWRITEABLE(cv) or (n > 1 and cv.strides[r + 1] != 4):
         return False
-    if m and n and (4 * m < 3 * _round_up(m, shape.mr) or 4 * n < 3 * _round_up(n, shape.nr)
-                    or k < MIN_DEPTH):
+    if not any_shape and m and n and (
+            4 * m < 3 * _round_up(m, shape.mr) or 4 * n < 3 * _round_up(n, shape.nr)
+            or k < MIN_DEPTH):
         return False  # tiles a quarter padding or more, or too short a sum
     if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
         return False

@@ -1,17 +1,26 @@
 """Which GEMM runs a float32 product on the host: NumPy's BLAS or xgrad's own.
 
 xgrad's sgemm (gemm_kernels) has an AVX-512 and an AVX2 micro-kernel and runs
-on xgrad's worker pool. NumPy's OpenBLAS picks its kernels by CPU *model*: on
-a CPU it does not know as an AVX-512 core (AMD's Zen 4 in the OpenBLAS of
-NumPy 2.4's wheels) it runs its Haswell (AVX2) kernels, at about half the
-rate of xgrad's AVX-512 kernel on the convolution products of a ResNet-50
-step. Its threads are also a second pool that spins beside xgrad's, on
-the same cores, between the two kinds of kernels of a step.
+on xgrad's worker pool. Two things decide for it:
 
-So a product goes to xgrad's sgemm when the CPU path is AVX-512 and NumPy's
-BLAS is not running AVX-512 kernels; everywhere else (AVX2, where the BLAS's
-kernels match ours and were measured faster on wide products; SSE2; another
-BLAS) NumPy's BLAS runs, as before. ``choice()`` says which and why.
+* **One worker pool.** NumPy's OpenBLAS has a pool of its own, whose idle
+  threads busy-wait after each threaded call (about 2^28 cycles, 0.1 s, by
+  default) on the cores xgrad's pool computes on. With more than one thread,
+  a step that mixes the two (ResNet-50 at batch 8 on 2 cores: its one
+  linear layer's three products on the BLAS) ran at 1.33 s where the same
+  step with the BLAS on one thread took 0.84 s. So with more than one xgrad
+  thread every product xgrad can run goes to its own sgemm.
+* **The widest kernel.** OpenBLAS picks its kernels by CPU *model*: on a CPU
+  it does not know as an AVX-512 core (AMD's Zen 4 in the OpenBLAS of NumPy
+  2.4's wheels) it runs its Haswell (AVX2) kernels, at about half the rate
+  of xgrad's AVX-512 kernel on a ResNet-50 step's convolution products. So
+  on the AVX-512 path, one thread, products go to xgrad's sgemm unless the
+  BLAS runs AVX-512 kernels too.
+
+Elsewhere (one thread on the AVX2 path, where the BLAS's kernels match ours
+and were measured faster on wide products; SSE2; another BLAS) NumPy's BLAS
+runs, as before. ``choice()`` says which and why; ``python -m xgrad info``
+prints it.
 """
 
 import contextlib
@@ -51,27 +60,40 @@ def blas_core():
     return None
 
 
+# Products of at most this many multiply-adds OpenBLAS runs on the calling
+# thread (it threads a GEMM above 4 * 65536): no pool of its own wakes.
+SMALL_PRODUCT = 4 * 65536
+
+
 class GemmChoice:
-    """Which GEMM runs host float32 products (``own``: xgrad's sgemm), and why."""
+    """Which GEMM runs host float32 products (``own``: xgrad's sgemm), and
+    why; ``one_pool``: own for the one-pool rule, so that products larger
+    than SMALL_PRODUCT run on xgrad's sgemm even where it would decline
+    them for speed."""
 
-    __slots__ = ('own', 'reason')
+    __slots__ = ('own', 'reason', 'one_pool')
 
-    def __init__(self, own, reason):
+    def __init__(self, own, reason, one_pool=False):
         self.own = own
         self.reason = reason
+        self.one_pool = one_pool
 
     def __repr__(self):
         return 'GemmChoice(own={!r}, reason={!r})'.format(self.own, self.reason)
 
 
 @functools.lru_cache(maxsize=None)
-def decide(path, core, has_kernel):
+def decide(path, core, has_kernel, threads=1):
     """The GemmChoice on CPU path ``path`` with NumPy's OpenBLAS running its
     ``core`` kernels (None: not known), ``has_kernel``: whether xgrad's
-    sgemm has a micro-kernel on that path."""
+    sgemm has a micro-kernel on that path, ``threads``: xgrad's pool's."""
     if not has_kernel:
         return GemmChoice(False, "NumPy's BLAS: xgrad's sgemm has no kernel on the "
                                  '{} path'.format(path))
+    if threads > 1:
+        return GemmChoice(True, "xgrad's sgemm ({}, {} threads): one worker pool, not "
+                                "NumPy's BLAS threads spinning beside xgrad's".format(
+                                    path, threads), one_pool=True)
     if path != 'avx512':
         return GemmChoice(False, "NumPy's BLAS: on the {} path its kernels are as wide as "
                                  "xgrad's".format(path))
@@ -91,7 +113,8 @@ def choice():
     """The GemmChoice for this process's CPU path (XGRAD_CPU_PATH) and BLAS."""
     if _forced is not None:
         return _forced
-    return decide(native_kernels.cpu_path(), blas_core(), gemm_kernels.available())
+    return decide(native_kernels.cpu_path(), blas_core(), gemm_kernels.available(),
+                  native_kernels.max_threads())
 
 
 @contextlib.contextmanager
@@ -100,7 +123,7 @@ def forced(own):
     the operands) or NumPy's BLAS whatever ``choice()`` says (for tests)."""
     global _forced
     before = _forced
-    _forced = GemmChoice(bool(own), 'forced')
+    _forced = GemmChoice(bool(own), 'forced', one_pool=bool(own))
     try:
         yield
     finally:
@@ -146,13 +169,18 @@ def matmul(a, b, out=None, accumulate=False):
         lead = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         out = numpy.empty(lead + (m, n), numpy.float32)
     lead = out.shape[:-2]
+    batch = 1
+    for d in lead:
+        batch *= d
+    any_shape = choice().one_pool and batch * m * n * k > SMALL_PRODUCT
     if out.ndim == 2:
-        ok = gemm_kernels.sgemm(a, b, out, accumulate)
+        ok = gemm_kernels.sgemm(a, b, out, accumulate, any_shape)
     else:
         av = _batch_view(a, lead, m, k)
         bv = _batch_view(b, lead, k, n)
         ok = (av is not None and bv is not None and out.flags.c_contiguous
-              and gemm_kernels.sgemm(av, bv, out.reshape(av.shape[:1] + (m, n)), accumulate))
+              and gemm_kernels.sgemm(av, bv, out.reshape(av.shape[:1] + (m, n)), accumulate,
+                                     any_shape))
     return out if ok else _numpy_matmul(a, b, out, accumulate)
 
 

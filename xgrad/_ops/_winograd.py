@@ -241,7 +241,7 @@ def _filters(t, w, work, input_phases=None):
             raise RuntimeError('winograd filter_tiles refused {}'.format(w.shape))
         return u
     flat = w.astype(work, copy=False).reshape(o * c, t.r * t.r)
-    return (t.gg.astype(work) @ flat.T).reshape(t.a * t.a, o, c)
+    return host_gemm.matmul(t.gg.astype(work), flat.T).reshape(t.a * t.a, o, c)
 
 
 def _filter_gradients(t, du, wshape, work, input_phases=None):
@@ -253,7 +253,8 @@ def _filter_gradients(t, du, wshape, work, input_phases=None):
         return gw
     # G^T dU G of each (o, c): the transpose of _filters' product
     o, c = wshape[:2]
-    return (du.reshape(t.a * t.a, o * c).T @ t.gg.astype(work)).reshape(o, c, t.r, t.r)
+    return host_gemm.matmul(du.reshape(t.a * t.a, o * c).T,
+                            t.gg.astype(work)).reshape(o, c, t.r, t.r)
 
 
 def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None):

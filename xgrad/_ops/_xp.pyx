@@ -15,6 +15,7 @@ cimport numpy as cnp
 from xgrad import _device as _device_module
 
 from xgrad._core import _array_of
+from xgrad._backend import host_gemm
 from xgrad._backend.native_kernels import (
     broadcast_view, negative as _negative, sum_to as _native_sum_to,
     sigmoid_forward as _sigmoid, relu_forward as _relu)
@@ -47,16 +48,42 @@ cdef object _NDARRAY = numpy.ndarray
 cdef object _np_matmul = numpy.matmul
 
 
+# Products of at most this many multiply-adds stay on NumPy's BLAS, which
+# runs them on the calling thread: their set-up is what counts there.
+# Larger float32 ones ask host_gemm which GEMM runs them (with more than one
+# thread: xgrad's, one worker pool).
+cdef Py_ssize_t SMALL_PRODUCT = host_gemm.SMALL_PRODUCT
+
+
+cdef Py_ssize_t _multiply_adds(cnp.ndarray a, cnp.ndarray b):
+    """m * n * k times the batch of the product a @ b (0 when either
+    operand has fewer than two axes: NumPy's vector cases)."""
+    cdef int na = cnp.PyArray_NDIM(a), nb = cnp.PyArray_NDIM(b), i
+    if na < 2 or nb < 2:
+        return 0
+    cdef Py_ssize_t count = a.shape[na - 2] * a.shape[na - 1] * b.shape[nb - 1]
+    for i in range(na - 2):
+        count *= a.shape[i]
+    if na == 2:
+        for i in range(nb - 2):
+            count *= b.shape[i]
+    return count
+
+
 def matmul_raw(a, b):
     """``numpy.matmul`` of raw arrays; two 2-d float arrays of one dtype go
     through the ``ndarray.dot`` method instead: the same BLAS call and
     result, without the generalized ufunc's set-up (1.4 us where matmul
-    takes 2.9 on a 16x32 @ 32x32 product)."""
+    takes 2.9 on a 16x32 @ 32x32 product). Large float32 products go
+    through host_gemm (see SMALL_PRODUCT)."""
     cdef int t
     if type(a) is _NDARRAY and type(b) is _NDARRAY:
         # Read through NumPy's C API: as attribute reads, these checks cost
         # as much as the BLAS call on a 16x32 product.
         t = cnp.PyArray_TYPE(<cnp.ndarray>a)
+        if (t == cnp.NPY_FLOAT and cnp.PyArray_TYPE(<cnp.ndarray>b) == cnp.NPY_FLOAT
+                and _multiply_adds(a, b) > SMALL_PRODUCT):
+            return host_gemm.matmul(a, b)
         if (cnp.PyArray_NDIM(<cnp.ndarray>a) == 2 and cnp.PyArray_NDIM(<cnp.ndarray>b) == 2
                 and cnp.PyArray_DESCR(<cnp.ndarray>a) is cnp.PyArray_DESCR(<cnp.ndarray>b)
                 and (t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE or t == cnp.NPY_LONGDOUBLE)):

@@ -12,6 +12,7 @@ import numpy
 
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
+from xgrad._ops._xp import matmul_raw
 from xgrad._ops.linalg import PRODUCT_SAMPLES, matmul
 from xgrad._ops.manipulation import reshape, transpose
 from xgrad._ops.registry import BOOL, INT_DTYPES, OpInfo, Sample, register
@@ -135,7 +136,9 @@ class Linear(PyOp):
         x, w = inputs[0], inputs[1]
         self.dtypes = tuple(v.dtype for v in inputs)
         self.x_shape = x.shape
-        y = _args.module_of(x).matmul(x.reshape(_prod(self.batch_shape), self.n_features), w.T)
+        xp = _args.module_of(x)
+        y = (matmul_raw if xp is numpy else xp.matmul)(
+            x.reshape(_prod(self.batch_shape), self.n_features), w.T)
         if len(inputs) == 3:
             if y.dtype == numpy.result_type(y.dtype, inputs[2].dtype):
                 y += inputs[2]

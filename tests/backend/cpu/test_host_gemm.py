@@ -7,17 +7,20 @@ import pytest
 from xgrad._backend import gemm_kernels, host_gemm
 
 
-@pytest.mark.parametrize('path, core, has_kernel, own', [
-    ('avx512', 'Haswell', True, True),       # Zen 4 under OpenBLAS 0.3.2x
-    ('avx512', 'Zen', True, True),
-    ('avx512', 'SkylakeX', True, False),     # the BLAS's kernels are AVX-512 too
-    ('avx512', 'COOPERLAKE', True, False),
-    ('avx512', None, True, False),           # another BLAS, or one that cannot say
-    ('avx2', 'Haswell', True, False),        # as wide as ours: measured faster on wide products
-    ('sse2', 'Prescott', False, False),      # no micro-kernel
+@pytest.mark.parametrize('path, core, has_kernel, threads, own', [
+    ('avx512', 'Haswell', True, 1, True),       # Zen 4 under OpenBLAS 0.3.2x
+    ('avx512', 'Zen', True, 1, True),
+    ('avx512', 'SkylakeX', True, 1, False),     # the BLAS's kernels are AVX-512 too
+    ('avx512', 'COOPERLAKE', True, 1, False),
+    ('avx512', None, True, 1, False),           # another BLAS, or one that cannot say
+    ('avx2', 'Haswell', True, 1, False),        # as wide as ours: measured faster on wide products
+    ('avx512', 'SkylakeX', True, 2, True),      # more threads: one pool, whatever the kernels
+    ('avx2', 'Haswell', True, 16, True),
+    ('sse2', 'Prescott', False, 1, False),      # no micro-kernel
+    ('sse2', 'Prescott', False, 8, False),
 ])
-def test_decision_table(path, core, has_kernel, own):
-    choice = host_gemm.decide(path, core, has_kernel)
+def test_decision_table(path, core, has_kernel, threads, own):
+    choice = host_gemm.decide(path, core, has_kernel, threads)
     assert choice.own is own
     assert choice.reason and (str(core) in choice.reason or path in choice.reason
                               or 'names' in choice.reason)
@@ -35,7 +38,8 @@ def test_choice_follows_the_forced_setting():
             assert not host_gemm.choice().own
         assert host_gemm.choice().own
     assert host_gemm.choice() == host_gemm.decide(
-        host_gemm.native_kernels.cpu_path(), host_gemm.blas_core(), gemm_kernels.available())
+        host_gemm.native_kernels.cpu_path(), host_gemm.blas_core(), gemm_kernels.available(),
+        host_gemm.native_kernels.max_threads())
 
 
 def _layout(a, kind):
@@ -116,3 +120,37 @@ def test_info_says_which_gemm_runs_and_why():
     _info.report(out)
     lines = [line for line in out.getvalue().splitlines() if line.startswith('host GEMM:')]
     assert lines == ['host GEMM:      ' + host_gemm.choice().reason]
+
+
+@pytest.mark.parametrize('m, n, k', [(1000, 2048, 8), (36, 4096, 9), (4096, 9, 36), (5, 7, 3),
+                                     (9, 33, 1), (17, 100, 15)])
+def test_sgemm_any_shape_computes_what_it_declines_for_speed(m, n, k):
+    """The one-pool rule runs products sgemm declines for speed (a short sum,
+    tiles mostly padding) on it anyway: they must be right."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    rng = numpy.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(numpy.float32)
+    b = rng.standard_normal((k, n)).astype(numpy.float32)
+    expected = a.astype(numpy.float64) @ b
+    for acc in (False, True):
+        out = numpy.ones((m, n), numpy.float32)
+        assert gemm_kernels.sgemm(a, b, out, acc, True)
+        numpy.testing.assert_allclose(out, expected + acc, rtol=1e-5,
+                                      atol=1e-5 * abs(expected).max())
+
+
+def test_with_more_threads_large_products_never_reach_the_blas(monkeypatch):
+    """One worker pool: under the one-pool rule a product NumPy's BLAS would
+    thread (over SMALL_PRODUCT multiply-adds) runs on xgrad's sgemm even
+    where sgemm would decline it for speed; smaller ones may go to NumPy."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    reached = []
+    monkeypatch.setattr(host_gemm, '_numpy_matmul',
+                        lambda a, b, out, acc: reached.append(a.shape) or numpy.matmul(a, b))
+    monkeypatch.setattr(host_gemm, '_forced', host_gemm.decide('avx512', 'SkylakeX', True, 2))
+    a = numpy.ones((1000, 8), numpy.float32)
+    b = numpy.ones((8, 2048), numpy.float32)   # k = 8: declined for speed alone
+    numpy.testing.assert_array_equal(host_gemm.matmul(a, b), 8)
+    assert reached == []

@@ -599,8 +599,9 @@ def conv_algorithm(x_shape, w_shape, stride=1, pad=0, dilate=1, groups=1, *, tra
     which, xs, outs = asked
     found = decide(which, host, xs, w_shape, geom, tuple(outs), work, cpu_path, threads)
     if host:
-        gemm = host_gemm.decide(cpu_path, host_gemm.blas_core(),
-                                cpu_path in GEMM_KERNEL_PATHS).reason
+        gemm = host_gemm.decide(cpu_path, host_gemm.blas_core(), cpu_path in GEMM_KERNEL_PATHS,
+                                native_kernels.max_threads() if threads is None else threads
+                                ).reason
     else:
         gemm = "cuBLAS (CuPy's matmul)"
     return ConvAlgorithm(found.algorithm, found.reason, kernel, cpu_path if host else None,
