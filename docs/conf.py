@@ -88,7 +88,7 @@ GROUPS = [
     ('The op registry', ['xgrad._ops.registry', 'xgrad._ops._registry']),
     ('Gradient checks', ['xgrad.testing._checks']),
     ('NumPy fallbacks', ['xgrad._numpy_fallbacks']),
-    ('Process settings', ['xgrad._heap']),
+    ('Process settings', ['xgrad._heap', 'xgrad._backend.workspace', 'xgrad._backend.cudnn']),
 ]
 
 

@@ -546,3 +546,14 @@ def test_pooling_with_cover_all_windows_takes_the_fallback(emulated_cudnn):
     assert emulated_cudnn.calls == []
     xgrad.max_pool(x, 2, stride=3, cover_all=True)       # no extra window: cuDNN's
     assert emulated_cudnn.calls == ['pooling_forward']
+
+
+def test_the_modes_are_public_names_returning_the_previous_setting():
+    for public, key in ((xgrad.set_cudnn_benchmark, 'benchmark'),
+                        (xgrad.set_cudnn_deterministic, 'deterministic'),
+                        (xgrad.set_cudnn_allow_tf32, 'allow_tf32')):
+        before = cudnn.config[key]
+        assert public(not before) is before
+        assert cudnn.config[key] is (not before)
+        assert public(before) is (not before)
+        assert cudnn.config[key] is before
