@@ -7,6 +7,7 @@ intra-op threads as NumPy has, so that neither side wins by using more cores.
 import ctypes
 import os
 import platform
+import sys
 
 # The variables that set NumPy's BLAS and xgrad's pool (and torch's OpenMP)
 # threads: a benchmark's child process runs "one thread" with all three at 1.
@@ -124,11 +125,20 @@ def _vector_extensions():
 
 
 def _xgrad_cpu_path():
-    """The dispatch path xgrad's vector kernels run here (None without xgrad)."""
+    """The dispatch path xgrad's vector kernels run here (None without xgrad):
+    the installed xgrad's, else the one of this checkout (bench/'s parent,
+    where the benchmarks' children import it from)."""
     try:
         from xgrad._backend import native_kernels
     except ImportError:
-        return None
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        sys.path.append(root)
+        try:
+            from xgrad._backend import native_kernels
+        except ImportError:
+            return None
+        finally:
+            sys.path.remove(root)
     return native_kernels.cpu_path()
 
 
