@@ -150,6 +150,18 @@ def tile_rows():
     return xgrad_sgemm_shape_for(vector_path()).mr
 
 
+def declines(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k):
+    """Whether sgemm declines an (m, k) @ (k, n) product for speed (tiles a
+    quarter padding or more, a sum of fewer than MIN_DEPTH products) on the
+    dispatch path selected now, or has no kernel there; callers skip
+    building its operands."""
+    cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
+    if shape.kernel == NULL:
+        return True
+    return bool(m and n and (4 * m < 3 * _round_up(m, shape.mr)
+                             or 4 * n < 3 * _round_up(n, shape.nr) or k < MIN_DEPTH))
+
+
 def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     """out = a @ b, or out += a @ b with ``accumulate``, for matrices or for
     stacks of them (3-D, the same number in each, no broadcasting); True

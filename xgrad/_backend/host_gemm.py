@@ -31,6 +31,8 @@ import numpy
 
 from xgrad._backend import gemm_kernels, native_kernels
 
+_NDARRAY = numpy.ndarray
+_FLOAT32 = numpy.dtype(numpy.float32)
 # OpenBLAS core names whose kernels use AVX-512 (openblas_get_corename()).
 AVX512_BLAS_CORES = frozenset({'skylakex', 'cooperlake', 'sapphirerapids'})
 _CORENAME_SYMBOLS = ('scipy_openblas_get_corename64_', 'scipy_openblas_get_corename',
@@ -109,12 +111,18 @@ def decide(path, core, has_kernel, threads=1):
 _forced = None
 
 
+_choices = {}  # (CPU path, threads) -> GemmChoice: the rest is fixed in a process
+
+
 def choice():
     """The GemmChoice for this process's CPU path (XGRAD_CPU_PATH) and BLAS."""
     if _forced is not None:
         return _forced
-    return decide(native_kernels.cpu_path(), blas_core(), gemm_kernels.available(),
-                  native_kernels.max_threads())
+    key = (native_kernels.cpu_path(), native_kernels.max_threads())
+    found = _choices.get(key)
+    if found is None:
+        found = _choices[key] = decide(key[0], blas_core(), gemm_kernels.available(), key[1])
+    return found
 
 
 @contextlib.contextmanager
@@ -133,6 +141,8 @@ def forced(own):
 def _batch_view(x, lead, rows, cols):
     """``x`` broadcast to ``lead + (rows, cols)`` as a 3-D view whose batch
     axis has one stride, or None where its leading axes do not merge so."""
+    if x.ndim == 3 and x.shape[0] == lead[0] and len(lead) == 1:
+        return x  # (already one: no views to build)
     x = numpy.broadcast_to(x, lead + (rows, cols))
     step = None
     expected = None
@@ -157,22 +167,28 @@ def matmul(a, b, out=None, accumulate=False):
     for host arrays of 2 or more axes, run by xgrad's sgemm where
     ``choice()`` says so and it takes the operands (float32, aligned,
     non-negative strides; see gemm_kernels), else by NumPy."""
-    if (type(a) is not numpy.ndarray or type(b) is not numpy.ndarray
-            or a.dtype != numpy.float32 or b.dtype != numpy.float32 or a.ndim < 2
-            or b.ndim < 2 or not choice().own):
+    if (type(a) is not _NDARRAY or type(b) is not _NDARRAY or a.dtype is not _FLOAT32
+            or b.dtype is not _FLOAT32 or a.ndim < 2 or b.ndim < 2):
+        return _numpy_matmul(a, b, out, accumulate)
+    found = choice()
+    if not found.own:
         return _numpy_matmul(a, b, out, accumulate)
     m, k = a.shape[-2:]
     n = b.shape[-1]
+    any_shape = found.one_pool
+    mnk = m * n * k
+    if (mnk <= SMALL_PRODUCT and mnk * _stack_size(a, b) <= SMALL_PRODUCT
+            or not any_shape and gemm_kernels.declines(m, n, k)):
+        # (microseconds of work, where the views below would cost as much, and
+        # NumPy's BLAS runs it on the calling thread, waking no pool; or a
+        # product sgemm leaves to the BLAS)
+        return _numpy_matmul(a, b, out, accumulate)
     if out is None:
         if accumulate:
             raise ValueError('matmul: accumulate needs out')
         lead = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         out = numpy.empty(lead + (m, n), numpy.float32)
     lead = out.shape[:-2]
-    batch = 1
-    for d in lead:
-        batch *= d
-    any_shape = choice().one_pool and batch * m * n * k > SMALL_PRODUCT
     if out.ndim == 2:
         ok = gemm_kernels.sgemm(a, b, out, accumulate, any_shape)
     else:
@@ -182,6 +198,16 @@ def matmul(a, b, out=None, accumulate=False):
               and gemm_kernels.sgemm(av, bv, out.reshape(av.shape[:1] + (m, n)), accumulate,
                                      any_shape))
     return out if ok else _numpy_matmul(a, b, out, accumulate)
+
+
+def _stack_size(a, b):
+    """How many products a stacked matmul of ``a`` and ``b`` computes."""
+    size = 1
+    for i in range(1, max(a.ndim, b.ndim) - 1):
+        da = a.shape[-2 - i] if i <= a.ndim - 2 else 1
+        db = b.shape[-2 - i] if i <= b.ndim - 2 else 1
+        size *= max(da, db)
+    return size
 
 
 def _numpy_matmul(a, b, out, accumulate):

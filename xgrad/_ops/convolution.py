@@ -420,7 +420,8 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         # per-sample products summed: an (n, g, o/g, c/g) intermediate instead
         # of copies of both operands with the batch moved beside the positions
         xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, cg, ll)
-        if xp is numpy and host_gemm.choice().own:  # (summed as computed: no (n, ...) stack)
+        if (xp is numpy and host_gemm.choice().own  # (summed as computed: no (n, ...) stack)
+                and og * cg * ll > host_gemm.SMALL_PRODUCT):
             gw = numpy.zeros((g, og, cg), work)
             for i in range(n):
                 host_gemm.matmul(gym[i], xm[i].swapaxes(1, 2), out=gw, accumulate=True)

@@ -59,8 +59,9 @@ SHAPES = [
     ((36, 64, 32), (36, 32, 196)),       # Winograd's 36 products
     ((64, 48), (48, 100)),               # a plain matrix product
     ((8, 1, 40, 300), (8, 1, 300, 64)),  # the weight gradient's per-sample products
-    ((3, 1, 16, 17), (1, 4, 17, 33)),    # broadcast on both sides
-    ((5, 24, 20), (20, 40)),             # a 2-D right operand under a stack
+    ((3, 1, 64, 17), (1, 4, 17, 130)),  # broadcast on both sides
+    ((5, 96, 20), (20, 160)),            # a 2-D right operand under a stack
+    ((3, 1, 16, 17), (1, 4, 17, 33)),    # small: NumPy's (see SMALL_PRODUCT)
 ]
 
 
