@@ -77,17 +77,22 @@ def matmul_raw(a, b):
     takes 2.9 on a 16x32 @ 32x32 product). Large float32 products go
     through host_gemm (see SMALL_PRODUCT)."""
     cdef int t
+    cdef cnp.npy_intp* da
     if type(a) is _NDARRAY and type(b) is _NDARRAY:
         # Read through NumPy's C API: as attribute reads, these checks cost
         # as much as the BLAS call on a 16x32 product.
         t = cnp.PyArray_TYPE(<cnp.ndarray>a)
-        if (t == cnp.NPY_FLOAT and cnp.PyArray_TYPE(<cnp.ndarray>b) == cnp.NPY_FLOAT
-                and _multiply_adds(a, b) > SMALL_PRODUCT):
-            return host_gemm.matmul(a, b)
         if (cnp.PyArray_NDIM(<cnp.ndarray>a) == 2 and cnp.PyArray_NDIM(<cnp.ndarray>b) == 2
                 and cnp.PyArray_DESCR(<cnp.ndarray>a) is cnp.PyArray_DESCR(<cnp.ndarray>b)
                 and (t == cnp.NPY_FLOAT or t == cnp.NPY_DOUBLE or t == cnp.NPY_LONGDOUBLE)):
+            da = cnp.PyArray_DIMS(<cnp.ndarray>a)
+            if (t == cnp.NPY_FLOAT and da[0] * da[1] * cnp.PyArray_DIMS(<cnp.ndarray>b)[1]
+                    > SMALL_PRODUCT):
+                return host_gemm.matmul(a, b)
             return cnp.PyArray_MatrixProduct(a, b)  # what a.dot(b) calls
+        if (t == cnp.NPY_FLOAT and cnp.PyArray_TYPE(<cnp.ndarray>b) == cnp.NPY_FLOAT
+                and _multiply_adds(a, b) > SMALL_PRODUCT):
+            return host_gemm.matmul(a, b)
     return _np_matmul(a, b)
 
 
