@@ -388,19 +388,6 @@ class Device:
         return torch.cuda.max_memory_allocated() - before
 
 
-@contextlib.contextmanager
-def _cudnn_off():
-    previous = os.environ.get('XGRAD_CUDNN')
-    os.environ['XGRAD_CUDNN'] = '0'
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ['XGRAD_CUDNN']
-        else:
-            os.environ['XGRAD_CUDNN'] = previous
-
-
 def _conv_path(cudnn):
     return 'cudnn' if cudnn.path('conv').startswith('cudnn') else 'im2col'
 
@@ -419,7 +406,7 @@ def run_step(name, spec, env, settings):
             step = build_x(module, data)
 
         def call():
-            with xgrad.using_device('cuda:0'), (_cudnn_off() if off else _nullcontext()):
+            with xgrad.using_device('cuda:0'), (cudnn.turned_off() if off else _nullcontext()):
                 return step()
         return call
 

@@ -34,6 +34,7 @@ Workspaces come from CuPy's memory pool; one cuDNN handle per device and
 thread, set to CuPy's current stream before each call.
 """
 
+import contextlib
 import os
 import sys
 import threading
@@ -222,6 +223,21 @@ def candidate_paths():
                 paths.append(path)
     paths.append('libcudnn.so.9')
     return paths
+
+
+@contextlib.contextmanager
+def turned_off():
+    """``XGRAD_CUDNN=0`` inside the block, as set before it after: the
+    fallback paths, for reference values and for benchmarks of both."""
+    previous = os.environ.get('XGRAD_CUDNN')
+    os.environ['XGRAD_CUDNN'] = '0'
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ['XGRAD_CUDNN']
+        else:
+            os.environ['XGRAD_CUDNN'] = previous
 
 
 def disabled_reason():

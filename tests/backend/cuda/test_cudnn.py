@@ -557,3 +557,14 @@ def test_the_modes_are_public_names_returning_the_previous_setting():
         assert cudnn.config[key] is (not before)
         assert public(before) is (not before)
         assert cudnn.config[key] is before
+
+
+def test_turned_off_sets_and_restores_xgrad_cudnn(monkeypatch):
+    monkeypatch.delenv('XGRAD_CUDNN', raising=False)
+    with cudnn.turned_off():
+        assert cudnn.disabled_reason() == 'XGRAD_CUDNN=0' and not cudnn.available()
+    assert 'XGRAD_CUDNN' not in os.environ
+    monkeypatch.setenv('XGRAD_CUDNN', '1')
+    with pytest.raises(KeyError), cudnn.turned_off():
+        raise KeyError
+    assert os.environ['XGRAD_CUDNN'] == '1'

@@ -7,9 +7,6 @@ gradients on the im2col path, and pooling and batch norm with cuDNN
 against XGRAD_CUDNN=0, first and second derivatives included.
 """
 
-import contextlib
-import os
-
 import numpy
 import pytest
 
@@ -32,21 +29,6 @@ def gpu(cuda_runtime, monkeypatch):
     cudnn.config.update(saved)
     cudnn.clear_plans()
     assert not cudnn.failures, cudnn.failures
-
-
-@contextlib.contextmanager
-def _im2col():
-    """xgrad's own GPU path inside (XGRAD_CUDNN=0: the conv dispatcher, the
-    pooling and batch norm skip cuDNN), for the reference values."""
-    before = os.environ.get('XGRAD_CUDNN')
-    os.environ['XGRAD_CUDNN'] = '0'
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ['XGRAD_CUDNN']
-        else:
-            os.environ['XGRAD_CUDNN'] = before
 
 
 def _close(got, want, dtype, what):
@@ -89,7 +71,7 @@ def test_convolution_matches_the_im2col_path(gpu, geometry, dtype, mode):
     wh = rs.uniform(-1, 1, w_shape).astype(dtype)
     x = xgrad.array(xh, device='cuda:0').require_grad()
     w = xgrad.array(wh, device='cuda:0').require_grad()
-    with _im2col():
+    with cudnn.turned_off():
         y = xgrad.conv(x, w, stride=stride, pad=pad, dilate=dilation, groups=groups)
         gyh = rs.uniform(-1, 1, y.shape).astype(dtype)
         gx, gw = xgrad.grad([y], [x, w], grad_outputs=[xgrad.array(gyh, device='cuda:0')])
@@ -115,7 +97,7 @@ def test_convolution_transpose_matches_xgrads(gpu, geometry, dtype):
         x_shape[2:], w_shape[2:], stride, pad, dilation))
     th = rs.uniform(-1, 1, (x_shape[0], w_shape[0]) + y_spatial).astype(dtype)
     wh = rs.uniform(-1, 1, w_shape).astype(dtype)   # (C_in of the transpose, C_out / g, k)
-    with _im2col():
+    with cudnn.turned_off():
         want = xgrad.conv_transpose(xgrad.array(th, device='cuda:0'),
                                     xgrad.array(wh, device='cuda:0'), stride=stride, pad=pad,
                                     outsize=x_shape[2:], dilate=dilation, groups=groups)
@@ -238,7 +220,7 @@ def test_the_dispatcher_takes_cudnn_with_im2cols_derivatives(gpu, geometry, tran
         hx, hw = xgrad.grad([total], [x, w])
         return [a.to_numpy() for a in (y, gx, gw, hx, hw)]
     got = run()
-    with _im2col():
+    with cudnn.turned_off():
         want = run()
     for i, (g, w) in enumerate(zip(got, want)):
         _close(g, w, dtype, 'output {}'.format(i))
