@@ -11,6 +11,7 @@ import xgrad
 from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._ops import convolution
 from xgrad._ops._conv import dispatch, thresholds
+from xgrad.testing import force_conv_algorithm
 
 from ._conv_dispatch_grid import conv_cases
 
@@ -232,3 +233,59 @@ def test_the_query_refuses_what_conv_refuses():
         xgrad.conv_algorithm((1, 2, 3, 3), (2, 2, 3, 3), device='tpu:0')
     with pytest.raises(ValueError, match="unknown CPU path"):
         xgrad.conv_algorithm((1, 2, 3, 3), (2, 2, 3, 3), cpu_path='avx1024')
+
+
+@pytest.mark.parametrize('o, threads, own, said', [
+    (32, 1, True, 'measured faster'),   # preferred: on xgrad's sgemm, not the BLAS's default
+    (64, 1, False, "NumPy's BLAS"),     # 64+ output channels: the BLAS measured faster
+    (64, 2, True, 'one worker pool'),   # more threads: one pool, whatever the preference
+])
+def test_the_query_names_the_gemm_host_gemm_runs_for_im2col(o, threads, own, said):
+    """On the AVX2 path im2col's forward product of 64+ output channels is
+    not preferred on xgrad's sgemm; host_gemm decides the GEMM from that
+    preference and the threads, and .gemm says what it decided."""
+    found = xgrad.conv_algorithm((1, 3, 224, 224), (o, 3, 7, 7), stride=2, pad=3,
+                                 cpu_path='avx2', threads=threads)
+    assert found.algorithm == 'im2col'
+    assert said in found.gemm, found.gemm
+    assert ("xgrad's sgemm" in found.gemm) is own
+
+
+@pytest.mark.parametrize('transposed', [False, True])
+def test_the_kernels_hand_their_preference_to_host_gemm(monkeypatch, transposed):
+    """im2col's (forward, weight gradient) and col2im's products run on
+    xgrad's sgemm where the plan prefers it, also where host_gemm's default
+    is the BLAS (one thread on the AVX2 path, patched in here); the values
+    are those of the reference convolution."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    from xgrad._backend import host_gemm
+    from xgrad._ops._conv import reference
+    monkeypatch.setattr(host_gemm, 'choice', lambda prefer_own=False: host_gemm.decide(
+        'avx2', 'Haswell', True, 1, prefer_own))
+    reached = []
+    numpy_matmul = host_gemm._numpy_matmul
+    monkeypatch.setattr(host_gemm, '_numpy_matmul',
+                        lambda a, b, out, acc: reached.append(a.shape) or numpy_matmul(
+                            a, b, out, acc))
+    rng = numpy.random.RandomState(1)
+    x = rng.standard_normal((2, 16, 20, 20)).astype(numpy.float32)
+    w = rng.standard_normal((16 if transposed else 32, 32 if transposed else 16, 3, 3)
+                            ).astype(numpy.float32)
+    f = xgrad.conv_transpose if transposed else xgrad.conv
+    algorithm = 'col2im' if transposed else 'im2col'
+    xa, wa = xgrad.array(x).require_grad(), xgrad.array(w).require_grad()
+    with force_conv_algorithm(algorithm):
+        y = f(xa, wa, stride=2, pad=1)
+        gy = rng.standard_normal(y.shape).astype(numpy.float32)
+        if not transposed:
+            gw, = xgrad.grad([y], [wa], grad_outputs=[xgrad.array(gy)])
+    assert reached == []
+    ref = reference.reference_conv_transpose if transposed else reference.reference_conv
+    x64, w64 = x.astype(numpy.float64), w.astype(numpy.float64)
+    numpy.testing.assert_allclose(y.to_numpy(), ref(x64, w64, stride=2, pad=1),
+                                  rtol=1e-4, atol=1e-4)
+    if not transposed:  # conv is linear in w: <gw, dw> = <conv(x, dw), gy>
+        dw = rng.standard_normal(w.shape)
+        expected = numpy.sum(ref(x64, dw, stride=2, pad=1) * gy)
+        numpy.testing.assert_allclose(numpy.sum(gw.to_numpy() * dw), expected, rtol=1e-4)

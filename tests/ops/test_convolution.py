@@ -11,7 +11,7 @@ import numpy
 import pytest
 
 import xgrad
-from xgrad._backend import native_kernels
+from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._ops import convolution
 from xgrad._ops._conv import chunking, dispatch, geometry
 from xgrad.testing import force_conv_algorithm
@@ -74,7 +74,8 @@ def test_strided_one_by_one_windows_of_one_channel_are_broadcast_products(monkey
     depths = []
     real = convolution._matmul
     monkeypatch.setattr(convolution, '_matmul',
-                        lambda xp, a, b, out: (depths.append(a.shape[-1]), real(xp, a, b, out)))
+                        lambda xp, a, b, out, *own: (depths.append(a.shape[-1]),
+                                                     real(xp, a, b, out, *own)))
     x = _data((2, 1, 3, 4) if transpose else (2, 1, 6, 7), 1).astype(dtype)
     w = _data((1, 16, 1, 1) if transpose else (16, 1, 1, 1), 2).astype(dtype)
     geom = convolution.Geometry((1, 1), (2, 2), (0, 0), (1, 1), 1)
@@ -147,17 +148,18 @@ def test_a_broadcast_output_gradient_takes_the_native_columns():
     ('avx2', 128, False), ('sse2', 16, False)])  # (sse2: no kernel of ours, the BLAS runs it)
 def test_the_forward_product_goes_to_our_gemm_by_the_kernel_and_channels(
         monkeypatch, on_cpu_path, path, channels, own):
-    """On the AVX2 kernel (6-row tiles) 64 or more output channels go to
-    the BLAS (thresholds' own_gemm_forward_max_rows); the result is the
+    """On the AVX2 kernel (6-row tiles) 64 or more output channels are not
+    preferred on our GEMM (thresholds' own_gemm_forward_max_rows), and this
+    small product then goes to the BLAS (host_gemm); the result is the
     reference's either way."""
     on_cpu_path(path)
     asked = []
-    ours = convolution.sgemm
+    ours = gemm_kernels.sgemm
 
-    def spy(a, b, out, **kw):
-        asked.append(a.shape)
-        return ours(a, b, out, **kw)
-    monkeypatch.setattr(convolution, 'sgemm', spy)
+    def spy(a, b, out, *args):
+        asked.append(a.shape[-2:])
+        return ours(a, b, out, *args)
+    monkeypatch.setattr(gemm_kernels, 'sgemm', spy)
     x, w = _data((2, 3, 9, 9), 1, numpy.float32), _data((channels, 3, 3, 3), 2, numpy.float32)
     with force_conv_algorithm('im2col'):
         y = xgrad.conv(xgrad.array(x), xgrad.array(w), stride=2, pad=1)

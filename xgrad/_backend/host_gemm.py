@@ -19,13 +19,18 @@ on xgrad's worker pool. Two things decide for it:
 
 Elsewhere (one thread on the AVX2 path, where the BLAS's kernels match ours
 and were measured faster on wide products; SSE2; another BLAS) NumPy's BLAS
-runs, as before. ``choice()`` says which and why; ``python -m xgrad info``
-prints it.
+runs, as before, unless the caller's own thresholds measured xgrad's sgemm
+faster for its product (``prefer_own``: convolution's im2col and col2im
+products, per xgrad/_ops/_conv/dispatch.py). ``choice()`` says which and
+why; ``python -m xgrad info`` prints it. Every host float32 product of the
+convolutions, matmul, linear and dot goes through ``matmul`` here: no
+caller calls sgemm itself.
 """
 
 import contextlib
 import ctypes
 import functools
+import math
 
 import numpy
 
@@ -85,10 +90,21 @@ class GemmChoice:
 
 
 @functools.lru_cache(maxsize=None)
-def decide(path, core, has_kernel, threads=1):
+def decide(path, core, has_kernel, threads=1, prefer_own=False):
     """The GemmChoice on CPU path ``path`` with NumPy's OpenBLAS running its
     ``core`` kernels (None: not known), ``has_kernel``: whether xgrad's
-    sgemm has a micro-kernel on that path, ``threads``: xgrad's pool's."""
+    sgemm has a micro-kernel on that path, ``threads``: xgrad's pool's;
+    ``prefer_own``: the caller measured xgrad's sgemm faster for its
+    product on this path (it then runs there even where the BLAS would)."""
+    found = _decide(path, core, has_kernel, threads)
+    if prefer_own and has_kernel and not found.own:
+        return GemmChoice(True, "xgrad's sgemm ({}): measured faster than the BLAS for this "
+                                "product (the caller's thresholds)".format(path))
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _decide(path, core, has_kernel, threads):
     if not has_kernel:
         return GemmChoice(False, "NumPy's BLAS: xgrad's sgemm has no kernel on the "
                                  '{} path'.format(path))
@@ -111,17 +127,19 @@ def decide(path, core, has_kernel, threads=1):
 _forced = None
 
 
-_choices = {}  # (CPU path, threads) -> GemmChoice: the rest is fixed in a process
+_choices = {}  # (CPU path, threads, prefer_own) -> GemmChoice: the rest is fixed
 
 
-def choice():
-    """The GemmChoice for this process's CPU path (XGRAD_CPU_PATH) and BLAS."""
+def choice(prefer_own=False):
+    """The GemmChoice for this process's CPU path (XGRAD_CPU_PATH) and BLAS
+    (``prefer_own``: as ``decide``'s)."""
     if _forced is not None:
         return _forced
-    key = (native_kernels.cpu_path(), native_kernels.max_threads())
+    key = (native_kernels.cpu_path(), native_kernels.max_threads(), prefer_own)
     found = _choices.get(key)
     if found is None:
-        found = _choices[key] = decide(key[0], blas_core(), gemm_kernels.available(), key[1])
+        found = _choices[key] = decide(key[0], blas_core(), gemm_kernels.available(), key[1],
+                                       prefer_own)
     return found
 
 
@@ -162,26 +180,27 @@ def _batch_view(x, lead, rows, cols):
         x, (batch, rows, cols), (step or 0,) + x.strides[-2:], writeable=False)
 
 
-def matmul(a, b, out=None, accumulate=False):
+def matmul(a, b, out=None, accumulate=False, prefer_own=False):
     """``numpy.matmul(a, b, out=out)`` (with ``accumulate``, ``out += a @ b``)
     for host arrays of 2 or more axes, run by xgrad's sgemm where
-    ``choice()`` says so and it takes the operands (float32, aligned,
-    non-negative strides; see gemm_kernels), else by NumPy."""
+    ``choice(prefer_own)`` says so and it takes the operands (float32,
+    aligned, non-negative strides; see gemm_kernels), else by NumPy."""
     if (type(a) is not _NDARRAY or type(b) is not _NDARRAY or a.dtype is not _FLOAT32
             or b.dtype is not _FLOAT32 or a.ndim < 2 or b.ndim < 2):
         return _numpy_matmul(a, b, out, accumulate)
-    found = choice()
+    found = choice(prefer_own)
     if not found.own:
         return _numpy_matmul(a, b, out, accumulate)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     any_shape = found.one_pool
     mnk = m * n * k
-    if (mnk <= SMALL_PRODUCT and mnk * _stack_size(a, b) <= SMALL_PRODUCT
+    if (not prefer_own and mnk <= SMALL_PRODUCT and mnk * _stack_size(a, b) <= SMALL_PRODUCT
             or not any_shape and gemm_kernels.declines(m, n, k)):
         # (microseconds of work, where the views below would cost as much, and
         # NumPy's BLAS runs it on the calling thread, waking no pool; or a
-        # product sgemm leaves to the BLAS)
+        # product sgemm leaves to the BLAS. A preferred product was measured
+        # at its sizes by its caller.)
         return _numpy_matmul(a, b, out, accumulate)
     if out is None:
         if accumulate:
@@ -194,9 +213,11 @@ def matmul(a, b, out=None, accumulate=False):
     else:
         av = _batch_view(a, lead, m, k)
         bv = _batch_view(b, lead, k, n)
-        ok = (av is not None and bv is not None and out.flags.c_contiguous
-              and gemm_kernels.sgemm(av, bv, out.reshape(av.shape[:1] + (m, n)), accumulate,
-                                     any_shape))
+        # (a 3-D out as it is, rows padded apart or not; more axes merged)
+        stack = out if out.ndim == 3 else (
+            out.reshape((math.prod(lead), m, n)) if out.flags.c_contiguous else None)
+        ok = (av is not None and bv is not None and stack is not None
+              and gemm_kernels.sgemm(av, bv, stack, accumulate, any_shape))
     return out if ok else _numpy_matmul(a, b, out, accumulate)
 
 

@@ -38,7 +38,6 @@ import numpy
 
 from xgrad import _dtypes
 from xgrad._backend import cudnn, host_gemm, native_kernels, workspace
-from xgrad._backend.gemm_kernels import sgemm
 from xgrad._backend.operands import kernel_operands
 from xgrad._backend.tap_columns import transpose_into
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
@@ -65,23 +64,24 @@ def _empty(xp, shape, dtype):
     return workspace.empty(shape, dtype) if xp is numpy else xp.empty(shape, dtype)
 
 
-def _matmul(xp, a, b, out=None):
+def _matmul(xp, a, b, out=None, prefer_own=False):
     """a @ b for stacks of matrices (into ``out`` when given); where each sum
     has one term (a 1x1 window over one channel) a broadcast product:
     NumPy's matmul runs K = 1 off the BLAS, (16, 1) @ (1, 784) in 15 us
-    against 4 us."""
+    against 4 us. On the host host_gemm decides which GEMM runs it
+    (``prefer_own``: the dispatcher's plan measured xgrad's sgemm faster)."""
     if a.shape[-1] == 1:
         return xp.multiply(a, b, out=out)
-    if xp is numpy:  # (host_gemm decides which GEMM runs it)
-        return host_gemm.matmul(a, b, out=out)
+    if xp is numpy:
+        return host_gemm.matmul(a, b, out=out, prefer_own=prefer_own)
     return xp.matmul(a, b, out=out)
 
 
-def _matmul_add(xp, a, b, out):
+def _matmul_add(xp, a, b, out, prefer_own=False):
     """out += a @ b (stacks of matrices), without a temporary where
     host_gemm's choice is xgrad's sgemm."""
     if xp is numpy and a.shape[-1] != 1:
-        host_gemm.matmul(a, b, out=out, accumulate=True)
+        host_gemm.matmul(a, b, out=out, accumulate=True, prefer_own=prefer_own)
     else:
         out += _matmul(xp, a, b)
 
@@ -156,13 +156,14 @@ def _native_column_chunks(x, geom, outsize):
         yield lo, hi, part.reshape(g, c // g * kk, m * ll)
 
 
-def _col2im_whole(xm, wt, geom, spatial, shape, work):
+def _col2im_whole(xm, wt, geom, spatial, shape, work, prefer_own):
     """conv_transpose by GEMMs over batch ranges + the native col2im: xm
     (n, g, c/g, L) the input (L positions of ``spatial``), wt (g, o/g *
     prod(k), c/g) the weights; the output (n, o, oh, ow) of ``shape``. Each
     range (chunking.col2im_ranges) is one GEMM: its samples side by side, (g, c/g, m
     * L), so the columns come out as im2col_2d's matrix (o kh kw, m h w),
-    written into rows padded as _gemm_layout pads them."""
+    written into rows padded as _gemm_layout pads them. ``prefer_own``: the
+    dispatcher's plan (xgrad's sgemm measured faster for these products)."""
     n, g, cg, ll = xm.shape
     o, kk = shape[1], _prod(geom.ksize)
     out = workspace.zeros(shape, work)
@@ -173,8 +174,7 @@ def _col2im_whole(xm, wt, geom, spatial, shape, work):
         m = hi - lo
         rhs = xm[lo:hi].transpose(1, 2, 0, 3).reshape(g, cg, m * ll)  # a copy unless m == 1
         cols = _gemm_layout.padded(flat, (o * kk, m * ll))
-        if g > 1 or not sgemm(wt[0], rhs[0], cols):
-            _matmul(numpy, wt, rhs, cols.reshape(g, o // g * kk, m * ll))
+        _matmul(numpy, wt, rhs, cols.reshape(g, o // g * kk, m * ll), prefer_own)
         if not col2im_2d(cols, out[lo:hi], tuple(geom.ksize), tuple(geom.stride),
                          tuple(geom.pad), tuple(geom.dilate), tuple(spatial)):
             raise RuntimeError('col2im_2d refused {} {}'.format(shape, geom))
@@ -306,18 +306,16 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     # the bias, shaped to add to y's chunks as they are written (one pass)
     bias = None if b is None else b.astype(work, copy=False).reshape(g, o // g, 1)
     chunks = 0
-    own = plan  # (im2col's: whether the product goes to our own GEMM)
+    own = plan  # (im2col's: whether xgrad's sgemm is preferred for the product)
     for lo, hi, cols in _column_chunks(x.astype(work, copy=False), geom, outsize):
         chunks += 1
         if hi - lo == 1:
-            if not (own and sgemm(wm[0], cols[0], y[lo, 0])):
-                _matmul(xp, wm, cols, y[lo])
+            _matmul(xp, wm, cols, y[lo], own)
             if bias is not None:
                 y[lo] += bias
         else:  # columns are (.., sample, position): put the samples first
             part = _empty(xp, (g, o // g, cols.shape[2]), work)
-            if not (own and sgemm(wm[0], cols[0], part[0])):
-                _matmul(xp, wm, cols, part)
+            _matmul(xp, wm, cols, part, own)
             part = part.reshape(g, o // g, hi - lo, _prod(outsize))
             if bias is None:
                 y[lo:hi] = part.transpose(2, 0, 1, 3)
@@ -367,7 +365,7 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
     if how == 'col2im':
         return _add_bias(_col2im_whole(xm, wt, geom, spatial, (n, o) + tuple(outsize),
-                                       work),
+                                       work, plan),
                          b).astype(dtype, copy=False)
     out = _padded_zeros((n, o) + tuple(outsize), geom, spatial, work, x)
     per_sample = o * _prod(geom.ksize) * _prod(spatial)
@@ -442,8 +440,7 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
     for lo, hi, cols in chunks:
         rows = gym[lo:hi].transpose(1, 2, 0, 3).reshape(g, og, cols.shape[2])  # like cols
         if windows_first:
-            if not (plan and sgemm(cols[0], rows[0].T, gw[0], accumulate=True)):
-                _matmul_add(xp, cols, rows.swapaxes(1, 2), gw)
+            _matmul_add(xp, cols, rows.swapaxes(1, 2), gw, plan)
         else:
             _matmul_add(xp, rows, cols.swapaxes(1, 2), gw)
     if windows_first:  # back to (g, o/g, C/g k): w's own layout, C-contiguous

@@ -26,6 +26,84 @@ def test_decision_table(path, core, has_kernel, threads, own):
                               or 'names' in choice.reason)
 
 
+@pytest.mark.parametrize('path, core, has_kernel, threads, own, said', [
+    ('avx2', 'Haswell', True, 1, True, 'measured faster'),   # the BLAS's default, overridden
+    ('avx512', 'Haswell', True, 1, True, 'AVX-512'),         # own anyway: its own reason
+    ('avx512', 'SkylakeX', True, 2, True, 'one worker pool'),
+    ('sse2', 'Prescott', False, 1, False, 'no kernel'),      # nothing to prefer
+])
+def test_decision_table_with_the_callers_preference(path, core, has_kernel, threads, own, said):
+    choice = host_gemm.decide(path, core, has_kernel, threads, prefer_own=True)
+    assert choice.own is own
+    assert said in choice.reason
+
+
+def _blas_calls(monkeypatch):
+    """The shapes of the left operands host_gemm hands to NumPy, recorded."""
+    reached = []
+    numpy_matmul = host_gemm._numpy_matmul
+
+    def recorded(a, b, out, acc):
+        reached.append(a.shape)
+        return numpy_matmul(a, b, out, acc)
+    monkeypatch.setattr(host_gemm, '_numpy_matmul', recorded)
+    return reached
+
+
+def test_a_preferred_product_runs_on_sgemm_where_the_blas_is_the_default(monkeypatch):
+    """One thread on the AVX2 path: the BLAS by default, xgrad's sgemm for a
+    product its caller measured faster there (conv's im2col plans)."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    monkeypatch.setattr(host_gemm, 'choice', lambda prefer_own=False: host_gemm.decide(
+        'avx2', 'Haswell', True, 1, prefer_own))
+    reached = _blas_calls(monkeypatch)
+    rng = numpy.random.default_rng(4)
+    a = rng.standard_normal((1, 64, 288)).astype(numpy.float32)
+    b = rng.standard_normal((1, 288, 400)).astype(numpy.float32)
+    expected = a.astype(numpy.float64) @ b
+    tol = dict(rtol=1e-5, atol=1e-5 * abs(expected).max())
+    numpy.testing.assert_allclose(host_gemm.matmul(a, b, prefer_own=True), expected, **tol)
+    assert reached == []
+    numpy.testing.assert_allclose(host_gemm.matmul(a, b), expected, **tol)
+    assert reached == [a.shape]
+
+
+def test_a_stack_into_an_out_with_padded_rows_runs_on_sgemm(monkeypatch):
+    """col2im's columns: a (1, rows, cols) view of rows padded apart, not
+    C-contiguous, written in place by sgemm (not copied, not the BLAS)."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    reached = _blas_calls(monkeypatch)
+    rng = numpy.random.default_rng(5)
+    a = rng.standard_normal((2, 96, 40)).astype(numpy.float32)
+    b = rng.standard_normal((2, 40, 150)).astype(numpy.float32)
+    buffer = numpy.full((2, 96, 160), numpy.nan, numpy.float32)
+    out = buffer[:, :, :150]
+    with host_gemm.forced(True):
+        assert host_gemm.matmul(a, b, out=out) is out
+    assert reached == []
+    expected = a.astype(numpy.float64) @ b
+    numpy.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5 * abs(expected).max())
+    assert numpy.isnan(buffer[:, :, 150:]).all()  # (the padding untouched)
+
+
+@pytest.mark.parametrize('sa, sb', [((2, 3, 0, 5), (2, 3, 5, 4)), ((2, 3, 4, 5), (2, 3, 5, 0)),
+                                     ((2, 0, 4, 5), (2, 0, 5, 6)), ((0, 4, 5), (0, 5, 6)),
+                                     ((2, 3, 64, 50), (2, 3, 50, 70))])
+def test_stacks_of_four_axes_and_empty_stacks_match_numpy(sa, sb):
+    rng = numpy.random.default_rng(6)
+    a = rng.standard_normal(sa).astype(numpy.float32)
+    b = rng.standard_normal(sb).astype(numpy.float32)
+    expected = numpy.matmul(a.astype(numpy.float64), b.astype(numpy.float64))
+    with host_gemm.forced(True):
+        fresh = host_gemm.matmul(a, b)
+        out = numpy.ones(expected.shape, numpy.float32)
+        host_gemm.matmul(a, b, out=out, accumulate=True)
+    numpy.testing.assert_allclose(fresh, expected, rtol=1e-5, atol=1e-4)
+    numpy.testing.assert_allclose(out, expected + 1, rtol=1e-5, atol=1e-4)
+
+
 def test_blas_core_names_numpys_openblas():
     core = host_gemm.blas_core()
     assert core is None or (isinstance(core, str) and core)

@@ -144,19 +144,28 @@ _POINTWISE = Choice('pointwise', '1x1 window, stride 1, no padding: per-sample G
                     'columns', None)
 
 
+def _prefers_own_gemm(rules, geom):
+    """Whether the thresholds measured xgrad's sgemm faster than the BLAS
+    for im2col's and col2im's products on this path: one channel group
+    (their products were measured so). The plan of those choices; host_gemm
+    takes it as ``prefer_own`` (it still decides: with more than one thread
+    every product runs on xgrad's sgemm)."""
+    return rules.own_gemm and geom.groups == 1
+
+
+_PREFERENCE = {True: "xgrad's sgemm preferred", False: "host_gemm's choice"}
+
+
 def _im2col(wshape, geom, rules):
-    """im2col's choice for conv: its plan says whether the product runs on
-    xgrad's own GEMM (one channel group, and not where the path sends wide
-    forward products to the BLAS)."""
+    """im2col's choice for conv; its plan: xgrad's sgemm is preferred for
+    the product (not where the path measured the BLAS faster on wide
+    forward products)."""
     limit = rules.own_gemm_forward_max_rows
-    own = rules.own_gemm and geom.groups == 1 and (limit is None or wshape[0] < limit)
-    if own:
-        gemm = "xgrad's GEMM"
-    elif rules.own_gemm and geom.groups == 1:
-        gemm = 'the BLAS ({}+ output channels on this path)'.format(limit)
-    else:
-        gemm = 'the BLAS'
-    return Choice('im2col', 'no planned algorithm pays: im2col + one GEMM on {}'.format(gemm),
+    own = _prefers_own_gemm(rules, geom) and (limit is None or wshape[0] < limit)
+    gemm = _PREFERENCE[own]
+    if not own and _prefers_own_gemm(rules, geom):
+        gemm += ' ({}+ output channels on this path)'.format(limit)
+    return Choice('im2col', 'no planned algorithm pays: im2col + one GEMM ({})'.format(gemm),
                   own)
 
 
@@ -185,10 +194,10 @@ def host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
 def host_grad_weight(xshape, gyshape, wshape, geom, work, rules, threads, forced=None):
     """conv's weight gradient's algorithm on the host (x and gy of conv)."""
     outsize = tuple(gyshape[2:])
-    own = rules.own_gemm and geom.groups == 1 and (
+    own = _prefers_own_gemm(rules, geom) and (
         wshape[0] >= rules.own_gemm_grad_weight_min_columns)
-    im2col = Choice('im2col', "no planned algorithm pays: im2col + one GEMM on {}".format(
-        "xgrad's GEMM" if own else 'the BLAS'), own)
+    im2col = Choice('im2col', "no planned algorithm pays: im2col + one GEMM ({})".format(
+        _PREFERENCE[own]), own)
     if forced is not None:
         found = _forced_planned(forced, xshape, wshape, geom, outsize, work, rules, threads)
         if found is None and forced == 'im2col':
@@ -231,8 +240,13 @@ def _flip(full, why):
         why), full)
 
 
-_COL2IM = Choice('col2im', 'one GEMM into the columns of the output, added back by the '
-                 'native col2im in cached chunks', None)
+def _col2im(rules, geom, why=''):
+    """col2im's choice; its plan as im2col's (_prefers_own_gemm)."""
+    own = _prefers_own_gemm(rules, geom)
+    return Choice('col2im', 'one GEMM ({}) into the columns of the output, added back by the '
+                  'native col2im in cached chunks{}'.format(_PREFERENCE[own], why), own)
+
+
 _COL2IM_ADD = Choice('col2im_add', 'one GEMM into the columns of the output, added back '
                      'tap by tap (no native col2im for this shape or dtype)', None)
 
@@ -260,7 +274,7 @@ def _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, thread
             return _flip(full, 'forced')
     elif forced == 'col2im':
         if _native_col2im(xshape, work):
-            return _COL2IM
+            return _col2im(rules, geom)
     elif forced == 'col2im_add':
         return _COL2IM_ADD
     return None
@@ -305,10 +319,9 @@ def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, for
         if not spread_moves_fewer:
             return _flip(full, "its columns and weights are fewer elements than col2im's")
     if native:
-        return _COL2IM._replace(reason=_COL2IM.reason + (
-            ' (no flipped convolution: stride {}, pad {})'.format(
-                _sides(geom.stride), _sides(geom.pad)) if full is None else
-            ": fewer elements than the flipped convolution's columns and weights"))
+        return _col2im(rules, geom, ' (no flipped convolution: stride {}, pad {})'.format(
+            _sides(geom.stride), _sides(geom.pad)) if full is None else
+            ": fewer elements than the flipped convolution's columns and weights")
     return _COL2IM_ADD
 
 
@@ -521,8 +534,8 @@ class ConvAlgorithm:
     numbers), the ``kernel`` asked about ('forward', 'grad_input' or
     'grad_weight'), the ``cpu_path`` whose thresholds decided (None on a
     GPU), the ``device`` ('native' or 'cuda') and ``gemm``: which GEMM runs
-    the products the algorithm does not give xgrad's sgemm itself, and why
-    (xgrad/_backend/host_gemm.py on the host)."""
+    the algorithm's matrix products, and why (on the host
+    xgrad/_backend/host_gemm.py decides, given the algorithm's preference)."""
 
     __slots__ = ('algorithm', 'reason', 'kernel', 'cpu_path', 'device', 'gemm')
 
@@ -599,9 +612,10 @@ def conv_algorithm(x_shape, w_shape, stride=1, pad=0, dilate=1, groups=1, *, tra
     which, xs, outs = asked
     found = decide(which, host, xs, w_shape, geom, tuple(outs), work, cpu_path, threads)
     if host:
+        prefer_own = found.algorithm in ('im2col', 'col2im') and found.plan is True
         gemm = host_gemm.decide(cpu_path, host_gemm.blas_core(), cpu_path in GEMM_KERNEL_PATHS,
-                                native_kernels.max_threads() if threads is None else threads
-                                ).reason
+                                native_kernels.max_threads() if threads is None else threads,
+                                prefer_own).reason
     else:
         gemm = "cuBLAS (CuPy's matmul)"
     return ConvAlgorithm(found.algorithm, found.reason, kernel, cpu_path if host else None,
