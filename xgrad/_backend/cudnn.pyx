@@ -265,7 +265,8 @@ def _load():
         errors.append(err.decode('utf-8', 'replace') if err != NULL else path)
     if lib == NULL:
         _load_state['reason'] = 'libcudnn.so.9 not found (pip install nvidia-cudnn-cu13 ' \
-            'or -cu12, as the [cuda] extra does; tried: {})'.format('; '.join(errors[-2:]))
+            'or -cu12, as the [cuda] extra does; tried: {})'.format(
+            '; '.join(errors[max(0, len(errors) - 2):]))  # (wraparound is off)
         return
     cdef void** slots = <void**>&api
     assert len(_SYMBOLS) * sizeof(void*) == sizeof(Api)
@@ -871,44 +872,42 @@ def _contiguous(cp, a):
     return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
 
 
+def _convolve(direction, a, b, x_shape, w_shape, y_shape, stride, pad, dilation, groups):
+    """One convolution call of ``direction`` ('forward': a, b = x, w;
+    'backward_data': w, gy; 'backward_filter': x, gy) into a new array of
+    x's, w's or y's shape; operands made C-contiguous, dilation 1 by
+    default."""
+    cp = _cupy()
+    dilation = (1,) * (len(x_shape) - 2) if dilation is None else tuple(dilation)
+    a, b = _contiguous(cp, a), _contiguous(cp, b)
+    x_shape, w_shape, y_shape = tuple(x_shape), tuple(w_shape), tuple(y_shape)
+    plan = _plan('conv', x_shape, w_shape, y_shape, a.dtype, stride, pad, dilation, groups,
+                 a.device.id)
+    out_shape = {'forward': y_shape, 'backward_data': x_shape,
+                 'backward_filter': w_shape}[direction]
+    return _run(direction, plan, a, b, cp.empty(out_shape, dtype=a.dtype), cp)
+
+
 def convolution_forward(x, w, stride, pad, dilation=None, groups=1):
     """y = x (*) w: x (N, C, *spatial), w (K, C / groups, *ksize), CuPy
     arrays of one float dtype; no bias (add it to y)."""
-    cp = _cupy()
-    n = x.ndim - 2
-    dilation = (1,) * n if dilation is None else tuple(dilation)
+    dilation = (1,) * (x.ndim - 2) if dilation is None else tuple(dilation)
     ysp = tuple(conv_out_size(d, k, s, p, dl) for d, k, s, p, dl in zip(
         x.shape[2:], w.shape[2:], stride, pad, dilation))
-    y_shape = (x.shape[0], w.shape[0]) + ysp
-    x, w = _contiguous(cp, x), _contiguous(cp, w)
-    plan = _plan('conv', x.shape, w.shape, y_shape, x.dtype, stride, pad, dilation, groups,
-                 x.device.id)
-    y = cp.empty(y_shape, dtype=x.dtype)
-    return _run('forward', plan, x, w, y, cp)
+    return _convolve('forward', x, w, x.shape, w.shape, (x.shape[0], w.shape[0]) + ysp, stride,
+                     pad, dilation, groups)
 
 
 def convolution_backward_data(w, gy, x_shape, stride, pad, dilation=None, groups=1):
     """gx of ``convolution_forward`` (x of ``x_shape``) for gy."""
-    cp = _cupy()
-    n = gy.ndim - 2
-    dilation = (1,) * n if dilation is None else tuple(dilation)
-    w, gy = _contiguous(cp, w), _contiguous(cp, gy)
-    plan = _plan('conv', tuple(x_shape), w.shape, gy.shape, gy.dtype, stride, pad, dilation,
-                 groups, gy.device.id)
-    gx = cp.empty(tuple(x_shape), dtype=gy.dtype)
-    return _run('backward_data', plan, w, gy, gx, cp)
+    return _convolve('backward_data', w, gy, x_shape, w.shape, gy.shape, stride, pad, dilation,
+                     groups)
 
 
 def convolution_backward_filter(x, gy, w_shape, stride, pad, dilation=None, groups=1):
     """gw of ``convolution_forward`` (w of ``w_shape``) for x and gy."""
-    cp = _cupy()
-    n = x.ndim - 2
-    dilation = (1,) * n if dilation is None else tuple(dilation)
-    x, gy = _contiguous(cp, x), _contiguous(cp, gy)
-    plan = _plan('conv', x.shape, tuple(w_shape), gy.shape, x.dtype, stride, pad, dilation,
-                 groups, x.device.id)
-    gw = cp.empty(tuple(w_shape), dtype=x.dtype)
-    return _run('backward_filter', plan, x, gy, gw, cp)
+    return _convolve('backward_filter', x, gy, x.shape, w_shape, gy.shape, stride, pad,
+                     dilation, groups)
 
 
 def convolution_transpose(x, w, outsize, stride, pad, dilation=None, groups=1):
@@ -983,11 +982,12 @@ def pooling_forward(x, y_spatial, mode, ksize, stride, pad):
 def pooling_backward(x_shape, x, y, gy, mode, ksize, stride, pad):
     """gx (of ``x_shape``) of the pooling for gy. x and y (the forward's) may
     be None for average pooling, whose gradient depends on gy alone: buffers
-    of their shapes stand in (gx, gy)."""
+    of their shapes stand in, gy for y and an unwritten buffer from CuPy's
+    pool for x (not gx: cuDNN's inputs and its output must not alias)."""
     cp = _cupy()
     gy = _contiguous(cp, gy)
     gx = cp.empty(tuple(x_shape), dtype=gy.dtype)
-    x = gx if x is None else _contiguous(cp, x)
+    x = cp.empty_like(gx) if x is None else _contiguous(cp, x)
     y = gy if y is None else _contiguous(cp, y)
     plan = _pool_plan(gx.shape, gy.shape, gy.dtype, mode, ksize, stride, pad, gy.device.id)
     cdef Handle h = handle(cp)

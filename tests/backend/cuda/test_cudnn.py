@@ -205,6 +205,37 @@ def test_reasons_name_what_cudnn_does_not_do(library):
 # ---------------------------------------------------------------------------
 # Plans and the algorithm choice's keys
 
+@pytest.mark.parametrize('dilation', [None, (2, 1)])
+def test_the_convolution_entry_points_ask_for_consistent_shapes(fake, monkeypatch, dilation):
+    """Each entry point plans the one convolution (x, w, y shapes, dtype,
+    geometry) whatever its direction, and writes a new array of the shape
+    that direction produces (cuDNN's calls themselves recorded, not run)."""
+    planned, ran = [], []
+    monkeypatch.setattr(cudnn, '_cupy', lambda: fake)
+    monkeypatch.setattr(cudnn, '_plan', lambda *args: planned.append(args) or 'plan')
+    monkeypatch.setattr(cudnn, '_run', lambda direction, plan, a, b, out, cp: ran.append(
+        (direction, a.shape, b.shape, out.shape, out.dtype)) or out)
+    f32 = numpy.float32
+    x = fake.asarray(numpy.ones((2, 3, 9, 8), f32))
+    w = fake.asarray(numpy.ones((6, 3, 3, 2), f32))
+    stride, pad = (2, 1), (1, 0)
+    d = dilation or (1, 1)
+    y_shape = (2, 6, (9 + 2 - d[0] * 2 - 1) // 2 + 1, (8 - d[1] - 1) // 1 + 1)
+    gy = fake.asarray(numpy.ones(y_shape, f32))
+    assert cudnn.convolution_forward(x, w, stride, pad, dilation).shape == y_shape
+    assert cudnn.convolution_backward_data(w, gy, x.shape, stride, pad, dilation).shape == x.shape
+    assert cudnn.convolution_backward_filter(x, gy, w.shape, stride, pad, dilation).shape \
+        == w.shape
+    # conv_transpose of gy (its w (C_in, C_out, ...) is conv's): conv's backward data
+    assert cudnn.convolution_transpose(gy, w, x.shape[2:], stride, pad, dilation).shape \
+        == x.shape
+    conv = ('conv', x.shape, w.shape, y_shape, numpy.dtype(f32), stride, pad, d, 1, 0)
+    assert planned == [conv] * 4
+    assert [r[0] for r in ran] == ['forward', 'backward_data', 'backward_filter',
+                                   'backward_data']
+    assert ran[1][3] == x.shape and ran[2][3] == w.shape and ran[0][3] == y_shape
+
+
 def test_plans_are_kept_per_shape_key_and_mode(library):
     args = ((2, 3, 8, 8), (4, 3, 3, 3), (2, 4, 8, 8), 'float32', (1, 1), (1, 1), (1, 1), 1, 0)
     cudnn.clear_plans()
