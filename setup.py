@@ -24,6 +24,7 @@ MODULES = [
     'xgrad._backend.winograd_kernels',
     'xgrad._backend.gemm_kernels',
     'xgrad._backend.operands',
+    'xgrad._backend.scatter_kernels',
     'xgrad._debug',
     'xgrad._device_cache',
     'xgrad._context',

@@ -15,7 +15,7 @@ cimport numpy as cnp
 from xgrad import _device as _device_module
 
 from xgrad._core import _array_of
-from xgrad._backend import host_gemm
+from xgrad._backend import host_gemm, scatter_kernels
 from xgrad._backend.native_kernels import (
     broadcast_view, negative as _negative, sum_to as _native_sum_to,
     sigmoid_forward as _sigmoid, relu_forward as _relu)
@@ -129,10 +129,35 @@ def cast(a, dtype):
 
 
 def _scatter(gy, key, shape):
-    """Zeros of ``shape`` with ``gy`` added at ``key`` (repeats accumulate)."""
+    """Zeros of ``shape`` with ``gy`` added at ``key`` (repeats accumulate):
+    one integer array indexing the first axis by scatter_kernels' row adds,
+    any other key by ``add.at``."""
     out = numpy.zeros(shape, dtype=gy.dtype)
+    rows = _first_axis_rows(key, shape)
+    if rows is not None and gy.shape == rows.shape + tuple(shape[1:]):
+        inner = 1
+        for d in shape[1:]:
+            inner *= d
+        if scatter_kernels.add_rows_at(out.reshape(1, shape[0], inner), rows.reshape(-1),
+                                       numpy.ascontiguousarray(gy).reshape(1, rows.size,
+                                                                           inner)):
+            return out
     numpy.add.at(out, key, gy)
     return out
+
+
+cdef object _first_axis_rows(key, shape):
+    """``key`` as non-negative intp row indices when it is one integer array
+    (or a tuple of one) indexing the first axis of ``shape`` in bounds; else
+    None."""
+    if type(key) is tuple and len(<tuple>key) == 1:
+        key = (<tuple>key)[0]
+    if type(key) is not _NDARRAY or key.dtype.kind not in 'iu' or not shape:
+        return None
+    rows = key.astype(numpy.intp, copy=False)
+    if rows.size and (rows.min() < -shape[0] or rows.max() >= shape[0]):
+        return None  # (add.at raises the IndexError)
+    return numpy.ascontiguousarray(numpy.where(rows < 0, rows + shape[0], rows))
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,10 +4,10 @@
 
 ``take``'s gradient adds gy back onto the taken positions, summing the
 contributions of repeated indices. That is its own op, ``TakeGrad``, whose
-gradient is ``Take`` again (so take is differentiable any number of times):
-NumPy's ``add.at`` is fast only on 1-d operands, so ``TakeGrad`` adds at flat
-indices, 2 to 9 times faster than ``add.at`` over whole rows (an embedding's
-gradient) and with the same sums.
+gradient is ``Take`` again (so take is differentiable any number of times).
+On the host ``TakeGrad`` adds whole rows of gy in one native pass
+(xgrad/_backend/scatter_kernels.pyx), with the sums ``add.at`` gives; on a
+GPU one ``add.at`` at flat indices.
 """
 
 from typing import Tuple
@@ -15,6 +15,7 @@ from typing import Tuple
 import numpy
 
 from xgrad import _core, _device
+from xgrad._backend import scatter_kernels
 from xgrad._ops import _args
 from xgrad._ops._linear import LinearPair
 from xgrad._ops.manipulation import getitem, reshape
@@ -74,11 +75,18 @@ def take_checked(x, indices, axis):
 
 def _add_at(gy, indices, axis, shape):
     """Zeros of ``shape`` plus the slices of ``gy`` (shaped like
-    ``take(zeros(shape), indices, axis)``) added at ``indices`` along ``axis``,
-    as one ``add.at`` on the flat arrays (its fast 1-d path)."""
+    ``take(zeros(shape), indices, axis)``) added at ``indices`` along ``axis``:
+    on the host by scatter_kernels' row adds, else as one ``add.at`` on the
+    flat arrays (its fast 1-d path)."""
     xp = _args.module_of(gy)
     outer = int(numpy.prod(shape[:axis], dtype=numpy.int64))
     inner = int(numpy.prod(shape[axis + 1:], dtype=numpy.int64))
+    if xp is numpy:
+        out = numpy.zeros((outer, shape[axis], inner), gy.dtype)
+        if scatter_kernels.add_rows_at(
+                out, numpy.ascontiguousarray(indices.reshape(-1), dtype=numpy.intp),
+                numpy.ascontiguousarray(gy).reshape(outer, indices.size, inner)):
+            return out.reshape(shape)
     flat = ((xp.arange(outer)[:, None, None] * shape[axis]
              + indices.reshape(1, -1, 1)) * inner + xp.arange(inner))
     size = outer * shape[axis] * inner
