@@ -8,6 +8,8 @@ registry entry) beyond the registry-generated tests.
   send the gradient to the wrapped/clipped position, scalar indices drop the
   axis, nonzero's results never join a graph, boolean masks and broadcast
   integer arrays in ``a[key]`` scatter their gradients back.
+* Views: an int for every axis (and squeeze to 0-d) gives a 0-d view that
+  writes through both ways, as ChainerX's ``At``, not NumPy's scalar copy.
 """
 
 import numpy
@@ -153,6 +155,42 @@ def test_getitem_broadcast_arrays_accumulate():
     y = x[numpy.array([[0], [0]]), numpy.array([2, 2, 1])]
     assert y.shape == (2, 3)
     numpy.testing.assert_array_equal(_grad(y, x), [[0, 2, 4], [0, 0, 0]])
+
+
+@pytest.mark.parametrize('select', [
+    lambda x: x[1, 2],
+    lambda x: x[numpy.int64(1), -1],
+    lambda x: x[1][2],
+    lambda x: xgrad.squeeze(x[1:2, 2:3]),
+    lambda x: xgrad.squeeze(x.T[2:3, 1:2], axis=(0, 1)),
+], ids=['ints', 'numpy-and-negative-int', 'chained', 'squeeze', 'squeeze-axes-strided'])
+def test_scalar_index_is_a_zero_d_view(select):
+    # ChainerX's At returns a view for every basic index, 0-d included (NumPy
+    # returns a scalar copy): writes go both ways, as Chainer's initializers
+    # rely on (``init(xp.squeeze(ws[i:i+1], axis=0))``).
+    base = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
+    x = xgrad.array(base)
+    y = select(x)
+    assert y.shape == () and float(y) == 5.0
+    y[...] = 40.0
+    x[1, 2] = x[1, 2] + 2.0  # a write to the base shows in the view
+    expected = base.copy()
+    expected[1, 2] = 42.0
+    numpy.testing.assert_array_equal(x.to_numpy(), expected)
+    assert float(y) == 42.0
+    z = xgrad.array(numpy.float32(3))
+    z[()][...] = 7.0
+    assert float(z) == 7.0
+
+
+def test_scalar_index_gradient_is_one_at_the_element():
+    # d(x[1, 2] * x[0, 1])/dx: x[0, 1] at (1, 2), x[1, 2] at (0, 1), zero
+    # elsewhere; the 0-d view joins the graph like any other view.
+    x = _leaf((2, 3))
+    y = x[1, 2] * xgrad.squeeze(x[0:1, 1:2])
+    expected = numpy.zeros((2, 3), numpy.float32)
+    expected[1, 2], expected[0, 1] = x.to_numpy()[0, 1], x.to_numpy()[1, 2]
+    numpy.testing.assert_array_equal(_grad(y, x), expected)
 
 
 def test_getitem_is_registered_and_public():

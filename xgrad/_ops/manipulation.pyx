@@ -41,6 +41,18 @@ cdef class Reshape(Op):
         return (xp.reshape(gys[0], self.in_shape),)
 
 
+cdef object view_key(object key):
+    """``key``, with an Ellipsis appended where it has an int for every axis:
+    NumPy then returns a scalar (a copy), ChainerX a 0-d view of the same
+    element; ``x[1, ...]`` is NumPy's 0-d view (writes through, as in
+    Chainer's ``initializer(xp.squeeze(ws[i:i+1], axis=0))``)."""
+    items = key if type(key) is tuple else (key,)
+    for k in items:
+        if isinstance(k, bool) or not isinstance(k, (int, numpy.integer)):
+            return key
+    return items + (Ellipsis,)
+
+
 cdef class SizeOneAxes(Op):
     """Insert or drop axes of length one by basic indexing (``None`` inserts,
     ``0`` drops), so that the result is a view with NumPy's strides: kept axes
@@ -53,7 +65,7 @@ cdef class SizeOneAxes(Op):
     cpdef forward(self, inputs):
         x = inputs[0]
         self.in_shape = x.shape
-        return (x[self.key],)
+        return (x[view_key(self.key)],)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.reshape(gys[0], self.in_shape),)
@@ -97,7 +109,7 @@ cdef class GetItem(Op):
         if on_gpu(x):
             self.key = _device_key(self.key)
         try:
-            return (as_result(x[self.key]),)
+            return (as_result(x[view_key(self.key)]),)
         except IndexError as e:  # NumPy's: out of bounds, too many indices
             raise XgradIndexError('index {!r} does not fit an array of shape {}: {}'.format(
                 self.key, x.shape, e)) from None
