@@ -139,10 +139,29 @@ template <class... P> __device__ __forceinline__ bool aligned16(const P*... p) {
     return ((((unsigned long long)(const void*)p) | ... | 0ULL) & 15) == 0;
 }
 
+// The W elements at p as one access (the emulator checks the alignment).
+template <class T, int W> __device__ __forceinline__ lanes<T, W> read(const T* p) {
+#ifdef XGRAD_EMULATE
+    lanes<T, W> s;
+    xg_emu_copy_aligned(&s, p, sizeof s, p);
+    return s;
+#else
+    return *reinterpret_cast<const lanes<T, W>*>(p);
+#endif
+}
+
+template <class T, int W> __device__ __forceinline__ void write(T* p, const lanes<T, W>& s) {
+#ifdef XGRAD_EMULATE
+    xg_emu_copy_aligned(p, &s, sizeof s, p);
+#else
+    *reinterpret_cast<lanes<T, W>*>(p) = s;
+#endif
+}
+
 // c[k] = p[i + k] for k < W, in the compute type.
 template <int W, class T, class I>
 __device__ __forceinline__ void load(width<W>, const T* p, I i, compute_t<T> (&c)[W]) {
-    const lanes<T, W> s = *reinterpret_cast<const lanes<T, W>*>(p + i);
+    const lanes<T, W> s = read<T, W>(p + i);
     for (int k = 0; k < W; ++k) c[k] = to_compute(s.v[k]);
 }
 
@@ -162,7 +181,7 @@ template <int W, class T, class I>
 __device__ __forceinline__ void store(width<W>, T* p, I i, const compute_t<T> (&c)[W]) {
     lanes<T, W> s;
     for (int k = 0; k < W; ++k) s.v[k] = from_compute<T>(c[k]);
-    *reinterpret_cast<lanes<T, W>*>(p + i) = s;
+    write<T, W>(p + i, s);
 }
 
 // body(width<P>(), i) for each pack [i, i + P) when `aligned` (every pointer

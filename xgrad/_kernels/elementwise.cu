@@ -1,9 +1,10 @@
 // Elementwise kernels: unary and binary ops forward and (fused) backward,
 // gradient accumulation. All arrays are C-contiguous with n elements; the
 // loops are grid-stride, so any grid size is correct, and move 16-byte packs
-// where every pointer is 16-byte aligned (common.cuh's for_each_pack). No
-// output aliases an input but accumulate's acc, read and written at the same
-// index by the same thread (hence __restrict__).
+// where every pointer is 16-byte aligned (common.cuh's for_each_pack). The
+// pointers are __restrict__: no array written overlaps another operand (two
+// inputs may be one array, x * x; accumulate reads and writes acc in place,
+// and its g is never acc).
 
 namespace xgrad {
 
