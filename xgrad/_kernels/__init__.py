@@ -81,7 +81,14 @@ def _grid(blocks):
 
 
 def _elements_grid(n):
+    """Blocks for one thread per element (sum_to's per-element kernels)."""
     return _grid((n + XGRAD_BLOCK - 1) // XGRAD_BLOCK)
+
+
+def _packs_grid(n, dtype):
+    """Blocks for the elementwise kernels: one thread per 16-byte pack (4
+    floats, 8 halves, 2 doubles; see common.cuh's for_each_pack)."""
+    return _elements_grid(-(-n * numpy.dtype(dtype).itemsize // 16))
 
 
 def _launch(cp, source, expression, grid, args):
@@ -110,7 +117,7 @@ def unary_forward(cp, name, x):
     x = cp.ascontiguousarray(x)
     if x.size:
         _launch(cp, 'elementwise.cu', loader.template('unary_forward', t, f),
-                _elements_grid(x.size), (x, y, _i64(x.size)))
+                _packs_grid(x.size, x.dtype), (x, y, _i64(x.size)))
     return y
 
 
@@ -127,7 +134,7 @@ def unary_backward(cp, name, gy, x, y):
     gy = cp.ascontiguousarray(gy)
     if gy.size:
         _launch(cp, 'elementwise.cu', loader.template('unary_backward', t, f),
-                _elements_grid(gy.size), (gy, x, y, gx, _i64(gy.size)))
+                _packs_grid(gy.size, gy.dtype), (gy, x, y, gx, _i64(gy.size)))
     return gx
 
 
@@ -156,7 +163,7 @@ def binary_forward(cp, name, a, b):
     b = cp.ascontiguousarray(b)
     if a.size:
         _launch(cp, 'elementwise.cu', loader.template('binary_forward', t, f),
-                _elements_grid(a.size), (a, b, y, _i64(a.size)))
+                _packs_grid(a.size, a.dtype), (a, b, y, _i64(a.size)))
     return y
 
 
@@ -178,7 +185,7 @@ def binary_backward(cp, name, gy, a, b, need_a=True, need_b=True):
     gy = cp.ascontiguousarray(gy)
     if gy.size:
         _launch(cp, 'elementwise.cu', loader.template('binary_backward', t, f),
-                _elements_grid(gy.size),
+                _packs_grid(gy.size, gy.dtype),
                 (gy, a, b, ga, gb, _i64(gy.size)))
     return ga, gb
 
@@ -192,7 +199,7 @@ def accumulate(cp, acc, g):
     g = cp.ascontiguousarray(g)
     if acc.size:
         _launch(cp, 'elementwise.cu', loader.template('accumulate', t),
-                _elements_grid(acc.size), (acc, g, _i64(acc.size)))
+                _packs_grid(acc.size, acc.dtype), (acc, g, _i64(acc.size)))
     return acc
 
 
@@ -205,7 +212,7 @@ def add(cp, a, b):
     b = cp.ascontiguousarray(b)
     if a.size:
         _launch(cp, 'elementwise.cu', loader.template('add3', t),
-                _elements_grid(a.size), (a, b, out, _i64(a.size)))
+                _packs_grid(a.size, a.dtype), (a, b, out, _i64(a.size)))
     return out
 
 

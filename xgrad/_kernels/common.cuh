@@ -7,7 +7,7 @@
 // - compute_t<T>: the type arithmetic runs in (float for half, T otherwise),
 //   with to_compute / from_compute<T> for loads and stores;
 // - math:: overloads for float and double (the C names: expf / exp, ...);
-// - grid-stride loops over elements and over rows;
+// - grid-stride loops over elements (in 16-byte packs) and over rows;
 // - block_reduce: a shared-memory tree over XGRAD_BLOCK threads with
 //   __syncthreads() only (no shuffles, no atomics: the emulator runs it exactly).
 
@@ -118,6 +118,91 @@ __device__ __forceinline__ long long index_stride() { return (long long)gridDim.
 
 #define XGRAD_FOR_EACH(i, n) \
     for (long long i = ::xgrad::first_index(); i < (n); i += ::xgrad::index_stride())
+
+// ------------------------------------------------------ elementwise packs
+// The elementwise kernels move 16 bytes per load and store (4 floats, 8
+// halves, 2 doubles): a memory-bound kernel needs many bytes in flight per
+// thread, and one 128-bit access carries four times what a 4-byte one does.
+
+// W consecutive elements, aligned to their size (a pack: 16 bytes).
+template <class T, int W = 16 / sizeof(T)>
+struct alignas(W * sizeof(T)) lanes {
+    T v[W];
+};
+
+template <int W> struct width {
+    static constexpr int size = W;
+};
+
+// Whether every pointer is 16-byte aligned (a null pointer is).
+template <class... P> __device__ __forceinline__ bool aligned16(const P*... p) {
+    return ((((unsigned long long)(const void*)p) | ... | 0ULL) & 15) == 0;
+}
+
+// The W elements at p as one access (the emulator checks the alignment).
+template <class T, int W> __device__ __forceinline__ lanes<T, W> read(const T* p) {
+#ifdef XGRAD_EMULATE
+    lanes<T, W> s;
+    xg_emu_copy_aligned(&s, p, sizeof s, p);
+    return s;
+#else
+    return *reinterpret_cast<const lanes<T, W>*>(p);
+#endif
+}
+
+template <class T, int W> __device__ __forceinline__ void write(T* p, const lanes<T, W>& s) {
+#ifdef XGRAD_EMULATE
+    xg_emu_copy_aligned(p, &s, sizeof s, p);
+#else
+    *reinterpret_cast<lanes<T, W>*>(p) = s;
+#endif
+}
+
+// c[k] = p[i + k] for k < W, in the compute type.
+template <int W, class T, class I>
+__device__ __forceinline__ void load(width<W>, const T* p, I i, compute_t<T> (&c)[W]) {
+    const lanes<T, W> s = read<T, W>(p + i);
+    for (int k = 0; k < W; ++k) c[k] = to_compute(s.v[k]);
+}
+
+// load's, or zeros for a null p (an operand a gradient does not read).
+template <int W, class T, class I>
+__device__ __forceinline__ void load_or_zero(width<W> w, const T* p, I i,
+                                             compute_t<T> (&c)[W]) {
+    if (p) {
+        load(w, p, i, c);
+    } else {
+        for (int k = 0; k < W; ++k) c[k] = compute_t<T>(0);
+    }
+}
+
+// p[i + k] = c[k] for k < W, rounded to T.
+template <int W, class T, class I>
+__device__ __forceinline__ void store(width<W>, T* p, I i, const compute_t<T> (&c)[W]) {
+    lanes<T, W> s;
+    for (int k = 0; k < W; ++k) s.v[k] = from_compute<T>(c[k]);
+    write<T, W>(p + i, s);
+}
+
+// body(width<P>(), i) for each pack [i, i + P) when `aligned` (every pointer
+// 16-byte aligned: decided once per launch, so the branch is uniform), then
+// body(width<1>(), i) for each element left (the n % P tail, or all n when
+// not aligned); grid-stride, 64-bit indices. (int indices were tried: they
+// narrow only the counter's add and compare, and doubled the code.)
+template <class T, class Body>
+__device__ __forceinline__ void for_each_pack(long long n, bool aligned, const Body& body) {
+    constexpr int P = 16 / sizeof(T);
+    static_assert(P * sizeof(T) == 16, "a pack is 16 bytes");
+    const long long first = first_index(), stride = index_stride();
+    long long tail = 0;
+    if (aligned) {
+        const long long packs = n / P;
+        for (long long p = first; p < packs; p += stride) body(width<P>(), p * P);
+        tail = packs * P;
+    }
+#pragma unroll 1
+    for (long long i = tail + first; i < n; i += stride) body(width<1>(), i);
+}
 
 // One block per row: the loop is uniform across a block, so the body may
 // call block_reduce (and __syncthreads).

@@ -1,6 +1,10 @@
 // Elementwise kernels: unary and binary ops forward and (fused) backward,
 // gradient accumulation. All arrays are C-contiguous with n elements; the
-// loops are grid-stride, so any grid size is correct.
+// loops are grid-stride, so any grid size is correct, and move 16-byte packs
+// where every pointer is 16-byte aligned (common.cuh's for_each_pack). The
+// pointers are __restrict__: no array written overlaps another operand (two
+// inputs may be one array, x * x; accumulate reads and writes acc in place,
+// and its g is never acc).
 
 namespace xgrad {
 
@@ -176,20 +180,44 @@ struct Erf {  // reads x
     }
 };
 
+// Each kernel's body on W consecutive elements from i (W: 1, or a pack), for
+// for_each_pack; the pointers are the kernel's.
+template <class T, class F> struct UnaryForward {
+    const T* __restrict__ x;
+    T* __restrict__ y;
+    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
+        compute_t<T> c[W];
+        load(w, x, i, c);
+        for (int k = 0; k < W; ++k) c[k] = F::forward(c[k]);
+        store(w, y, i, c);
+    }
+};
+
 template <class T, class F>
-__global__ void unary_forward(const T* x, T* y, long long n) {
-    XGRAD_FOR_EACH(i, n) y[i] = from_compute<T>(F::forward(to_compute(x[i])));
+__global__ void unary_forward(const T* __restrict__ x, T* __restrict__ y, long long n) {
+    for_each_pack<T>(n, aligned16(x, y), UnaryForward<T, F>{x, y});
 }
+
+template <class T, class F> struct UnaryBackward {
+    const T* __restrict__ gy;
+    const T* __restrict__ x;
+    const T* __restrict__ y;
+    T* __restrict__ gx;
+    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
+        compute_t<T> g[W], xi[W], yi[W];
+        load(w, gy, i, g);
+        load_or_zero(w, x, i, xi);
+        load_or_zero(w, y, i, yi);
+        for (int k = 0; k < W; ++k) g[k] = F::backward(g[k], xi[k], yi[k]);
+        store(w, gx, i, g);
+    }
+};
 
 // One pass: gx = F::backward(gy, x, y); x or y may be null when F does not read it.
 template <class T, class F>
-__global__ void unary_backward(const T* gy, const T* x, const T* y, T* gx, long long n) {
-    typedef compute_t<T> C;
-    XGRAD_FOR_EACH(i, n) {
-        const C xi = x ? to_compute(x[i]) : C(0);
-        const C yi = y ? to_compute(y[i]) : C(0);
-        gx[i] = from_compute<T>(F::backward(to_compute(gy[i]), xi, yi));
-    }
+__global__ void unary_backward(const T* __restrict__ gy, const T* __restrict__ x,
+                               const T* __restrict__ y, T* __restrict__ gx, long long n) {
+    for_each_pack<T>(n, aligned16(gy, x, y, gx), UnaryBackward<T, F>{gy, x, y, gx});
 }
 
 // ----------------------------------------------------------------- binary
@@ -242,37 +270,95 @@ struct Minimum {
     }
 };
 
+template <class T, class F> struct BinaryForward {
+    const T* __restrict__ a;
+    const T* __restrict__ b;
+    T* __restrict__ y;
+    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
+        compute_t<T> ai[W], bi[W];
+        load(w, a, i, ai);
+        load(w, b, i, bi);
+        for (int k = 0; k < W; ++k) ai[k] = F::forward(ai[k], bi[k]);
+        store(w, y, i, ai);
+    }
+};
+
+// a and b may be the same array (x * x): only outputs must not alias inputs.
 template <class T, class F>
-__global__ void binary_forward(const T* a, const T* b, T* y, long long n) {
-    XGRAD_FOR_EACH(i, n) y[i] = from_compute<T>(F::forward(to_compute(a[i]), to_compute(b[i])));
+__global__ void binary_forward(const T* __restrict__ a, const T* __restrict__ b,
+                               T* __restrict__ y, long long n) {
+    for_each_pack<T>(n, aligned16(a, b, y), BinaryForward<T, F>{a, b, y});
 }
+
+template <class T, class F> struct BinaryBackward {
+    const T* __restrict__ gy;
+    const T* __restrict__ a;
+    const T* __restrict__ b;
+    T* __restrict__ ga;
+    T* __restrict__ gb;
+    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
+        compute_t<T> g[W], ai[W], bi[W], out[W];
+        load(w, gy, i, g);
+        load_or_zero(w, a, i, ai);
+        load_or_zero(w, b, i, bi);
+        if (ga) {
+            for (int k = 0; k < W; ++k) out[k] = F::grad_a(g[k], ai[k], bi[k]);
+            store(w, ga, i, out);
+        }
+        if (gb) {
+            for (int k = 0; k < W; ++k) out[k] = F::grad_b(g[k], ai[k], bi[k]);
+            store(w, gb, i, out);
+        }
+    }
+};
 
 // Both gradients in one pass; a null ga or gb is skipped, a null a or b
 // (not read by the gradients asked for) arrives as 0.
 template <class T, class F>
-__global__ void binary_backward(const T* gy, const T* a, const T* b, T* ga, T* gb, long long n) {
-    typedef compute_t<T> C;
-    XGRAD_FOR_EACH(i, n) {
-        const C g = to_compute(gy[i]);
-        const C ai = a ? to_compute(a[i]) : C(0);
-        const C bi = b ? to_compute(b[i]) : C(0);
-        if (ga) ga[i] = from_compute<T>(F::grad_a(g, ai, bi));
-        if (gb) gb[i] = from_compute<T>(F::grad_b(g, ai, bi));
-    }
+__global__ void binary_backward(const T* __restrict__ gy, const T* __restrict__ a,
+                                const T* __restrict__ b, T* __restrict__ ga,
+                                T* __restrict__ gb, long long n) {
+    for_each_pack<T>(n, aligned16(gy, a, b, ga, gb), BinaryBackward<T, F>{gy, a, b, ga, gb});
 }
 
 // ------------------------------------------------------------- accumulate
 
-// acc += g, in place.
+template <class T> struct Accumulate {
+    T* __restrict__ acc;
+    const T* __restrict__ g;
+    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
+        compute_t<T> s[W], gi[W];
+        load(w, (const T*)acc, i, s);
+        load(w, g, i, gi);
+        for (int k = 0; k < W; ++k) s[k] = s[k] + gi[k];
+        store(w, acc, i, s);
+    }
+};
+
+// acc += g, in place (g never overlaps acc: see the wrapper).
 template <class T>
-__global__ void accumulate(T* acc, const T* g, long long n) {
-    XGRAD_FOR_EACH(i, n) acc[i] = from_compute<T>(to_compute(acc[i]) + to_compute(g[i]));
+__global__ void accumulate(T* __restrict__ acc, const T* __restrict__ g, long long n) {
+    for_each_pack<T>(n, aligned16(acc, g), Accumulate<T>{acc, g});
 }
+
+template <class T> struct Add3 {
+    const T* __restrict__ a;
+    const T* __restrict__ b;
+    T* __restrict__ out;
+    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
+        compute_t<T> ai[W], bi[W];
+        load(w, a, i, ai);
+        load(w, b, i, bi);
+        for (int k = 0; k < W; ++k) ai[k] = ai[k] + bi[k];
+        store(w, out, i, ai);
+    }
+};
 
 // out = a + b (a gradient sum into a new array).
 template <class T>
-__global__ void add3(const T* a, const T* b, T* out, long long n) {
-    XGRAD_FOR_EACH(i, n) out[i] = from_compute<T>(to_compute(a[i]) + to_compute(b[i]));
+__global__ void add3(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                     long long n) {
+    for_each_pack<T>(n, aligned16(a, b, out), Add3<T>{a, b, out});
 }
 
 }  // namespace xgrad

@@ -9,7 +9,9 @@
 // starts, so a missing barrier usually shows as a wrong value (a race the
 // in-order schedule happens to satisfy does not). A thread that returns
 // counts as arrived at every later barrier. Threads waiting at different __syncthreads() call sites in
-// one phase are reported (divergent barriers hang or misbehave on a GPU).
+// one phase are reported (divergent barriers hang or misbehave on a GPU), and
+// so is a vector access (common.cuh's read and write) at an address not
+// aligned to its size (the device's misaligned address error).
 // Math: <math.h>'s C functions (expf, exp, log1pf, ...), which common.cuh's
 // xgrad::math overloads call, as they call CUDA's on the device.
 
@@ -77,7 +79,7 @@ struct half;  // common.cuh defines it; the signature strings below name it
 
 namespace xg_emu {
 
-enum Status { OK = 0, UNKNOWN_KERNEL = 1, DIVERGENT_BARRIER = 2, BAD_LAUNCH = 3 };
+enum Status { OK = 0, UNKNOWN_KERNEL = 1, DIVERGENT_BARRIER = 2, BAD_LAUNCH = 3, MISALIGNED = 4 };
 
 constexpr std::size_t kStackSize = 64 * 1024;
 constexpr unsigned kMaxThreads = 1024;
@@ -99,6 +101,10 @@ struct Scheduler {
 };
 
 static Scheduler sched;
+
+// Set by a vector access at an address not aligned to its size (the device
+// faults: misaligned address); the launch then reports MISALIGNED.
+static bool misaligned = false;
 
 static void thread_entry() {
     sched.body(sched.arg);
@@ -156,6 +162,7 @@ static int run_grid(unsigned grid, unsigned block, void (*body)(void*), void* ar
         sched.stacks.resize(std::size_t(block) * kStackSize);
     }
     sched.running = true;
+    misaligned = false;
     sched.body = body;
     sched.arg = arg;
     gridDim = {grid, 1, 1};
@@ -167,7 +174,7 @@ static int run_grid(unsigned grid, unsigned block, void (*body)(void*), void* ar
         status = run_block(block);
     }
     sched.running = false;
-    return status;
+    return status == OK && misaligned ? MISALIGNED : status;
 }
 
 // A kernel's parameters, unpacked from void** like cuLaunchKernel's
@@ -239,6 +246,14 @@ struct Entry {
 };
 
 }  // namespace xg_emu
+
+// common.cuh's 16-byte loads and stores (memcpy: an aligned host copy could
+// fault where the device would report the error).
+static inline void xg_emu_copy_aligned(void* dst, const void* src, std::size_t bytes,
+                                       const void* device_address) {
+    if (reinterpret_cast<std::size_t>(device_address) % bytes != 0) xg_emu::misaligned = true;
+    std::memcpy(dst, src, bytes);
+}
 
 // Each call site has its own marker, so that divergent barriers are detected.
 #define __syncthreads()                            \

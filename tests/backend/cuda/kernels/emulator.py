@@ -39,7 +39,8 @@ FLAGS = ('-O1', '-std=c++17', '-shared', '-fPIC')
 launches = []          # name expressions launched, in order (tests clear it)
 
 _STATUS = {1: 'unknown kernel', 2: 'threads of one block wait at different __syncthreads()',
-           3: 'bad launch configuration (or a launch from inside a kernel)'}
+           3: 'bad launch configuration (or a launch from inside a kernel)',
+           4: 'misaligned address (a vector access not aligned to its size)'}
 _launch_lock = threading.Lock()
 _libraries = {}
 

@@ -4,7 +4,9 @@ Every wrapper of xgrad._kernels on float16/32/64: forward values against
 NumPy, backward against the analytic derivatives written in NumPy, one launch
 per fused call (none for empty arrays), sizes that are not multiples of the
 block, and grid-stride loops (MAX_GRID lowered). float16 computes in float32
-and rounds once, so it is held to about 1e-3.
+and rounds once, so it is held to about 1e-3. The elementwise kernels' 16-byte
+packs: every size and placement of the operands (aligned or not) gives the
+element-by-element result bit for bit.
 """
 
 import types
@@ -541,6 +543,208 @@ def test_small_grids_cover_every_element_by_striding(monkeypatch, launches):
     loss = K.softmax_cross_entropy(cp, x[:, 0], t)
     assert loss[2] == 0 and numpy.isfinite(loss).all()
     assert len(launches) == 5
+
+
+# ----------------------------------------------------------- 16-byte packs
+# The elementwise kernels move 16-byte packs when every pointer is 16-byte
+# aligned, else element by element, with a scalar tail: every placement of the
+# operands must give the all-scalar result bit for bit (and NumPy's, within
+# the tolerance), whatever the size. The emulator reports a pack access that
+# is not 16-byte aligned (the device's misaligned address error).
+
+PACK_SIZES = (0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 1000)
+# (offset of each input, offset of the outputs), in elements past a 16-byte
+# boundary; float64 at 2 is aligned again.
+PLACEMENTS = [((0, 0, 0), 0), ((1, 1, 1), 1), ((1, 2, 3), 0), ((0, 0, 0), 3),
+              ((2, 0, 0), 0), ((0, 3, 0), 2), ((2, 2, 2), 2)]
+SCALAR = ((1, 1, 1), 1)   # no pointer aligned in any dtype: the reference
+
+
+def _placed(a, offset):
+    """A C-contiguous copy of ``a`` whose data starts ``offset`` elements past
+    a 16-byte boundary (a view into a larger buffer)."""
+    a = numpy.asarray(a)
+    item = a.dtype.itemsize
+    raw = numpy.empty(a.size + 32 // item, a.dtype)
+    skip = (-raw.ctypes.data % 16) // item + offset
+    out = raw[skip:skip + a.size].reshape(a.shape)
+    out[...] = a
+    assert out.flags.c_contiguous
+    assert not a.size or out.ctypes.data % 16 == offset * item % 16
+    return out
+
+
+def _cp_placing_outputs(offset):
+    """The emulator's array module, its new (NaN-filled) arrays placed at
+    ``offset`` elements past a 16-byte boundary."""
+    def empty(shape, dtype=float, order='C'):
+        return _placed(emulator.numpy_cupy.empty(shape, dtype, order), offset)
+
+    placing = types.SimpleNamespace(
+        empty=empty, ascontiguousarray=numpy.ascontiguousarray,
+        RawModule=cp.RawModule, cuda=cp.cuda)
+    return placing
+
+
+# name: (kernel, call(cp, operands) -> results, [(lo, hi)] per operand,
+#        NumPy's float64 results of the operands)
+def _acc(c, acc, g):
+    return (K.accumulate(c, acc, g),)
+
+
+PACKED = {
+    'tanh_forward': ('unary_forward', lambda c, x: (K.unary_forward(c, 'tanh', x),),
+                     [(-3, 3)], lambda x: (numpy.tanh(x),)),
+    'tanh_backward': ('unary_backward',
+                      lambda c, gy, y: (K.unary_backward(c, 'tanh', gy, None, y),),
+                      [(-1, 1), (-0.9, 0.9)], lambda gy, y: (gy * (1 - y * y),)),
+    'log_backward': ('unary_backward',
+                     lambda c, gy, x: (K.unary_backward(c, 'log', gy, x, None),),
+                     [(-1, 1), (0.1, 4)], lambda gy, x: (gy / x,)),
+    'negative_backward': ('unary_backward',
+                          lambda c, gy: (K.unary_backward(c, 'negative', gy, None, None),),
+                          [(-1, 1)], lambda gy: (-gy,)),
+    'multiply_forward': ('binary_forward',
+                         lambda c, a, b: (K.binary_forward(c, 'multiply', a, b),),
+                         [(-2, 2), (-2, 2)], lambda a, b: (a * b,)),
+    'square_as_x_times_x': ('binary_forward',
+                            lambda c, a: (K.binary_forward(c, 'multiply', a, a),),
+                            [(-2, 2)], lambda a: (a * a,)),
+    'divide_backward': ('binary_backward',
+                        lambda c, gy, a, b: K.binary_backward(c, 'divide', gy, a, b),
+                        [(-1, 1), (-2, 2), (0.5, 2)],
+                        lambda gy, a, b: (gy / b, -gy * a / (b * b))),
+    'multiply_backward_a_only': (
+        'binary_backward',
+        lambda c, gy, b: K.binary_backward(c, 'multiply', gy, None, b, True, False)[:1],
+        [(-1, 1), (-2, 2)], lambda gy, b: (gy * b,)),
+    'subtract_backward_b_only': (
+        'binary_backward',
+        lambda c, gy: K.binary_backward(c, 'subtract', gy, None, None, False, True)[1:],
+        [(-1, 1)], lambda gy: (-gy,)),
+    'accumulate': ('accumulate', _acc, [(-1, 1), (-1, 1)], lambda acc, g: (acc + g,)),
+    'add3': ('add3', lambda c, a, b: (K.add(c, a, b),), [(-1, 1), (-1, 1)],
+             lambda a, b: (a + b,)),
+}
+
+
+def _packed_operands(name, dtype, n):
+    rng = _rng('packed', name, dtype, n)
+    return [rng.uniform(lo, hi, n).astype(dtype) for lo, hi in PACKED[name][2]]
+
+
+def _run_placed(name, operands, placement):
+    """The results of case ``name`` with each operand (copied) and each new
+    array at the placement's offsets; accumulate's acc is at the outputs'."""
+    offsets, out_offset = placement
+    call = PACKED[name][1]
+    placed = [_placed(a, off) for a, off in zip(operands, offsets)]
+    if name == 'accumulate':
+        placed[0] = _placed(operands[0], out_offset)
+    results = call(_cp_placing_outputs(out_offset), *placed)
+    for r in results:
+        assert not r.size or r.ctypes.data % 16 == out_offset * r.itemsize % 16
+    return results
+
+
+def _bits(a):
+    return a.view('u{}'.format(a.dtype.itemsize))
+
+
+def _check_placements(name, dtype, operands, placements, launches):
+    """Every placement gives the all-scalar result bit for bit, one launch
+    each (none for empty arrays); that result is NumPy's within tolerance."""
+    n = operands[0].size
+    del launches[:]
+    reference = _run_placed(name, operands, SCALAR)
+    expected = PACKED[name][3](*(a.astype(numpy.float64) for a in operands))
+    for got, want in zip(reference, expected):
+        _close(got, want, dtype)
+    for placement in placements:
+        for got, want in zip(_run_placed(name, operands, placement), reference):
+            numpy.testing.assert_array_equal(
+                _bits(got), _bits(want),
+                err_msg='{} {} n={} placement {}'.format(name, dtype, n, placement))
+    kernel = loader.template(PACKED[name][0], K.ctype(dtype)).split('<')[0]
+    assert len(launches) == (len(placements) + 1) * (n > 0)
+    assert all(k.startswith(kernel + '<') for k in launches)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('name', PACKED)
+def test_packs_give_the_scalar_result_at_every_size_and_placement(name, dtype, launches):
+    for n in PACK_SIZES:
+        _check_placements(name, dtype, _packed_operands(name, dtype, n), PLACEMENTS, launches)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('name', ['tanh_forward', 'divide_backward', 'accumulate'])
+def test_packs_stride_over_the_grid_when_it_is_lowered(name, dtype, monkeypatch, launches):
+    pack = 16 // numpy.dtype(dtype).itemsize
+    n = 2 * (2 * K.XGRAD_BLOCK * pack) + 5      # each thread: 2 packs, then the tail
+    operands = _packed_operands(name, dtype, n)
+    full = _run_placed(name, operands, ((0, 0, 0), 0))
+    monkeypatch.setattr(K, 'MAX_GRID', 2)
+    _check_placements(name, dtype, operands, [((0, 0, 0), 0), ((0, 1, 0), 0)], launches)
+    for got, want in zip(_run_placed(name, operands, ((0, 0, 0), 0)), full):
+        numpy.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_packs_are_exact_where_numpy_is(dtype):
+    """Sums, products and negation round once from exact values (float16 in
+    float32, as NumPy's): the kernels' results equal NumPy's exactly."""
+    for n in (17, 1000):
+        a, b = _packed_operands('add3', dtype, n)
+        for placement in (((0, 0, 0), 0), SCALAR, ((1, 2, 3), 0)):
+            got, = _run_placed('add3', [a, b], placement)
+            numpy.testing.assert_array_equal(got, a + b)        # exact, see the docstring
+            got, = _run_placed('multiply_forward', [a, b], placement)
+            numpy.testing.assert_array_equal(got, a * b)        # exact, see the docstring
+            got, = _run_placed('accumulate', [a, b], placement)
+            numpy.testing.assert_array_equal(got, a + b)        # exact, see the docstring
+            got, = _run_placed('negative_backward', [a], placement)
+            numpy.testing.assert_array_equal(got, -a)           # exact, see the docstring
+
+
+def test_the_grid_counts_packs_not_elements(monkeypatch):
+    assert [K._packs_grid(n, numpy.float32) for n in (1, 4 * 256, 4 * 256 + 1)] == [1, 1, 2]
+    assert K._packs_grid(8 * 256 * 3, numpy.float16) == 3
+    assert K._packs_grid(2 * 256 * 3 + 1, numpy.float64) == 4
+    assert K._packs_grid(10 ** 9, numpy.float32) == K.MAX_GRID
+    monkeypatch.setattr(K, 'MAX_GRID', 2)
+    assert K._packs_grid(4 * 256 * 3, numpy.float32) == 2
+    assert K._elements_grid(4 * 256) == 2      # sum_to's one thread per element
+
+
+PACK_TEST_CODE = r"""
+namespace xgrad {
+template <class T>
+__global__ void copy_pack_at(const T* x, T* y, long long i) {
+    compute_t<T> c[16 / sizeof(T)];
+    if (threadIdx.x == 0) {
+        load(width<16 / sizeof(T)>(), x, i, c);
+        store(width<16 / sizeof(T)>(), y, i, c);
+    }
+}
+}  // namespace xgrad
+"""
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_emulator_reports_a_pack_access_that_is_not_16_byte_aligned(dtype):
+    module = emulator.RawModule(
+        code=loader.source('elementwise.cu') + PACK_TEST_CODE, options=loader.OPTIONS,
+        name_expressions=['xgrad::copy_pack_at<{}>'.format(K.ctype(dtype))])
+    f = module.get_function('xgrad::copy_pack_at<{}>'.format(K.ctype(dtype)))
+    pack = 16 // numpy.dtype(dtype).itemsize
+    x = _placed(numpy.arange(3 * pack, dtype=dtype), 0)
+    y = _placed(numpy.zeros(3 * pack, dtype), 0)
+    f((1,), (32,), (x, y, numpy.int64(pack)))
+    assert (y[pack:2 * pack] == x[pack:2 * pack]).all() and (y[:pack] == 0).all()
+    with pytest.raises(emulator.LaunchError, match='misaligned'):
+        f((1,), (32,), (x, y, numpy.int64(1)))
+    f((1,), (32,), (x, y, numpy.int64(0)))          # the flag does not stick
 
 
 # ------------------------------------------------------------------ loader

@@ -166,3 +166,90 @@ def test_source_compiles_with_nvrtc_as_cupy_loads_it(name, arch):
         assert text.count('.entry') == len(lowered)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+# The elementwise kernels' 16-byte packs, seen in the PTX: (kernel, functor,
+# operands the functor reads, of which read-only, arrays written). Each must
+# have a 128-bit global load (from the read-only path, ld.global.nc, where the
+# kernel never writes the operand: const __restrict__), each array written a
+# 128-bit store. (At least: NVRTC may version a loop, e.g. on a null operand.
+# Tanh's backward reads gy and y, not x.)
+PACKED_KERNELS = [
+    ('unary_forward', 'xgrad::Tanh', 1, 1, 1),
+    ('unary_backward', 'xgrad::Tanh', 2, 2, 1),
+    ('unary_backward', 'xgrad::Log', 2, 2, 1),
+    ('binary_forward', 'xgrad::Multiply', 2, 2, 1),
+    ('binary_backward', 'xgrad::Divide', 3, 3, 2),
+    ('accumulate', None, 2, 1, 1),
+    ('add3', None, 2, 2, 1),
+]
+_VECTOR_ACCESS = re.compile(
+    r'^\s*(ld|st)\.global(\.nc)?\.v(2|4)\.(?:b|u|s|f)(16|32|64)\s', re.M)
+
+
+def _entry_body(ptx, lowered):
+    start = ptx.index('.entry {}('.format(lowered))
+    return ptx[start:ptx.index('\n}\n', start)]
+
+
+def _vector_accesses(body):
+    """(128-bit loads, of which ld.global.nc, 128-bit stores) of one entry."""
+    loads = nc = stores = 0
+    for op, non_coherent, lanes, bits in _VECTOR_ACCESS.findall(body):
+        if int(lanes) * int(bits) != 128:
+            continue
+        if op == 'st':
+            stores += 1
+        else:
+            loads += 1
+            nc += bool(non_coherent)
+    return loads, nc, stores
+
+
+@pytest.fixture(scope='module')
+def packed_ptx():
+    """arch -> {name expression: the PTX of its entry}, NVRTC as CuPy calls
+    it, only the kernels PACKED_KERNELS names (fast)."""
+    nvrtc, why = _nvrtc()
+    if nvrtc is None:
+        pytest.skip('NVRTC through CuPy is not available ({})'.format(why))
+    exprs = sorted({loader.template(k, t, *([f] if f else []))
+                    for k, f, _, _, _ in PACKED_KERNELS for t in loader.STORAGE_TYPES})
+    out = {}
+    for arch in ('compute_80', 'compute_90'):
+        prog = nvrtc.createProgram(loader.source('elementwise.cu'), 'elementwise.cu', [], [])
+        try:
+            for e in exprs:
+                nvrtc.addNameExpression(prog, e)
+            try:
+                nvrtc.compileProgram(prog, list(loader.OPTIONS) + ['-arch=' + arch])
+            except Exception:  # NOQA: the log says why
+                pytest.fail(nvrtc.getProgramLog(prog))
+            ptx = nvrtc.getPTX(prog)
+            ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+            out[arch] = {e: _entry_body(ptx, nvrtc.getLoweredName(prog, e)) for e in exprs}
+        finally:
+            nvrtc.destroyProgram(prog)
+    return out
+
+
+@pytest.mark.parametrize('arch', ['compute_80', 'compute_90'])
+@pytest.mark.parametrize('storage', loader.STORAGE_TYPES)
+@pytest.mark.parametrize('kernel,functor,reads,read_only,writes', PACKED_KERNELS)
+def test_elementwise_kernels_move_16_byte_packs(packed_ptx, arch, storage, kernel, functor,
+                                                reads, read_only, writes):
+    expr = loader.template(kernel, storage, *([functor] if functor else []))
+    loads, nc, stores = _vector_accesses(packed_ptx[arch][expr])
+    assert nc >= read_only and stores >= writes, (expr, loads, nc, stores)
+    # accumulate's acc, read and written: a coherent load; all others .nc
+    assert (loads - nc >= 1) == (reads > read_only), (expr, loads, nc, stores)
+
+
+def test_the_vector_access_pattern_reads_ptx_as_nvrtc_writes_it():
+    body = ('\tld.global.nc.v4.f32 \t{%f1, %f2, %f3, %f4}, [%rd1];\n'
+            '\tld.global.v2.f64 \t{%fd1, %fd2}, [%rd2];\n'
+            '\tld.global.nc.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd3];\n'
+            '\tld.global.v2.f32 \t{%f5, %f6}, [%rd4];\n'       # 64 bits: not a pack
+            '\tld.global.nc.f32 \t%f7, [%rd5];\n'
+            '\tst.global.v4.f32 \t[%rd6], {%f1, %f2, %f3, %f4};\n')
+    assert _vector_accesses(body) == (3, 2, 1)
