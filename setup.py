@@ -19,6 +19,7 @@ MODULES = [
     'xgrad._backend.norm_kernels',
     'xgrad._dtypes',
     'xgrad._backend.window_kernels',
+    'xgrad._backend.depthwise_kernels',
     'xgrad._backend.cudnn',
     'xgrad._backend.tap_columns',
     'xgrad._backend.winograd_kernels',

@@ -37,7 +37,7 @@ import functools
 import numpy
 
 from xgrad import _dtypes
-from xgrad._backend import cudnn, host_gemm, native_kernels, workspace
+from xgrad._backend import cudnn, depthwise_kernels, host_gemm, native_kernels, workspace
 from xgrad._backend.operands import kernel_operands
 from xgrad._backend.tap_columns import transpose_into
 from xgrad._backend.window_kernels import col2im_2d, im2col_2d
@@ -287,6 +287,13 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
         how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
     x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     n, o, g = x.shape[0], w.shape[0], geom.groups
+    if how == 'depthwise':  # per-channel stencils (depthwise_kernels)
+        y = depthwise_kernels.conv_2d(
+            numpy.ascontiguousarray(x, dtype=work), numpy.ascontiguousarray(w, dtype=work),
+            None if b is None else numpy.ascontiguousarray(b, dtype=work),
+            workspace.empty((n, o) + tuple(outsize), work), tuple(geom.stride),
+            tuple(geom.pad), tuple(geom.dilate))
+        return y.astype(dtype, copy=False)
     if how == 'winograd':
         y = _winograd.conv(plan, numpy.ascontiguousarray(x, dtype=work), w, b, geom,
                            outsize, work, keep_columns)
@@ -344,6 +351,12 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
         how, _, plan = dispatch.choice('conv_transpose', x, w.shape, geom, tuple(outsize),
                                        work)
     x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
+    if how == 'depthwise':  # conv's input gradient by per-channel stencils
+        y = depthwise_kernels.conv_transpose_2d(
+            numpy.ascontiguousarray(x, dtype=work), numpy.ascontiguousarray(w, dtype=work),
+            workspace.empty((n, o) + tuple(outsize), work), tuple(geom.stride),
+            tuple(geom.pad), tuple(geom.dilate))
+        return _add_bias(y, b).astype(dtype, copy=False)
     if how == 'pointwise':  # y[n] = w^T x[n]
         wt = w.astype(work, copy=False).reshape(g, c // g, o // g).swapaxes(1, 2)
         return _pointwise_product(wt, x, b, g, work, outsize).astype(dtype, copy=False)
@@ -393,6 +406,12 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
         how, _, plan = dispatch.choice('grad_weight', x, tuple(wshape), geom,
                                        tuple(gy.shape), work)
     x, gy = kernel_operands(work, x, gy)  # (what every algorithm's kernels read)
+    if how == 'depthwise':  # per channel and tap, gy's planes dotted with x's shifted
+        gw = depthwise_kernels.grad_weight_2d(
+            numpy.ascontiguousarray(x, dtype=work), numpy.ascontiguousarray(gy, dtype=work),
+            numpy.empty(tuple(wshape), work), tuple(geom.stride), tuple(geom.pad),
+            tuple(geom.dilate))
+        return gw.astype(dtype, copy=False)
     if how == 'winograd':
         tiles = columns if isinstance(columns, _winograd.Tiles) else None
         gw = _winograd.grad_weight(plan, numpy.ascontiguousarray(x, dtype=work),

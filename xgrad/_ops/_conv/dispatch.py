@@ -21,7 +21,7 @@ import typing
 
 import numpy
 
-from xgrad._backend import host_gemm, native_kernels
+from xgrad._backend import depthwise_kernels, host_gemm, native_kernels
 from xgrad._ops import _polyphase, _tap_groups, _winograd
 from xgrad._ops._conv import thresholds
 from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, prod as _prod
@@ -29,10 +29,11 @@ from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, pro
 # The algorithms of each kernel, as force_conv_algorithm and conv_algorithm
 # name them.
 KERNEL_ALGORITHMS = {
-    'conv': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col', 'cudnn'),
-    'conv_transpose': ('output_phases', 'input_phases', 'taps', 'pointwise', 'flip', 'col2im',
-                       'col2im_add', 'cudnn'),
-    'grad_weight': ('winograd', 'input_phases', 'taps', 'pointwise', 'im2col', 'cudnn'),
+    'conv': ('depthwise', 'winograd', 'input_phases', 'taps', 'pointwise', 'im2col', 'cudnn'),
+    'conv_transpose': ('depthwise', 'output_phases', 'input_phases', 'taps', 'pointwise', 'flip',
+                       'col2im', 'col2im_add', 'cudnn'),
+    'grad_weight': ('depthwise', 'winograd', 'input_phases', 'taps', 'pointwise', 'im2col',
+                    'cudnn'),
 }
 ALGORITHMS = tuple(dict.fromkeys(a for names in KERNEL_ALGORITHMS.values() for a in names))
 # Former names, still accepted by force_conv_algorithm.
@@ -69,6 +70,23 @@ def _native_col2im(xshape, work):
 
 # ---------------------------------------------------------------------------
 # The host's rules, each returning a Choice or None
+
+def _depthwise_choice(channels, wshape, geom, work):
+    """The depthwise stencils (depthwise_kernels) where each group has one
+    channel of conv's input (``channels`` of them, 2 or more) feeding M =
+    O / groups outputs: 2-D, float32/64. The rule of conv, conv_transpose
+    (its input gradient: gy's channels are conv's outputs) and the weight
+    gradient alike: im2col's products there have K = kh kw (9 for 3x3) and
+    one group each, 4-25x slower than the stencils (docs/conv_thresholds.md)."""
+    if (len(wshape) != 4 or geom.groups != channels or channels < 2 or wshape[1] != 1
+            or work not in (numpy.float32, numpy.float64)
+            or not depthwise_kernels.applies(tuple(wshape[2:]))):
+        return None
+    return Choice('depthwise', '{} groups of one input channel and {} output{} each ({}x{} '
+                  'window): per-channel stencils, no columns'.format(
+                      channels, wshape[0] // channels, 's' if wshape[0] > channels else '',
+                      wshape[2], wshape[3]), None)
+
 
 def _winograd_choice(xshape, wshape, geom, outsize, work, rules, any_size=False):
     if len(xshape) != 4:
@@ -175,14 +193,18 @@ def _forced_choice(choice):
 
 def host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
     """conv's algorithm on the host."""
+    depthwise = _depthwise_choice(xshape[1], wshape, geom, work)
     if forced is not None:
-        found = _forced_planned(forced, xshape, wshape, geom, outsize, work, rules, threads)
+        found = depthwise if forced == 'depthwise' else _forced_planned(
+            forced, xshape, wshape, geom, outsize, work, rules, threads)
         if found is None and forced == 'im2col':
             found = _im2col(wshape, geom, rules)
         if found is None and forced == 'pointwise' and pointwise(geom, xshape[2:], outsize):
             found = _POINTWISE
         if found is not None:
             return _forced_choice(found)
+    if depthwise is not None:
+        return depthwise
     found = _planned(xshape, wshape, geom, outsize, work, rules, threads)
     if found is not None:
         return found
@@ -198,14 +220,18 @@ def host_grad_weight(xshape, gyshape, wshape, geom, work, rules, threads, forced
         wshape[0] >= rules.own_gemm_grad_weight_min_columns)
     im2col = Choice('im2col', "no planned algorithm pays: im2col + one GEMM ({})".format(
         _PREFERENCE[own]), own)
+    depthwise = _depthwise_choice(xshape[1], wshape, geom, work)
     if forced is not None:
-        found = _forced_planned(forced, xshape, wshape, geom, outsize, work, rules, threads)
+        found = depthwise if forced == 'depthwise' else _forced_planned(
+            forced, xshape, wshape, geom, outsize, work, rules, threads)
         if found is None and forced == 'im2col':
             found = im2col
         if found is None and forced == 'pointwise' and pointwise(geom, xshape[2:], outsize):
             found = _POINTWISE
         if found is not None:
             return _forced_choice(found)
+    if depthwise is not None:
+        return depthwise
     found = _planned(xshape, wshape, geom, outsize, work, rules, threads)
     if found is not None:
         return found
@@ -252,6 +278,8 @@ _COL2IM_ADD = Choice('col2im_add', 'one GEMM into the columns of the output, add
 
 
 def _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, threads):
+    if forced == 'depthwise':
+        return _depthwise_choice(geom.groups, wshape, geom, work)
     if forced == 'output_phases':
         if output_phases_apply(xshape, geom, outsize, work):
             return Choice('output_phases', "one stride-1 convolution per phase of the output",
@@ -286,6 +314,10 @@ def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, for
         found = _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, threads)
         if found is not None:
             return _forced_choice(found)
+    # (conv's input gradient: x is gy of conv, whose input had groups channels)
+    found = _depthwise_choice(geom.groups, wshape, geom, work)
+    if found is not None:
+        return found
     n, c, g = xshape[0], xshape[1], geom.groups
     o = wshape[1] * g
     spatial = tuple(xshape[2:])

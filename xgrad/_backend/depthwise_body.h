@@ -1,0 +1,273 @@
+/* One instantiation of the depthwise kernels (depthwise.h): included once
+ * per element type (DW_T, DW_SFX, DW_LANES) and dispatch path
+ * (DW_ISA, DW_ATTR).
+ *
+ * Every function works on whole planes of one channel. An input plane is
+ * copied, padded, into its stride's phases (dw_split): then tap t of
+ * output position p (rows wq apart) reads the phases at p + offsets[t],
+ * so each tap is one contiguous loop over the plane that the compiler
+ * vectorizes, whatever the stride and dilation (positions past ow in a
+ * row are computed and dropped). Each output element is one sum over its
+ * taps in order (its M planes too, for the input gradient). */
+
+#define DW_CAT3(a, b, c) a##_##b##_##c
+#define DW_NAME3(a, b, c) DW_CAT3(a, b, c)
+#define DW_FN(name) DW_NAME3(name, DW_SFX, DW_ISA)
+
+/* The plane x (h, w) padded and split into the phases of the stride:
+ * phase (a, b) holds rows r and columns q of the padded plane's row
+ * r sh + a and column q sw + b (zeros outside x), hq x wq of them. */
+DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* g) {
+    const ptrdiff_t hq = g->hq, wq = g->wq, sw = g->sw;
+    for (ptrdiff_t a = 0; a < g->sh; a++)
+        for (ptrdiff_t b = 0; b < sw; b++) {
+            DW_T* dst = ph + (a * sw + b) * hq * wq;
+            /* columns q with 0 <= q sw + b - pw < w */
+            ptrdiff_t lo = 0, hi;
+            while (lo < wq && lo * sw + b - g->pw < 0) lo++;
+            hi = lo;
+            while (hi < wq && hi * sw + b - g->pw < g->w) hi++;
+            for (ptrdiff_t r = 0; r < hq; r++, dst += wq) {
+                const ptrdiff_t iy = r * g->sh + a - g->ph;
+                if (iy < 0 || iy >= g->h) {
+                    for (ptrdiff_t q = 0; q < wq; q++) dst[q] = 0;
+                    continue;
+                }
+                const DW_T* src = x + iy * g->w + b - g->pw;
+                for (ptrdiff_t q = 0; q < lo; q++) dst[q] = 0;
+                if (sw == 1)
+                    for (ptrdiff_t q = lo; q < hi; q++) dst[q] = src[q];
+                else
+                    for (ptrdiff_t q = lo; q < hi; q++) dst[q] = src[q * sw];
+                for (ptrdiff_t q = hi; q < wq; q++) dst[q] = 0;
+            }
+        }
+}
+
+/* dw_split's adjoint where each position of x is one of the phases': x
+ * (h, w) written from them (0 where no phase holds it: past the taps). */
+DW_ATTR static void DW_FN(dw_merge)(const DW_T* ph, DW_T* x, const dw_geometry* g) {
+    const ptrdiff_t hq = g->hq, wq = g->wq, sw = g->sw;
+    for (ptrdiff_t iy = 0; iy < g->h; iy++) {
+        const ptrdiff_t py = iy + g->ph, a = py % g->sh, r = py / g->sh;
+        DW_T* row = x + iy * g->w;
+        if (r >= hq) {
+            for (ptrdiff_t ix = 0; ix < g->w; ix++) row[ix] = 0;
+            continue;
+        }
+        for (ptrdiff_t b = 0; b < sw; b++) {
+            const DW_T* src = ph + ((a * sw + b) * hq + r) * wq;
+            ptrdiff_t q = 0;
+            while (q * sw + b - g->pw < 0) q++;
+            DW_T* dst = row + b - g->pw;
+            if (sw == 1)
+                for (; q < wq && q + b - g->pw < g->w; q++) dst[q] = src[q];
+            else
+                for (; q < wq && q * sw + b - g->pw < g->w; q++) dst[q * sw] = src[q];
+            for (ptrdiff_t ix = q * sw + b - g->pw; ix < g->w; ix += sw) row[ix] = 0;
+        }
+    }
+}
+
+/* out[p] = sum over taps t of w[t] src[p + offsets[t]] for p < len, the
+ * taps in order: one pass over the output plane (in L1) a tap. */
+DW_ATTR static void DW_FN(dw_stencil)(const DW_T* src, const ptrdiff_t* offsets,
+                                      ptrdiff_t taps, const DW_T* w, DW_T* out,
+                                      ptrdiff_t len) {
+    {
+        const DW_T* s = src + offsets[0];
+        const DW_T wt = w[0];
+        for (ptrdiff_t p = 0; p < len; p++) out[p] = (DW_T)0 + wt * s[p];
+    }
+    for (ptrdiff_t t = 1; t < taps; t++) {
+        const DW_T* s = src + offsets[t];
+        const DW_T wt = w[t];
+        for (ptrdiff_t p = 0; p < len; p++) out[p] += wt * s[p];
+    }
+}
+
+/* conv: planes (n, c) lo..hi of x, each feeding outputs c M .. c M + M - 1.
+ * work: dw_split's phases, then one output plane (rows wq apart). */
+DW_ATTR static void DW_FN(dw_forward)(const DW_T* x, const DW_T* w, const DW_T* b, DW_T* y,
+                                      const dw_geometry* g, ptrdiff_t lo, ptrdiff_t hi,
+                                      DW_T* work) {
+    const ptrdiff_t kk = g->kh * g->kw, oh = g->oh, ow = g->ow, wq = g->wq;
+    const ptrdiff_t len = (oh - 1) * wq + ow;
+    DW_T* ph = work;
+    DW_T* ext = work + dw_phases_size(g) + DW_SLACK;
+    for (ptrdiff_t plane = lo; plane < hi; plane++) {
+        const ptrdiff_t c = plane % g->c;
+        DW_FN(dw_split)(x + plane * g->h * g->w, ph, g);
+        for (ptrdiff_t m = 0; m < g->m; m++) {
+            const ptrdiff_t o = c * g->m + m;
+            DW_FN(dw_stencil)(ph, g->offsets, kk, w + o * kk, ext, len);
+            DW_T* dst = y + (plane * g->m + m) * oh * ow;
+            const DW_T bias = b ? b[o] : 0;
+            for (ptrdiff_t r = 0; r < oh; r++, dst += ow) {
+                const DW_T* src = ext + r * wq;
+                if (b)
+                    for (ptrdiff_t q = 0; q < ow; q++) dst[q] = src[q] + bias;
+                else
+                    for (ptrdiff_t q = 0; q < ow; q++) dst[q] = src[q];
+            }
+        }
+    }
+}
+
+/* One output plane gy (oh, ow) copied into rows wq apart, zeros past ow
+ * and from len on for `tail` elements. */
+DW_ATTR static void DW_FN(dw_widen)(const DW_T* gy, DW_T* ext, const dw_geometry* g,
+                                    ptrdiff_t tail) {
+    for (ptrdiff_t r = 0; r < g->oh; r++) {
+        for (ptrdiff_t q = 0; q < g->ow; q++) ext[r * g->wq + q] = gy[r * g->ow + q];
+        if (r + 1 < g->oh)
+            for (ptrdiff_t q = g->ow; q < g->wq; q++) ext[r * g->wq + q] = 0;
+    }
+    DW_T* end = ext + (g->oh - 1) * g->wq + g->ow;
+    for (ptrdiff_t i = 0; i < tail; i++) end[i] = 0;
+}
+
+/* conv_transpose with the same grouping (conv's input gradient): planes
+ * (n, c) lo..hi of gx. For each of its M planes of gy (widened, zeros
+ * past each row) and each tap t in order, w[c M + m, t] gy added to the
+ * phases at offsets[t] (where the tap read x), then dw_merge. work: the
+ * phases, one widened plane. */
+DW_ATTR static void DW_FN(dw_backward)(const DW_T* gy, const DW_T* w, DW_T* gx,
+                                       const dw_geometry* g, ptrdiff_t lo, ptrdiff_t hi,
+                                       DW_T* work) {
+    const ptrdiff_t kk = g->kh * g->kw, wq = g->wq, m_count = g->m;
+    const ptrdiff_t len = (g->oh - 1) * wq + g->ow, total = dw_phases_size(g);
+    DW_T* ph = work;
+    DW_T* ext = work + total + DW_SLACK;
+    for (ptrdiff_t plane = lo; plane < hi; plane++) {
+        const ptrdiff_t c = plane % g->c;
+        for (ptrdiff_t i = 0; i < total; i++) ph[i] = 0;
+        for (ptrdiff_t m = 0; m < m_count; m++) {
+            const DW_T* wm = w + (c * m_count + m) * kk;
+            DW_FN(dw_widen)(gy + (plane * m_count + m) * g->oh * g->ow, ext, g, 0);
+            for (ptrdiff_t t = 0; t < kk; t++) {
+                DW_T* dst = ph + g->offsets[t];
+                const DW_T wt = wm[t];
+                if (wt - wt == 0) {
+                    for (ptrdiff_t p = 0; p < len; p++) dst[p] += wt * ext[p];
+                } else {
+                    /* inf or NaN: its products with the widened plane's
+                     * zeros would be NaN where this tap reaches nothing */
+                    for (ptrdiff_t r = 0; r < g->oh; r++)
+                        for (ptrdiff_t q = 0; q < g->ow; q++)
+                            dst[r * wq + q] += wt * ext[r * wq + q];
+                }
+            }
+        }
+        DW_FN(dw_merge)(ph, gx + plane * g->h * g->w, g);
+    }
+}
+
+/* sum over p < len of a[p] b[p]: DW_LANES partial sums, added pairwise. */
+DW_ATTR static double DW_FN(dw_dot)(const DW_T* a, const DW_T* b, ptrdiff_t len) {
+    DW_T lanes[DW_LANES];
+    for (int l = 0; l < DW_LANES; l++) lanes[l] = 0;
+    ptrdiff_t p = 0;
+    for (; p + DW_LANES <= len; p += DW_LANES)
+        for (int l = 0; l < DW_LANES; l++) lanes[l] += a[p + l] * b[p + l];
+    for (int l = 0; p + l < len; l++) lanes[l] += a[p + l] * b[p + l];
+    for (int half = DW_LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) lanes[l] += lanes[l + half];
+    return (double)lanes[0];
+}
+
+/* Whether x[0..len) are all finite (lane sums of x - x: 0, else NaN). */
+DW_ATTR static int DW_FN(dw_finite)(const DW_T* x, ptrdiff_t len) {
+    DW_T lanes[DW_LANES];
+    for (int l = 0; l < DW_LANES; l++) lanes[l] = 0;
+    ptrdiff_t p = 0;
+    for (; p + DW_LANES <= len; p += DW_LANES)
+        for (int l = 0; l < DW_LANES; l++) lanes[l] += x[p + l] - x[p + l];
+    for (int l = 0; p + l < len; l++) lanes[l] += x[p + l] - x[p + l];
+    DW_T sum = 0;
+    for (int l = 0; l < DW_LANES; l++) sum += lanes[l];
+    return sum == 0;
+}
+
+/* dw_dot over an output plane's own positions only (rows wq apart, ow a
+ * row): where x holds inf or NaN, whose products with the widened
+ * plane's zeros would be NaN. */
+DW_ATTR static double DW_FN(dw_dot_rows)(const DW_T* a, const DW_T* b, const dw_geometry* g) {
+    double sum = 0;
+    for (ptrdiff_t r = 0; r < g->oh; r++) sum += DW_FN(dw_dot)(a + r * g->wq, b + r * g->wq, g->ow);
+    return sum;
+}
+
+/* lanes[l] += a[p] b[p] for p = l mod DW_LANES, p < len (a multiple of
+ * DW_LANES): the partial sums of a dot product, added up by dw_flush. */
+DW_ATTR static void DW_FN(dw_dot_lanes)(const DW_T* a, const DW_T* b, ptrdiff_t len,
+                                        DW_T* lanes) {
+    DW_T acc[DW_LANES];
+    for (int l = 0; l < DW_LANES; l++) acc[l] = lanes[l];
+    for (ptrdiff_t p = 0; p < len; p += DW_LANES)
+        for (int l = 0; l < DW_LANES; l++) acc[l] += a[p + l] * b[p + l];
+    for (int l = 0; l < DW_LANES; l++) lanes[l] = acc[l];
+}
+
+/* acc[i] += the pairwise sum of lanes i (DW_LANES each), count of them;
+ * the lanes zeroed. */
+DW_ATTR static void DW_FN(dw_flush)(DW_T* lanes, double* acc, ptrdiff_t count) {
+    for (ptrdiff_t i = 0; i < count; i++) {
+        DW_T* v = lanes + i * DW_LANES;
+        for (int half = DW_LANES / 2; half >= 1; half /= 2)
+            for (int l = 0; l < half; l++) v[l] += v[l + half];
+        acc[i] += (double)v[0];
+        for (int l = 0; l < DW_LANES; l++) v[l] = 0;
+    }
+}
+
+/* The weight gradient: channels lo..hi, gw[o, t] = sum over n of the dot
+ * product of gy's plane (n, o) with x's plane (n, c) shifted to tap t
+ * (o = c M + m). Products are summed in DW_T in DW_LANES partial sums
+ * over up to DW_FLUSH_TERMS terms each, then pairwise and into double
+ * sums. work: phases, one widened gy; acc: M kk doubles, then M kk
+ * DW_LANES elements for the partial sums. */
+DW_ATTR static void DW_FN(dw_grad_weight)(const DW_T* x, const DW_T* gy, DW_T* gw,
+                                          const dw_geometry* g, ptrdiff_t lo, ptrdiff_t hi,
+                                          DW_T* work, double* acc) {
+    const ptrdiff_t kk = g->kh * g->kw, wq = g->wq, hw = g->h * g->w, mk = g->m * kk;
+    const ptrdiff_t len = (g->oh - 1) * wq + g->ow;
+    const ptrdiff_t lanes = (len + DW_LANES - 1) / DW_LANES * DW_LANES;
+    DW_T* ph = work;
+    DW_T* ext = work + dw_phases_size(g) + DW_SLACK;
+    DW_T* partial = (DW_T*)(acc + mk);
+    for (ptrdiff_t c = lo; c < hi; c++) {
+        ptrdiff_t terms = 0;  /* in each partial sum since the last flush */
+        for (ptrdiff_t i = 0; i < mk; i++) acc[i] = 0;
+        for (ptrdiff_t i = 0; i < mk * DW_LANES; i++) partial[i] = 0;
+        for (ptrdiff_t n = 0; n < g->n; n++) {
+            const ptrdiff_t plane = n * g->c + c;
+            const DW_T* xp = x + plane * hw;
+            const int finite = DW_FN(dw_finite)(xp, hw);
+            if (terms > 0 && terms + lanes / DW_LANES > DW_FLUSH_TERMS) {
+                DW_FN(dw_flush)(partial, acc, mk);
+                terms = 0;
+            }
+            terms += lanes / DW_LANES;
+            DW_FN(dw_split)(xp, ph, g);
+            for (ptrdiff_t m = 0; m < g->m; m++) {
+                /* zeros up to a whole number of lanes: no scalar tail (the
+                 * phases' values past len, or the slack's zeros, times 0) */
+                DW_FN(dw_widen)(gy + (plane * g->m + m) * g->oh * g->ow, ext, g, lanes - len);
+                for (ptrdiff_t t = 0; t < kk; t++) {
+                    if (finite)
+                        DW_FN(dw_dot_lanes)(ext, ph + g->offsets[t], lanes,
+                                            partial + (m * kk + t) * DW_LANES);
+                    else
+                        acc[m * kk + t] += DW_FN(dw_dot_rows)(ext, ph + g->offsets[t], g);
+                }
+            }
+        }
+        DW_FN(dw_flush)(partial, acc, mk);
+        for (ptrdiff_t i = 0; i < mk; i++) gw[c * mk + i] = (DW_T)acc[i];
+    }
+}
+
+#undef DW_CAT3
+#undef DW_NAME3
+#undef DW_FN
