@@ -13,17 +13,18 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy  # NOQA: E402
 import torch  # NOQA: E402
+
+import _machine  # NOQA: E402
 import xgrad  # NOQA: E402
-from xgrad._backend import native_kernels  # NOQA: E402
 from xgrad.testing import force_conv_algorithm  # NOQA: E402
 
 # (name, x shape, w shape, stride, pad, groups)
@@ -103,8 +104,7 @@ def main():
     if args.out:
         record = dict(
             benchmark='conv_depthwise', date=datetime.date.today().isoformat(),
-            machine=dict(cpu_path=native_kernels.cpu_path(), cpus=os.cpu_count(),
-                         processor=platform.processor() or platform.machine()),
+            machine=_machine.machine_info(),
             threads=threads or 'default', command='python ' + ' '.join(sys.argv),
             versions=dict(xgrad_commit=_commit(), torch=torch.__version__,
                           numpy=numpy.__version__),
