@@ -62,6 +62,45 @@ def test_a_number_and_a_broadcast_array(name, ours, ufunc, dtype):
         _same(ours(*args), ufunc(*args))
 
 
+@pytest.fixture(params=[1, 3], ids=['1thread', '3threads'])
+def threads(request):
+    """xgrad's pool limited to 1 or 3 threads for the test (3: the large
+    operands below split, NumPy's loop no longer takes them)."""
+    before = K.max_threads()
+    K.set_thread_limit(request.param)
+    yield request.param
+    K.set_thread_limit(before)
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('name, ours, ufunc', ARITHMETIC, ids=[a[0] for a in ARITHMETIC])
+def test_a_large_array_and_a_number_on_threads(name, ours, ufunc, dtype, threads):
+    """``x * 0.5``-style ops past the split size: the number second and
+    first, NumPy's values bit for bit."""
+    x = _values((300, 1000), dtype)
+    for number in (0.5, -3.25, dtype(1e-3)):
+        _same(ours(x, number), ufunc(x, dtype(number)))
+        _same(ours(number, x), ufunc(dtype(number), x))
+
+
+PLANES = [((32, 256, 14, 14), (256, 1, 1)), ((8, 64, 56, 56), (1, 64, 1, 1)),
+          ((4, 6, 5, 8, 3), (6, 5, 1, 1)),     # a block of two dims over planes of 24
+          ((64, 100, 2), (100, 1)),            # planes of 2: NumPy's loop
+          ((3, 7, 9), (7, 1)), ((2, 3, 4, 4), (3, 4, 1))]
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('name, ours, ufunc', ARITHMETIC, ids=[a[0] for a in ARITHMETIC])
+@pytest.mark.parametrize('big, small', PLANES, ids=str)
+def test_a_channel_operand_over_planes(big, small, name, ours, ufunc, dtype, threads):
+    """A (C, 1, 1) bias or scale over (N, C, H, W), on either side: NumPy's
+    values bit for bit, in its shape and dtype."""
+    a = _values(big, dtype, 1)
+    b = _values(small, dtype, 2) + 7
+    _same(ours(a, b), ufunc(a, b))
+    _same(ours(b, a), ufunc(b, a))
+
+
 @pytest.mark.parametrize('number', [1e300, -3.5e38, 3.4028235e38])
 def test_a_float_beyond_float32_is_numpys(number):
     """NumPy 1.x computes float32 * 1e300 in float64, NumPy 2.x warns of the
@@ -195,3 +234,32 @@ def test_an_int_array_off_the_graph_times_a_float_leaf():
     assert seen.names == ['multiply'] and y.dtype == F32
     y.sum().backward()
     numpy.testing.assert_array_equal(xgrad.to_numpy(w.grad), numpy.arange(-3, 3, dtype=F32))
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('big, kept', [
+    ((32, 256, 14, 14), (256, 1, 1)), ((8, 64, 56, 56), (1, 64, 1, 1)),
+    ((4, 6, 5, 8, 3), (6, 5, 1, 1)), ((5, 7, 9), (7, 1)), ((3, 10, 4, 4), (10, 4, 1)),
+    ((64, 100, 2), (100, 1)), ((6, 5, 3, 8), (1, 3, 8)), ((2, 3, 0, 9), (3, 1, 1))], ids=str)
+def test_sum_to_a_channel_shape(big, kept, dtype):
+    """sum_to from a batch down to a channel bias's shape: the sum within a
+    rounding of the float64 one, in ``kept``'s shape and the dtype, the same
+    bits on 1 and 3 threads (each channel summed by one thread, in order)."""
+    a = _values(big, dtype, 3)
+    expected = a.astype(F64).sum(axis=tuple(i for i in range(a.ndim) if i < a.ndim - len(kept)
+                                            or kept[i - a.ndim + len(kept)] == 1),
+                                 keepdims=True).reshape(kept)
+    results = []
+    before = K.max_threads()
+    for threads in (1, 3):
+        K.set_thread_limit(threads)
+        try:
+            results.append(K.sum_to(a, kept))
+        finally:
+            K.set_thread_limit(before)
+    for r in results:
+        assert r.shape == kept and r.dtype == dtype
+        scale = numpy.sqrt(numpy.prod(big) / max(1, numpy.prod(kept))) * 3
+        numpy.testing.assert_allclose(r, expected, rtol=0, atol=scale * (
+            1e-6 if dtype == F32 else 1e-14))
+    assert results[0].tobytes() == results[1].tobytes()
