@@ -56,23 +56,7 @@ static ptrdiff_t dw_work_size(const dw_geometry* g) {
 #define DW_T float
 #define DW_SFX f32
 #define DW_LANES 32
-#define DW_ISA sse2
-#define DW_ATTR
-#include "depthwise_body.h"
-#undef DW_ISA
-#undef DW_ATTR
-#if XGRAD_HAS_PATHS
-#define DW_ISA avx2
-#define DW_ATTR __attribute__((target("avx2")))
-#include "depthwise_body.h"
-#undef DW_ISA
-#undef DW_ATTR
-#define DW_ISA avx512
-#define DW_ATTR __attribute__((target("avx512f")))
-#include "depthwise_body.h"
-#undef DW_ISA
-#undef DW_ATTR
-#endif
+#include "depthwise_paths.h"
 #undef DW_T
 #undef DW_SFX
 #undef DW_LANES
@@ -80,23 +64,7 @@ static ptrdiff_t dw_work_size(const dw_geometry* g) {
 #define DW_T double
 #define DW_SFX f64
 #define DW_LANES 16
-#define DW_ISA sse2
-#define DW_ATTR
-#include "depthwise_body.h"
-#undef DW_ISA
-#undef DW_ATTR
-#if XGRAD_HAS_PATHS
-#define DW_ISA avx2
-#define DW_ATTR __attribute__((target("avx2")))
-#include "depthwise_body.h"
-#undef DW_ISA
-#undef DW_ATTR
-#define DW_ISA avx512
-#define DW_ATTR __attribute__((target("avx512f")))
-#include "depthwise_body.h"
-#undef DW_ISA
-#undef DW_ATTR
-#endif
+#include "depthwise_paths.h"
 #undef DW_T
 #undef DW_SFX
 #undef DW_LANES

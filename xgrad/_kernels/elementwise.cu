@@ -341,24 +341,11 @@ __global__ void accumulate(T* __restrict__ acc, const T* __restrict__ g, long lo
     for_each_pack<T>(n, aligned16(acc, g), Accumulate<T>{acc, g});
 }
 
-template <class T> struct Add3 {
-    const T* __restrict__ a;
-    const T* __restrict__ b;
-    T* __restrict__ out;
-    template <int W, class I> __device__ __forceinline__ void operator()(width<W> w, I i) const {
-        compute_t<T> ai[W], bi[W];
-        load(w, a, i, ai);
-        load(w, b, i, bi);
-        for (int k = 0; k < W; ++k) ai[k] = ai[k] + bi[k];
-        store(w, out, i, ai);
-    }
-};
-
 // out = a + b (a gradient sum into a new array).
 template <class T>
 __global__ void add3(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
                      long long n) {
-    for_each_pack<T>(n, aligned16(a, b, out), Add3<T>{a, b, out});
+    for_each_pack<T>(n, aligned16(a, b, out), BinaryForward<T, Add>{a, b, out});
 }
 
 }  // namespace xgrad
