@@ -16,7 +16,7 @@ differentiable again.
 
 import numpy
 
-from xgrad._backend import cuda
+from xgrad._backend import cuda, native_kernels
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
@@ -205,6 +205,11 @@ class SoftmaxCrossEntropy(PyOp):
         if c == 0:  # no classes: every label is -1 (checked), every loss 0
             self.p = numpy.zeros((n, 0), work)
             return (numpy.zeros(n, x.dtype),)
+        logp = native_kernels.softmax_last_axis(xw, True)  # (vectorised rows)
+        if logp is not None:
+            self.p = native_kernels.exp_forward(logp)
+            loss = -logp[rows, self.label] * self.keep
+            return (loss.astype(x.dtype, copy=False),)
         shifted = xw - xw.max(axis=1, keepdims=True)
         p = numpy.exp(shifted)
         s = p.sum(axis=1, keepdims=True)
