@@ -1136,10 +1136,49 @@ cdef object _sum_planes(cnp.ndarray a, tuple shape, int t):
         inner *= cnp.PyArray_DIM(a, k)
     if inner < PLANE_MIN or kept == 0:
         return None
+    return _plane_sums(a, t, outer, kept, inner, shape, 1)
+
+
+cpdef object sum_axes(object x, tuple axes, double divisor=1):
+    """The sums over ``axes`` (sorted, not all of them) of a float32/64 array,
+    divided by ``divisor``, where they are leading axes and trailing planes
+    of PLANE_MIN or more elements around the kept ones (a global average
+    pool: (N, C, H, W) over (2, 3)); the kept axes' shape, or None. Each
+    plane one vectorised sum in double, the outputs split over the pool
+    (NumPy's reduce over (2, 3) of (32, 256, 14, 14) float32: 2.3x the time
+    on one thread)."""
+    cdef int t = _vector_dtype(x)
+    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or not axes:
+        return None
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef int nd = cnp.PyArray_NDIM(a), i = 0, j, k = 0
+    cdef Py_ssize_t outer = 1, kept = 1, inner = 1
+    while k < len(axes) and axes[k] == i:  # the leading axes summed
+        outer *= cnp.PyArray_DIM(a, i)
+        i += 1
+        k += 1
+    j = i
+    while j < nd and (k == len(axes) or axes[k] != j):
+        kept *= cnp.PyArray_DIM(a, j)
+        j += 1
+    if j == i or len(axes) - k != nd - j:  # (no kept axis, or a summed one inside)
+        return None
+    for k in range(j, nd):
+        inner *= cnp.PyArray_DIM(a, k)
+    if inner < PLANE_MIN or kept == 0 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        return None
+    return _plane_sums(a, t, outer, kept, inner,
+                       tuple([cnp.PyArray_DIM(a, k) for k in range(i, j)]), divisor)
+
+
+cdef object _plane_sums(cnp.ndarray a, int t, Py_ssize_t outer, Py_ssize_t kept,
+                        Py_ssize_t inner, object shape, double divisor):
+    """out[m] = the sum of the ``outer`` planes (of ``inner`` elements) of
+    block m of ``kept``, over ``divisor``; ``out`` of ``shape``."""
     cdef cnp.ndarray out = numpy.empty(shape, dtype=a.dtype)
     cdef Span s
     s.t, s.a, s.out = t, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out)
-    s.n, s.m, s.step = kept, inner, outer  # (channels; plane size; planes a channel)
+    s.n, s.m, s.step, s.p = kept, inner, outer, divisor  # (channels; plane; planes a channel)
     with nogil:
         _split_rows(_planes_sum_chunk, &s, _threads_for(outer * kept * inner,
                                                         GRAIN_ARITHMETIC))
@@ -1155,11 +1194,11 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
         if s.t == cnp.NPY_FLOAT:
             for r in range(s.step):
                 total += xgrad_sum_f32(<float*>s.a + (r * s.n + ch) * s.m, s.m)
-            (<float*>s.out)[ch] = <float>total
+            (<float*>s.out)[ch] = <float>(total / s.p)
         else:
             for r in range(s.step):
                 total += xgrad_sum_f64(<double*>s.a + (r * s.n + ch) * s.m, s.m)
-            (<double*>s.out)[ch] = total
+            (<double*>s.out)[ch] = total / s.p
 
 
 cdef void _sum_rows(int t, void* src, void* dst, Py_ssize_t rows, Py_ssize_t m) noexcept nogil:

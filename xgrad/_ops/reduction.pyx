@@ -13,7 +13,8 @@ from xgrad._function_node cimport apply1
 from xgrad._ops._op cimport Op
 from xgrad._dtypes cimport math_dtype
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
-from xgrad._backend.native_kernels cimport sum_to as native_sum_to, broadcast_view, sum_all
+from xgrad._backend.native_kernels cimport (sum_to as native_sum_to, broadcast_view, sum_all,
+                                            sum_axes)
 from xgrad._errors import DimensionError, DtypeError
 from xgrad._backend import cuda
 
@@ -62,9 +63,13 @@ cdef object _keepdims_shape(tuple shape, tuple axes):
 cdef object _sum_of_all(object x, tuple axes, bint keepdims, double divisor=1):
     """The native sum (float32 accumulated in double, threads on large
     arrays; divided by ``divisor``) when every axis of a float32/64 array
-    goes; None otherwise."""
+    goes (sum_all), or leading axes and trailing planes around kept ones
+    (sum_axes: a global average pool); None otherwise."""
     if len(axes) != x.ndim:
-        return None
+        y = sum_axes(x, axes, divisor)
+        if y is not None and keepdims:
+            y = y.reshape(_keepdims_shape(x.shape, axes))
+        return y
     y = sum_all(x, divisor)
     if y is not None and keepdims:
         y = y.reshape((1,) * x.ndim)

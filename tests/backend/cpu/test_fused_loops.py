@@ -263,3 +263,39 @@ def test_sum_to_a_channel_shape(big, kept, dtype):
         numpy.testing.assert_allclose(r, expected, rtol=0, atol=scale * (
             1e-6 if dtype == F32 else 1e-14))
     assert results[0].tobytes() == results[1].tobytes()
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('shape, axes', [
+    ((32, 256, 14, 14), (2, 3)), ((4, 6, 5, 8, 3), (0, 3, 4)), ((5, 7, 9), (2,)),
+    ((3, 10, 4, 4), (0, 2, 3)), ((6, 5, 3, 8), (0, 1)), ((2, 3, 0, 9), (2, 3)),
+    ((4, 6, 2), (2,)), ((4, 6, 9), (0, 2)), ((4, 6, 9), (1,))], ids=str)
+@pytest.mark.parametrize('op', ['sum', 'mean'])
+@pytest.mark.filterwarnings('ignore:Mean of empty slice', 'ignore:invalid value encountered')
+def test_sums_over_leading_axes_and_trailing_planes(shape, axes, op, dtype):
+    """xgrad.sum / xgrad.mean over leading axes and trailing planes (the
+    native plane sums where they apply, NumPy's reduce elsewhere: planes of
+    2, a summed axis between kept ones): the float64 value within a
+    rounding, keepdims or not, the same bits on 1 and 3 threads."""
+    a = _values(shape, dtype, 4)
+    expected = getattr(a.astype(F64), op)(axis=axes) if a.size else None  # (empty: NumPy's)
+    results = []
+    before = K.max_threads()
+    for threads in (1, 3):
+        K.set_thread_limit(threads)
+        try:
+            y = getattr(xgrad, op)(xgrad.array(a), axis=axes)
+            yk = getattr(xgrad, op)(xgrad.array(a), axis=axes, keepdims=True)
+        finally:
+            K.set_thread_limit(before)
+        assert y.dtype == dtype and yk.shape == tuple(
+            1 if i in axes else d for i, d in enumerate(shape))
+        numpy.testing.assert_array_equal(yk.to_numpy().reshape(y.shape), y.to_numpy())
+        results.append(y.to_numpy())
+    if expected is not None and results[0].size and numpy.prod(
+            [shape[i] for i in axes]):
+        terms = numpy.prod([shape[i] for i in axes])
+        tol = (1e-6 if dtype == F32 else 1e-14) * numpy.sqrt(terms) * 3 / (
+            terms if op == 'mean' else 1)
+        numpy.testing.assert_allclose(results[0], expected, rtol=0, atol=tol * 10)
+    assert results[0].tobytes() == results[1].tobytes()
