@@ -1140,13 +1140,14 @@ cdef object _sum_planes(cnp.ndarray a, tuple shape, int t):
 
 
 cpdef object sum_axes(object x, tuple axes, double divisor=1):
-    """The sums over ``axes`` (sorted, not all of them) of a float32/64 array,
-    divided by ``divisor``, where they are leading axes and trailing planes
-    of PLANE_MIN or more elements around the kept ones (a global average
-    pool: (N, C, H, W) over (2, 3)); the kept axes' shape, or None. Each
-    plane one vectorised sum in double, the outputs split over the pool
-    (NumPy's reduce over (2, 3) of (32, 256, 14, 14) float32: 2.3x the time
-    on one thread)."""
+    """The sums over ``axes`` (sorted, not all of them) of a C-contiguous
+    float32/64 array, divided by ``divisor``, where they are leading axes
+    and trailing planes of PLANE_MIN or more elements around the kept ones
+    (a global average pool: (N, C, H, W) over (2, 3)), or leading axes only
+    (a batch's sum); the kept axes' shape, or None. Planes: one vectorised
+    sum each in double (NumPy's reduce over (2, 3) of (32, 256, 14, 14)
+    float32: 2.3x the time on one thread); leading axes: NumPy's row order
+    and bits. The outputs split over the pool."""
     cdef int t = _vector_dtype(x)
     if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or not axes:
         return None
@@ -1165,10 +1166,68 @@ cpdef object sum_axes(object x, tuple axes, double divisor=1):
         return None
     for k in range(j, nd):
         inner *= cnp.PyArray_DIM(a, k)
-    if inner < PLANE_MIN or kept == 0 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+    if kept == 0 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
         return None
-    return _plane_sums(a, t, outer, kept, inner,
-                       tuple([cnp.PyArray_DIM(a, k) for k in range(i, j)]), divisor)
+    shape = tuple([cnp.PyArray_DIM(a, k) for k in range(i, j)])
+    if j == nd:  # leading axes only: rows added in order, as NumPy's reduce does
+        return _column_sums(a, t, outer, kept, shape, divisor)
+    if inner < PLANE_MIN:
+        return None
+    return _plane_sums(a, t, outer, kept, inner, shape, divisor)
+
+
+cdef object _column_sums(cnp.ndarray a, int t, Py_ssize_t rows, Py_ssize_t m, object shape,
+                         double divisor):
+    """out[j] = (a[0, j] + a[1, j] + ... + a[rows - 1, j]) / divisor, in the
+    dtype and in NumPy's order (its reduce over a leading axis adds whole
+    rows): the same bits, with the columns split over the pool."""
+    cdef cnp.ndarray out = numpy.zeros(shape, dtype=a.dtype)
+    cdef Span s
+    s.t, s.a, s.out = t, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out)
+    s.n, s.step, s.p = m, rows, divisor  # (columns; rows)
+    cdef int nt = _threads_for(rows * m, GRAIN_ARITHMETIC)
+    with nogil:
+        if nt <= 1 or m < 32 * nt:
+            s.chunk = m
+            _columns_sum_chunk(&s, 0)
+        else:
+            s.chunk = _chunk(m, nt)
+            xgrad_pool_run(_columns_sum_chunk, &s, (m + s.chunk - 1) // s.chunk)
+    return out
+
+
+cdef void _columns_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t j0 = c * s.chunk, j1 = min(j0 + s.chunk, s.n), r, j
+    cdef float* f32
+    cdef double* f64
+    cdef float d32 = <float>s.p
+    if s.t == cnp.NPY_FLOAT:
+        f32 = <float*>s.out
+        for r in range(s.step):
+            _add_row_f32(f32 + j0, <float*>s.a + r * s.n + j0, j1 - j0)
+        if s.p != 1:
+            for j in range(j0, j1):
+                f32[j] = f32[j] / d32
+    else:
+        f64 = <double*>s.out
+        for r in range(s.step):
+            _add_row_f64(f64 + j0, <double*>s.a + r * s.n + j0, j1 - j0)
+        if s.p != 1:
+            for j in range(j0, j1):
+                f64[j] = f64[j] / s.p
+
+
+cdef inline void _add_row_f32(float* acc, const float* row, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        acc[j] += row[j]
+
+
+cdef inline void _add_row_f64(double* acc, const double* row, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        acc[j] += row[j]
 
 
 cdef object _plane_sums(cnp.ndarray a, int t, Py_ssize_t outer, Py_ssize_t kept,

@@ -299,3 +299,16 @@ def test_sums_over_leading_axes_and_trailing_planes(shape, axes, op, dtype):
             terms if op == 'mean' else 1)
         numpy.testing.assert_allclose(results[0], expected, rtol=0, atol=tol * 10)
     assert results[0].tobytes() == results[1].tobytes()
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('shape, axes', [((4096, 512), (0,)), ((7, 9, 33), (0, 1)),
+                                         ((3, 5), (0,)), ((64, 1000, 2), (0,))], ids=str)
+def test_sums_over_leading_axes_are_numpys_bits(shape, axes, dtype, threads):
+    """A batch's sum (leading axes only) adds whole rows in order, as NumPy's
+    reduce does: its bits, for sum and mean, on 1 and 3 threads."""
+    a = _values(shape, dtype, 5)
+    expected = numpy.add.reduce(a, axis=axes)
+    _same(xgrad.sum(xgrad.array(a), axis=axes).to_numpy(), expected)
+    expected /= numpy.prod([shape[i] for i in axes])
+    _same(xgrad.mean(xgrad.array(a), axis=axes).to_numpy(), expected)
