@@ -1,10 +1,11 @@
-"""Depthwise (and 4-group) convolutions, forward + both gradients (x, w):
-xgrad's dispatcher choice ('depthwise'), xgrad forced to im2col + col2im
-(the algorithm before it) and torch, alternated in one process, min over
-rounds.
+"""Depthwise and grouped convolutions, forward + both gradients (x, w):
+xgrad's dispatcher choice ('depthwise', 'groups' or im2col), xgrad forced
+to im2col + col2im (the algorithm before those) and torch, alternated in
+one process, min over rounds.
 
     OMP_NUM_THREADS=1 python bench/conv_depthwise.py [--out FILE] [NAME_PART ...]
     python bench/conv_depthwise.py --out FILE          # default threads
+    OMP_NUM_THREADS=1 python bench/conv_depthwise.py --out FILE grp   # grouped only
 
 Writes JSON (date, machine, command, commit, threads, points) with --out.
 """
@@ -36,7 +37,13 @@ POINTS = [
     ('dw 8x576x14 k3s1', (8, 576, 14, 14), (576, 1, 3, 3), 1, 1, 576),
     ('dw 8x32x56 k3s1 M2', (8, 32, 56, 56), (64, 1, 3, 3), 1, 1, 32),
     ('dw 8x96x28 k5s1', (8, 96, 28, 28), (96, 1, 5, 5), 1, 2, 96),
-    ('g4 16x64x28 k3s1', (16, 64, 28, 28), (64, 16, 3, 3), 1, 1, 4),
+    # grouped, several channels a group ('groups': one group-1 convolution a group)
+    ('grp g32 8x128x56 k3s1', (8, 128, 56, 56), (128, 4, 3, 3), 1, 1, 32),
+    ('grp g4 16x64x28 k3s1', (16, 64, 28, 28), (64, 16, 3, 3), 1, 1, 4),
+    ('grp g4 8x256x14 k3s1', (8, 256, 14, 14), (256, 64, 3, 3), 1, 1, 4),
+    ('grp g2 8x64x56 k3s1', (8, 64, 56, 56), (64, 32, 3, 3), 1, 1, 2),
+    ('grp g2 32x32x16 k3s2', (32, 32, 16, 16), (32, 16, 3, 3), 2, 1, 2),
+    ('grp g2 8x96x27 k5s1', (8, 96, 27, 27), (256, 48, 5, 5), 1, 2, 2),
 ]
 
 

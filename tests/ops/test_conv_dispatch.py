@@ -31,6 +31,8 @@ def _key(case):
 def _described(kernel, found, host):
     """A choice as the grid file writes it."""
     how, plan = found.algorithm, found.plan
+    if how == 'groups':  # one group-1 convolution a group, by the per-group choice
+        return 'groups:' + _described(kernel, plan, host)
     if how == 'winograd':
         return how + ':' + plan.name
     if how == 'input_phases':
@@ -163,7 +165,22 @@ TABLE = [
     ('3x3 dilate 2, 64->64, 16x16, batch 8', (8, 64, 16, 16), (64, 64, 3, 3),
      {'pad': 2, 'dilate': 2}, 'im2col', 'col2im', 'im2col'),
     ('3x3, 2 groups, 64->64, 16x16, batch 8', (8, 64, 16, 16), (64, 32, 3, 3),
-     {'pad': 1, 'groups': 2}, 'im2col', 'col2im', 'im2col'),
+     {'pad': 1, 'groups': 2}, 'groups', 'groups', 'groups'),
+    ('3x3, 4 groups, 64->64, 28x28, batch 16', (16, 64, 28, 28), (64, 16, 3, 3),
+     {'pad': 1, 'groups': 4}, 'groups', 'groups', 'groups'),
+    ('5x5 stride 2, 2 groups, 32->32, 32x32, batch 16', (16, 32, 32, 32), (32, 16, 5, 5),
+     {'stride': 2, 'pad': 2, 'groups': 2}, 'groups', 'groups', 'groups'),
+    ('3x3 stride 2, 2 groups, 128->128, 8x8, batch 16', (16, 128, 8, 8), (128, 64, 3, 3),
+     {'stride': 2, 'pad': 1, 'groups': 2}, {'sse2': 'im2col', 'avx2': 'groups',
+                                            'avx512': 'groups'},
+     {'sse2': 'col2im', 'avx2': 'groups', 'avx512': 'groups'},
+     {'sse2': 'im2col', 'avx2': 'groups', 'avx512': 'groups'}),
+    ('3x3, 32 groups of 4 channels, 56x56, batch 8', (8, 128, 56, 56), (128, 4, 3, 3),
+     {'pad': 1, 'groups': 32}, 'im2col', 'col2im', 'im2col'),
+    ('3x3 stride 2, 2 groups of 16, 16x16, batch 32', (32, 32, 16, 16), (32, 16, 3, 3),
+     {'stride': 2, 'pad': 1, 'groups': 2}, 'im2col', 'col2im', 'im2col'),
+    ('3x3, 2 groups, 64->64, 16x16, batch 8, float64', (8, 64, 16, 16), (64, 32, 3, 3),
+     {'pad': 1, 'groups': 2, 'dtype': 'float64'}, 'groups', 'groups', 'groups'),
     ('3x3 depthwise, 64 groups, 28x28, batch 16', (16, 64, 28, 28), (64, 1, 3, 3),
      {'pad': 1, 'groups': 64}, 'depthwise', 'depthwise', 'depthwise'),
     ('3x3 depthwise stride 2, 144 groups, 56x56, batch 8, float64', (8, 144, 56, 56),
@@ -191,6 +208,20 @@ def test_the_table(what, x, w, params, forward, grad_input, grad_weight, path):
         assert found.reason and found.kernel == kernel
         on_gpu = params.get('device', '').startswith('cuda')
         assert (found.cpu_path, found.device) == ((None, 'cuda') if on_gpu else (path, 'native'))
+
+
+def test_the_query_names_groups_with_the_per_group_algorithm():
+    for kernel, inner in (('forward', 'winograd'), ('grad_input', 'flip'),
+                          ('grad_weight', 'winograd')):
+        found = xgrad.conv_algorithm((16, 64, 28, 28), (64, 16, 3, 3), pad=1, groups=4,
+                                     kernel=kernel, cpu_path='avx512', threads=1)
+        assert found.algorithm == 'groups'
+        assert found.reason.startswith('4 groups of 16->16 channels (16+ each side), one {} '
+                                       'convolution a group: '.format(inner)), found.reason
+    found = xgrad.conv_algorithm((16, 32, 32, 32), (32, 16, 5, 5), stride=2, pad=2, groups=2,
+                                 cpu_path='avx512', threads=1)
+    assert (found.algorithm, 'input_phases convolution a group') == (
+        'groups', found.reason[found.reason.index('input_phases'):].split(':')[0])
 
 
 @pytest.mark.parametrize('transposed', [False, True])

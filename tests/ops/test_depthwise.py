@@ -205,7 +205,8 @@ def test_the_dispatcher_names_it_with_its_reason():
         assert '64 groups of one input channel and 2 outputs each (3x3 window)' in a.reason
     assert xgrad.conv_algorithm((16, 64, 28, 28), (64, 1, 3, 3), pad=1, groups=64,
                                 device='cuda:0').algorithm != 'depthwise'
+    # several channels a group: not depthwise ('groups' per-group Winograd: test_conv_groups)
     assert xgrad.conv_algorithm((16, 64, 28, 28), (64, 16, 3, 3), pad=1,
-                                groups=4).algorithm == 'im2col'
+                                groups=4).algorithm == 'groups'
     # one input channel: an ordinary convolution
     assert xgrad.conv_algorithm((16, 1, 28, 28), (8, 1, 3, 3), pad=1).algorithm != 'depthwise'

@@ -270,14 +270,46 @@ def _on_cudnn(function, *args):
         return None
 
 
-def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
+def _by_groups(kernel, x, w, geom, size, work, per, dtype=None):
+    """A grouped ``kernel`` ('conv', 'conv_transpose' or 'grad_weight') as
+    one group-1 call a group with the dispatcher's per-group Choice ``per``
+    (dispatch._groups_choice), each on its channel slices, into its slice
+    of the result (no bias). conv and conv_transpose: x (N, C, ..), w (O,
+    C/g, ..) or (C, O/g, ..), ``size`` the output's spatial size; the
+    weight gradient: x and gy (``w``) of conv, ``size`` w's shape. A group's
+    slice of x is not contiguous: the kernel entry copies it (one pass over
+    x in all, as a (g, N, C/g, ..) copy of the whole would be)."""
+    g, one = geom.groups, dispatch.group_geometry(geom)
+    n, c = x.shape[:2]
+    cg = c // g
+    if kernel == 'grad_weight':
+        og = w.shape[1] // g
+        out = _empty(numpy, tuple(size), work)
+        for i in range(g):
+            out[i * og:(i + 1) * og] = conv_grad_weight_kernel(
+                x[:, i * cg:(i + 1) * cg], w[:, i * og:(i + 1) * og], (og,) + tuple(size[1:]),
+                dtype, one, choice=per)
+        return out
+    wg = w.shape[0] // g
+    og = wg if kernel == 'conv' else w.shape[1]
+    out = _empty(numpy, (n, og * g) + tuple(size), work)
+    run_group = conv_kernel if kernel == 'conv' else conv_transpose_kernel
+    for i in range(g):
+        out[:, i * og:(i + 1) * og] = run_group(
+            x[:, i * cg:(i + 1) * cg], w[i * wg:(i + 1) * wg], None, one, size, choice=per)
+    return out
+
+
+def conv_kernel(x, w, b, geom, outsize, keep_columns=None, choice=None):
     """y[n, o, l] = sum over the window of x at l and o's channel group of
     w[o, c, k] * x[n, c, l * s + k * d - p], plus b[o]. ``keep_columns``: a
     list that receives the columns of ``x`` when the whole batch fits in one
-    chunk (for the weight gradient, which needs the same columns)."""
+    chunk (for the weight gradient, which needs the same columns).
+    ``choice``: the dispatcher's Choice for these shapes, when it was made
+    already (a group's, by the 'groups' algorithm)."""
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
-    how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
+    how, _, plan = choice or dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
     if how == 'cudnn':
         y = _on_cudnn(cudnn.convolution_forward, x.astype(dtype, copy=False),
                       w.astype(dtype, copy=False), geom.stride, geom.pad, geom.dilate,
@@ -285,6 +317,9 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
         if y is not None:
             return _add_bias(y, b)
         how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), work)
+    if how == 'groups':  # one group-1 convolution a group, by the group's plan
+        return _add_bias(_by_groups('conv', x, w, geom, outsize, work, plan), b).astype(
+            dtype, copy=False)
     x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     n, o, g = x.shape[0], w.shape[0], geom.groups
     if how == 'depthwise':  # per-channel stencils (depthwise_kernels)
@@ -333,15 +368,17 @@ def conv_kernel(x, w, b, geom, outsize, keep_columns=None):
     return y.reshape((n, o) + tuple(outsize)).astype(dtype, copy=False)
 
 
-def conv_transpose_kernel(x, w, b, geom, outsize):
+def conv_transpose_kernel(x, w, b, geom, outsize, choice=None):
     """The adjoint of conv in its input: each x[n, c, l] spreads
-    w[c, o, k] * x[n, c, l] to y[n, o, l * s + k * d - p], plus b[o]."""
+    w[c, o, k] * x[n, c, l] to y[n, o, l * s + k * d - p], plus b[o].
+    ``choice``: as conv_kernel's."""
     n, c, g = x.shape[0], x.shape[1], geom.groups
     o = w.shape[1] * g
     spatial = x.shape[2:]
     dtype = _result_dtype(x, w, b)
     work = _args.compute_dtype(dtype)
-    how, _, plan = dispatch.choice('conv_transpose', x, w.shape, geom, tuple(outsize), work)
+    how, _, plan = choice or dispatch.choice('conv_transpose', x, w.shape, geom,
+                                             tuple(outsize), work)
     if how == 'cudnn':
         y = _on_cudnn(cudnn.convolution_transpose, x.astype(dtype, copy=False),
                       w.astype(dtype, copy=False), tuple(outsize), geom.stride, geom.pad,
@@ -350,6 +387,9 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
             return _add_bias(y, b)
         how, _, plan = dispatch.choice('conv_transpose', x, w.shape, geom, tuple(outsize),
                                        work)
+    if how == 'groups':
+        return _add_bias(_by_groups('conv_transpose', x, w, geom, outsize, work, plan),
+                         b).astype(dtype, copy=False)
     x, w, b = kernel_operands(work, x, w, b)  # (what every algorithm's kernels read)
     if how == 'depthwise':  # conv's input gradient by per-channel stencils
         y = depthwise_kernels.conv_transpose_2d(
@@ -389,14 +429,14 @@ def conv_transpose_kernel(x, w, b, geom, outsize):
     return _add_bias(unpad(out, geom, outsize), b).astype(dtype, copy=False)
 
 
-def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
+def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None, choice=None):
     """gw[o, c, k] = sum over n, l of gy[n, o, l] * x[n, c, l * s + k * d - p]
     (within o's channel group): the gradient of conv in w. ``columns``: the
     columns of the whole batch of ``x`` in the compute dtype, as conv_kernel
-    kept them (saves building them again)."""
+    kept them (saves building them again). ``choice``: as conv_kernel's."""
     work = _args.compute_dtype(numpy.dtype(dtype))
-    how, _, plan = dispatch.choice('grad_weight', x, tuple(wshape), geom, tuple(gy.shape),
-                                   work)
+    how, _, plan = choice or dispatch.choice('grad_weight', x, tuple(wshape), geom,
+                                             tuple(gy.shape), work)
     if how == 'cudnn':
         gw = _on_cudnn(cudnn.convolution_backward_filter, x.astype(dtype, copy=False),
                        gy.astype(dtype, copy=False), tuple(wshape), geom.stride, geom.pad,
@@ -405,6 +445,9 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None):
             return gw
         how, _, plan = dispatch.choice('grad_weight', x, tuple(wshape), geom,
                                        tuple(gy.shape), work)
+    if how == 'groups':
+        return _by_groups('grad_weight', x, gy, geom, tuple(wshape), work, plan, dtype).astype(
+            dtype, copy=False)
     x, gy = kernel_operands(work, x, gy)  # (what every algorithm's kernels read)
     if how == 'depthwise':  # per channel and tap, gy's planes dotted with x's shifted
         gw = depthwise_kernels.grad_weight_2d(

@@ -29,11 +29,12 @@ from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, pro
 # The algorithms of each kernel, as force_conv_algorithm and conv_algorithm
 # name them.
 KERNEL_ALGORITHMS = {
-    'conv': ('depthwise', 'winograd', 'input_phases', 'taps', 'pointwise', 'im2col', 'cudnn'),
-    'conv_transpose': ('depthwise', 'output_phases', 'input_phases', 'taps', 'pointwise', 'flip',
-                       'col2im', 'col2im_add', 'cudnn'),
-    'grad_weight': ('depthwise', 'winograd', 'input_phases', 'taps', 'pointwise', 'im2col',
-                    'cudnn'),
+    'conv': ('depthwise', 'winograd', 'input_phases', 'taps', 'groups', 'pointwise', 'im2col',
+             'cudnn'),
+    'conv_transpose': ('depthwise', 'output_phases', 'input_phases', 'taps', 'groups',
+                       'pointwise', 'flip', 'col2im', 'col2im_add', 'cudnn'),
+    'grad_weight': ('depthwise', 'winograd', 'input_phases', 'taps', 'groups', 'pointwise',
+                    'im2col', 'cudnn'),
 }
 ALGORITHMS = tuple(dict.fromkeys(a for names in KERNEL_ALGORITHMS.values() for a in names))
 # Former names, still accepted by force_conv_algorithm.
@@ -191,6 +192,58 @@ def _forced_choice(choice):
     return choice._replace(reason='forced (force_conv_algorithm): ' + choice.reason)
 
 
+# ---------------------------------------------------------------------------
+# Grouped convolutions (several channels a group) as one group-1
+# convolution per group, where the group-1 rules plan one for its shapes
+
+# The per-group choices that make the groups pay: the planned algorithms
+# (im2col per group is the grouped im2col's stacked products, more slowly;
+# pointwise already runs all groups in one batched product).
+_PLANNED_PER_GROUP = ('winograd', 'input_phases', 'taps', 'output_phases')
+
+
+def group_geometry(geom):
+    """The geometry of one group of a grouped convolution: groups 1."""
+    return geom._replace(groups=1)
+
+
+def _groups_choice(kernel, xshape, wshape, geom, outsize, work, rules, threads, forced,
+                   depthwise):
+    """'groups' for a grouped convolution (groups > 1, not depthwise, float)
+    whose per-group shapes (x (N, C/g, ..), w (O/g, C/g, ..) for conv, its
+    input gradient and weight gradient alike; ``outsize`` gy's shape for
+    'grad_weight') the group-1 rules of ``kernel`` give a planned algorithm,
+    with at least rules.groups_min_channels channels each side of a group;
+ its plan the per-group Choice. ``forced`` 'groups': whatever the
+    per-group choice is; another forced algorithm turns the rule off (so
+    that forcing im2col measures the grouped im2col as before). Else None."""
+    g = geom.groups
+    if (g < 2 or forced not in (None, 'groups') or depthwise is not None or work not in (numpy.float32, numpy.float64)
+            or xshape[1] % g or wshape[0] % g):
+        return None
+    one = group_geometry(geom)
+    x1 = (xshape[0], xshape[1] // g) + tuple(xshape[2:])
+    w1 = (wshape[0] // g,) + tuple(wshape[1:])
+    if kernel == 'conv':
+        per = host_conv(x1, w1, one, outsize, work, rules, threads)
+        sides = (x1[1], w1[0])
+    elif kernel == 'conv_transpose':
+        per = host_conv_transpose(x1, w1, one, outsize, work, rules, threads)
+        sides = (x1[1], w1[1])
+    else:
+        gy1 = (outsize[0], outsize[1] // g) + tuple(outsize[2:])
+        per = host_grad_weight(x1, gy1, w1, one, work, rules, threads)
+        sides = (x1[1], gy1[1])
+    planned = per.algorithm in _PLANNED_PER_GROUP or (
+        per.algorithm == 'flip' and kernel == 'conv_transpose'
+        and _flipped_winograd(x1, w1, one, outsize, work, rules))
+    if forced != 'groups' and not (planned and min(sides) >= rules.groups_min_channels):
+        return None
+    return Choice('groups', '{} groups of {}->{} channels ({}+ each side), one {} convolution '
+                  'a group: {}'.format(g, sides[0], sides[1], rules.groups_min_channels,
+                                       per.algorithm, per.reason), per)
+
+
 def host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
     """conv's algorithm on the host."""
     depthwise = _depthwise_choice(xshape[1], wshape, geom, work)
@@ -201,11 +254,18 @@ def host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
             found = _im2col(wshape, geom, rules)
         if found is None and forced == 'pointwise' and pointwise(geom, xshape[2:], outsize):
             found = _POINTWISE
+        if found is None and forced == 'groups':
+            found = _groups_choice('conv', xshape, wshape, geom, outsize, work, rules, threads,
+                                   forced, depthwise)
         if found is not None:
             return _forced_choice(found)
     if depthwise is not None:
         return depthwise
     found = _planned(xshape, wshape, geom, outsize, work, rules, threads)
+    if found is not None:
+        return found
+    found = _groups_choice('conv', xshape, wshape, geom, outsize, work, rules, threads, forced,
+                           depthwise)
     if found is not None:
         return found
     if pointwise(geom, xshape[2:], outsize):
@@ -228,11 +288,18 @@ def host_grad_weight(xshape, gyshape, wshape, geom, work, rules, threads, forced
             found = im2col
         if found is None and forced == 'pointwise' and pointwise(geom, xshape[2:], outsize):
             found = _POINTWISE
+        if found is None and forced == 'groups':
+            found = _groups_choice('grad_weight', xshape, wshape, geom, tuple(gyshape), work,
+                                   rules, threads, forced, depthwise)
         if found is not None:
             return _forced_choice(found)
     if depthwise is not None:
         return depthwise
     found = _planned(xshape, wshape, geom, outsize, work, rules, threads)
+    if found is not None:
+        return found
+    found = _groups_choice('grad_weight', xshape, wshape, geom, tuple(gyshape), work, rules,
+                           threads, forced, depthwise)
     if found is not None:
         return found
     og, cg = wshape[0] // geom.groups, xshape[1] // geom.groups
@@ -305,7 +372,21 @@ def _forced_transpose(forced, xshape, wshape, geom, outsize, work, rules, thread
             return _col2im(rules, geom)
     elif forced == 'col2im_add':
         return _COL2IM_ADD
+    elif forced == 'groups':
+        return _groups_choice('conv_transpose', xshape, wshape, geom, outsize, work, rules,
+                              threads, forced, _depthwise_choice(geom.groups, wshape, geom,
+                                                                 work))
     return None
+
+
+def _flipped_winograd(xshape, wshape, geom, outsize, work, rules):
+    """Whether conv_transpose of x ``xshape`` by w ``wshape`` is, flipped,
+    a Winograd convolution (stride 1, 2-D, the transform's thresholds)."""
+    full = flipped(geom)
+    c, o = xshape[1], wshape[1] * geom.groups
+    return full is not None and len(xshape) == 4 and _winograd.transform_for_shape(
+        xshape, (o, c // geom.groups) + tuple(geom.ksize), full, outsize, work,
+        rules=rules) is not None
 
 
 def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, forced=None):
@@ -315,7 +396,11 @@ def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, for
         if found is not None:
             return _forced_choice(found)
     # (conv's input gradient: x is gy of conv, whose input had groups channels)
-    found = _depthwise_choice(geom.groups, wshape, geom, work)
+    depthwise = _depthwise_choice(geom.groups, wshape, geom, work)
+    if depthwise is not None:
+        return depthwise
+    found = _groups_choice('conv_transpose', xshape, wshape, geom, outsize, work, rules,
+                           threads, forced, depthwise)
     if found is not None:
         return found
     n, c, g = xshape[0], xshape[1], geom.groups
@@ -335,8 +420,7 @@ def host_conv_transpose(xshape, wshape, geom, outsize, work, rules, threads, for
     # the one that moves fewer elements, and the flipped one whenever it is
     # a Winograd convolution.
     full = flipped(geom)
-    winograd = full is not None and len(xshape) == 4 and _winograd.transform_for_shape(
-        xshape, (o, c // g) + tuple(geom.ksize), full, outsize, work, rules=rules) is not None
+    winograd = _flipped_winograd(xshape, wshape, geom, outsize, work, rules)
     if not winograd:
         found = _taps_choice((n, o) + tuple(outsize), wshape, geom, spatial, work, rules,
                              threads)

@@ -89,6 +89,11 @@ class Thresholds:
     # columns) for our kernel's 32-wide tiles.
     own_gemm_grad_weight_min_columns: int = 32
 
+    # Grouped convolutions run group by group (each a group-1 convolution)
+    # where a group's shapes get a planned algorithm and it has this many
+    # channels each side (fewer: the grouped im2col's products won).
+    groups_min_channels: int = 16
+
 
 _AVX512 = Thresholds()
 THRESHOLDS = {
