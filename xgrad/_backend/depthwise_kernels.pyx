@@ -160,15 +160,35 @@ def applies(tuple ksize):
     return len(ksize) == 2 and ksize[0] * ksize[1] <= XGRAD_DW_MAX_TAPS
 
 
+cdef object _float_dtype(cnp.ndarray a):
+    """``a``'s dtype, float32 or float64 (else TypeError)."""
+    dtype = a.dtype
+    if dtype != numpy.float32 and dtype != numpy.float64:
+        raise TypeError('depthwise: float32 or float64, not {}'.format(dtype))
+    return dtype
+
+
+cdef void _launch(Job* j, int kernel, cnp.ndarray a, cnp.ndarray b, cnp.ndarray out,
+                  void* bias, Py_ssize_t units) except *:
+    """Run ``kernel`` on operands a, b into ``out`` over ``units`` planes (or
+    channels) of the planned geometry ``j.g``."""
+    cdef bint ok
+    j.kernel, j.f32 = kernel, out.dtype == numpy.float32
+    j.a, j.b, j.out, j.bias = cnp.PyArray_DATA(a), cnp.PyArray_DATA(b), cnp.PyArray_DATA(out), bias
+    j.units = units
+    with nogil:
+        ok = _run(j)
+    if not ok:
+        raise MemoryError('depthwise: no work space')
+
+
 def conv_2d(cnp.ndarray x, cnp.ndarray w, object b, cnp.ndarray y, tuple stride, tuple pad,
             tuple dilate):
     """y (N, C M, oh, ow) = the depthwise convolution of x (N, C, h, w) with
     w (C M, 1, kh, kw), plus b (C M,) unless None; all C-contiguous, one
     float dtype. y's spatial size says the output (cover_all included)."""
     cdef Job j
-    dtype = x.dtype
-    if dtype != numpy.float32 and dtype != numpy.float64:
-        raise TypeError('depthwise: float32 or float64, not {}'.format(dtype))
+    dtype = _float_dtype(x)
     _check(x, dtype, (<object>x).shape, 'x')
     _check(y, dtype, (<object>y).shape, 'y')
     if not _geometry(&j, (<object>x).shape, (<object>y).shape, (<object>w).shape[2:], stride, pad,
@@ -180,14 +200,8 @@ def conv_2d(cnp.ndarray x, cnp.ndarray w, object b, cnp.ndarray y, tuple stride,
     _check(w, dtype, (j.g.c * j.g.m, 1, j.g.kh, j.g.kw), 'w')
     if b is not None:
         _check(b, dtype, (j.g.c * j.g.m,), 'b')
-    j.kernel, j.f32 = FORWARD, dtype == numpy.float32
-    j.a, j.b, j.out = cnp.PyArray_DATA(x), cnp.PyArray_DATA(w), cnp.PyArray_DATA(y)
-    j.bias = NULL if b is None else cnp.PyArray_DATA(<cnp.ndarray>b)
-    j.units = j.g.n * j.g.c
-    with nogil:
-        ok = _run(&j)
-    if not ok:
-        raise MemoryError('depthwise: no work space')
+    _launch(&j, FORWARD, x, w, y, NULL if b is None else cnp.PyArray_DATA(<cnp.ndarray>b),
+            j.g.n * j.g.c)
     return y
 
 
@@ -196,23 +210,15 @@ def conv_transpose_2d(cnp.ndarray gy, cnp.ndarray w, cnp.ndarray gx, tuple strid
     """gx (N, C, h, w) = conv's input gradient of the depthwise convolution
     (conv_2d's adjoint in x) from gy (N, C M, oh, ow), w (C M, 1, kh, kw)."""
     cdef Job j
-    dtype = gy.dtype
-    if dtype != numpy.float32 and dtype != numpy.float64:
-        raise TypeError('depthwise: float32 or float64, not {}'.format(dtype))
+    dtype = _float_dtype(gy)
     _check(gy, dtype, (<object>gy).shape, 'gy')
     _check(gx, dtype, (<object>gx).shape, 'gx')
-    if not _geometry(&j, (<object>gx).shape, (<object>gy).shape, (<object>w).shape[2:], stride, pad,
-                     dilate):
+    if not _geometry(&j, (<object>gx).shape, (<object>gy).shape, (<object>w).shape[2:], stride,
+                     pad, dilate):
         gx.fill(0)
         return gx
     _check(w, dtype, (j.g.c * j.g.m, 1, j.g.kh, j.g.kw), 'w')
-    j.kernel, j.f32 = BACKWARD, dtype == numpy.float32
-    j.a, j.b, j.out, j.bias = cnp.PyArray_DATA(gy), cnp.PyArray_DATA(w), cnp.PyArray_DATA(gx), NULL
-    j.units = j.g.n * j.g.c
-    with nogil:
-        ok = _run(&j)
-    if not ok:
-        raise MemoryError('depthwise: no work space')
+    _launch(&j, BACKWARD, gy, w, gx, NULL, j.g.n * j.g.c)
     return gx
 
 
@@ -221,22 +227,14 @@ def grad_weight_2d(cnp.ndarray x, cnp.ndarray gy, cnp.ndarray gw, tuple stride, 
     """gw (C M, 1, kh, kw) = the depthwise convolution's weight gradient from
     x (N, C, h, w) and gy (N, C M, oh, ow)."""
     cdef Job j
-    dtype = x.dtype
-    if dtype != numpy.float32 and dtype != numpy.float64:
-        raise TypeError('depthwise: float32 or float64, not {}'.format(dtype))
+    dtype = _float_dtype(x)
     _check(x, dtype, (<object>x).shape, 'x')
     _check(gy, dtype, (<object>gy).shape, 'gy')
     _check(gw, dtype, (<object>gw).shape, 'gw')
-    if not _geometry(&j, (<object>x).shape, (<object>gy).shape, (<object>gw).shape[2:], stride, pad,
-                     dilate):
+    if not _geometry(&j, (<object>x).shape, (<object>gy).shape, (<object>gw).shape[2:], stride,
+                     pad, dilate):
         gw.fill(0)
         return gw
     _check(gw, dtype, (j.g.c * j.g.m, 1, j.g.kh, j.g.kw), 'gw')
-    j.kernel, j.f32 = GRAD_WEIGHT, dtype == numpy.float32
-    j.a, j.b, j.out, j.bias = cnp.PyArray_DATA(x), cnp.PyArray_DATA(gy), cnp.PyArray_DATA(gw), NULL
-    j.units = j.g.c
-    with nogil:
-        ok = _run(&j)
-    if not ok:
-        raise MemoryError('depthwise: no work space')
+    _launch(&j, GRAD_WEIGHT, x, gy, gw, NULL, j.g.c)
     return gw
