@@ -1081,62 +1081,22 @@ cpdef object broadcast_view(object a, tuple shape):
 
 
 cpdef object sum_to(object a, tuple shape):
-    """Sum ``a`` down to ``shape`` (the reverse of broadcasting). The common
-    case, summing a contiguous batch down to one row, is one C loop."""
-    cdef Py_ssize_t n = 0, m = 1, r, i, rows
-    cdef bint scalar = False
-    cdef int t, nd, lead
+    """Sum ``a`` down to ``shape`` (the reverse of broadcasting): by sum_axes
+    where the summed axes are leading ones and trailing planes (a batch down
+    to one row, a channel bias's gradient), else by NumPy's reduce."""
     if a.shape == shape:
         return a
-    t = _kind(a, &n, &scalar)
-    nd = len(shape)
-    if t >= 0 and not scalar and cnp.PyArray_NDIM(a) >= nd and (
-            tuple(a.shape[cnp.PyArray_NDIM(a) - nd:]) == shape):
-        for i in range(nd):
-            m *= shape[i]
-        if m > 0 and n % m == 0:
-            rows = n // m
-            out = numpy.zeros(shape, dtype=a.dtype)
-            _sum_rows(t, cnp.PyArray_DATA(a), cnp.PyArray_DATA(out), rows, m)
-            return out
-    if t >= 0 and not scalar:
-        out = _sum_planes(<cnp.ndarray>a, shape, t)
-        if out is not None:
-            return out
-    lead = a.ndim - nd
+    cdef int nd = len(shape), lead = a.ndim - nd
     axes = tuple(range(lead)) + tuple([
         lead + i for i in range(nd) if shape[i] == 1 and a.shape[lead + i] != 1])
+    if axes:
+        out = sum_axes(a, axes)
+        if out is not None:
+            return out.reshape(shape)
     out = numpy.add.reduce(a, axis=axes, keepdims=True) if axes else a
     if lead:
         out = out.reshape(shape)
     return out
-
-
-cdef object _sum_planes(cnp.ndarray a, tuple shape, int t):
-    """sum_to where ``shape`` keeps a block of ``a``'s dims and sums the
-    leading ones and trailing planes of PLANE_MIN or more elements (a channel
-    bias's gradient: (N, C, H, W) to (C, 1, 1)): each plane one vectorised
-    sum, added in double (NumPy's reduce over axes (0, 2, 3) took 2.4x the
-    time on (32, 256, 14, 14)); channels split over the pool. None for
-    other shapes."""
-    cdef int nd = cnp.PyArray_NDIM(a), lead = nd - len(shape), i = 0, j, k
-    if lead < 0 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
-        return None
-    cdef Py_ssize_t outer = 1, kept = 1, inner = 1
-    while i < nd and (i < lead or shape[i - lead] == 1):
-        outer *= cnp.PyArray_DIM(a, i)
-        i += 1
-    j = i
-    while j < nd and shape[j - lead] == cnp.PyArray_DIM(a, j):
-        kept *= cnp.PyArray_DIM(a, j)
-        j += 1
-    for k in range(j, nd):
-        if shape[k - lead] != 1:
-            return None
-        inner *= cnp.PyArray_DIM(a, k)
-    if inner < PLANE_MIN or kept == 0:
-        return None
-    return _plane_sums(a, t, outer, kept, inner, shape, 1)
 
 
 cpdef object sum_axes(object x, tuple axes, double divisor=1):
@@ -1260,26 +1220,6 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
             for r in range(s.step):
                 total += xgrad_sum_f64(<double*>s.a + (r * s.n + ch) * s.m, s.m)
             (<double*>s.out)[ch] = total / s.p
-
-
-cdef void _sum_rows(int t, void* src, void* dst, Py_ssize_t rows, Py_ssize_t m) noexcept nogil:
-    cdef Py_ssize_t r, i
-    cdef float* fs
-    cdef float* fd
-    cdef double* ds
-    cdef double* dd
-    if t == cnp.NPY_FLOAT:
-        fs = <float*>src
-        fd = <float*>dst
-        for r in range(rows):
-            for i in range(m):
-                fd[i] += fs[r * m + i]
-    else:
-        ds = <double*>src
-        dd = <double*>dst
-        for r in range(rows):
-            for i in range(m):
-                dd[i] += ds[r * m + i]
 
 
 # -- vector kernels (vector_math.h) --------------------------------------------

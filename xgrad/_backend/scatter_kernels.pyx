@@ -11,6 +11,8 @@ blocks), so each element is summed by one thread in index order, whatever
 the thread count.
 """
 
+import numpy
+
 cimport numpy as cnp
 
 from xgrad._backend.native_kernels cimport pool_threads, run_chunks
@@ -108,3 +110,24 @@ def add_rows_at(cnp.ndarray out, cnp.ndarray indices, cnp.ndarray gy):
         else:
             run_chunks(_chunk, &job, job.parts)
     return True
+
+
+def scatter_rows(gy, indices, Py_ssize_t axis, tuple shape):
+    """Zeros of ``shape`` with the slices of ``gy`` (shaped like
+    ``numpy.take(zeros(shape), indices, axis)``) added at ``indices`` (in
+    bounds, non-negative) along ``axis`` by ``add_rows_at``; None for what
+    it does not take (not a float32/64 NumPy array: the caller adds
+    another way)."""
+    if type(gy) is not numpy.ndarray or gy.dtype not in (numpy.float32, numpy.float64):
+        return None
+    cdef Py_ssize_t outer = 1, inner = 1, i
+    for i in range(axis):
+        outer *= shape[i]
+    for i in range(axis + 1, len(shape)):
+        inner *= shape[i]
+    out = numpy.zeros((outer, shape[axis], inner), gy.dtype)
+    rows = numpy.ascontiguousarray(numpy.asarray(indices).reshape(-1), dtype=numpy.intp)
+    if not add_rows_at(out, rows, numpy.ascontiguousarray(gy).reshape(outer, rows.size,
+                                                                        inner)):
+        return None
+    return out.reshape(shape)

@@ -132,16 +132,12 @@ def _scatter(gy, key, shape):
     """Zeros of ``shape`` with ``gy`` added at ``key`` (repeats accumulate):
     one integer array indexing the first axis by scatter_kernels' row adds,
     any other key by ``add.at``."""
-    out = numpy.zeros(shape, dtype=gy.dtype)
     rows = _first_axis_rows(key, shape)
     if rows is not None and gy.shape == rows.shape + tuple(shape[1:]):
-        inner = 1
-        for d in shape[1:]:
-            inner *= d
-        if scatter_kernels.add_rows_at(out.reshape(1, shape[0], inner), rows.reshape(-1),
-                                       numpy.ascontiguousarray(gy).reshape(1, rows.size,
-                                                                           inner)):
+        out = scatter_kernels.scatter_rows(gy, rows, 0, tuple(shape))
+        if out is not None:
             return out
+    out = numpy.zeros(shape, dtype=gy.dtype)
     numpy.add.at(out, key, gy)
     return out
 

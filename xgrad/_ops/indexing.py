@@ -78,15 +78,12 @@ def _add_at(gy, indices, axis, shape):
     ``take(zeros(shape), indices, axis)``) added at ``indices`` along ``axis``:
     on the host by scatter_kernels' row adds, else as one ``add.at`` on the
     flat arrays (its fast 1-d path)."""
+    out = scatter_kernels.scatter_rows(gy, indices, axis, tuple(shape))
+    if out is not None:
+        return out
     xp = _args.module_of(gy)
     outer = int(numpy.prod(shape[:axis], dtype=numpy.int64))
     inner = int(numpy.prod(shape[axis + 1:], dtype=numpy.int64))
-    if xp is numpy:
-        out = numpy.zeros((outer, shape[axis], inner), gy.dtype)
-        if scatter_kernels.add_rows_at(
-                out, numpy.ascontiguousarray(indices.reshape(-1), dtype=numpy.intp),
-                numpy.ascontiguousarray(gy).reshape(outer, indices.size, inner)):
-            return out.reshape(shape)
     flat = ((xp.arange(outer)[:, None, None] * shape[axis]
              + indices.reshape(1, -1, 1)) * inner + xp.arange(inner))
     size = outer * shape[axis] * inner

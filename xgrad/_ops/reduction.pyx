@@ -60,7 +60,7 @@ cdef object _keepdims_shape(tuple shape, tuple axes):
     return tuple([1 if i in axes else n for i, n in enumerate(shape)])
 
 
-cdef object _sum_of_all(object x, tuple axes, bint keepdims, double divisor=1):
+cdef object _native_sum(object x, tuple axes, bint keepdims, double divisor=1):
     """The native sum (float32 accumulated in double, threads on large
     arrays; divided by ``divisor``) when every axis of a float32/64 array
     goes (sum_all), or leading axes and trailing planes around kept ones
@@ -86,7 +86,7 @@ cdef class Sum(Op):
         x = inputs[0]
         self.in_shape = x.shape
         if x.dtype.kind in 'fc':
-            y = _sum_of_all(x, self.axes, self.keepdims)
+            y = _native_sum(x, self.axes, self.keepdims)
             if y is not None:
                 return (y,)
             # add.reduce is sum() without NumPy's Python-level wrapper; axis
@@ -119,7 +119,7 @@ cdef class Mean(Op):
         for a in self.axes:
             self.count *= x.shape[a]
         if self.count:
-            y = _sum_of_all(x, self.axes, self.keepdims, self.count)
+            y = _native_sum(x, self.axes, self.keepdims, self.count)
             if y is not None:
                 return (y,)
         if self.count and (x.dtype == numpy.float32 or x.dtype == numpy.float64):

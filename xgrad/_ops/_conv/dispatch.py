@@ -218,8 +218,8 @@ def _groups_choice(kernel, xshape, wshape, geom, outsize, work, rules, threads, 
     per-group choice is; another forced algorithm turns the rule off (so
     that forcing im2col measures the grouped im2col as before). Else None."""
     g = geom.groups
-    if (g < 2 or forced not in (None, 'groups') or depthwise is not None or work not in (numpy.float32, numpy.float64)
-            or xshape[1] % g or wshape[0] % g):
+    if (g < 2 or forced not in (None, 'groups') or depthwise is not None
+            or work not in (numpy.float32, numpy.float64) or xshape[1] % g or wshape[0] % g):
         return None
     one = group_geometry(geom)
     x1 = (xshape[0], xshape[1] // g) + tuple(xshape[2:])
