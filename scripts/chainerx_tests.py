@@ -8,7 +8,8 @@
 tests/chainerx_tests with ChainerX's conftest and op_utils, array_utils,
 dtype_utils, math_utils). The job runs
 tests/chainerx_tests/unit_tests/routines_tests/*.py and
-unit_tests/test_array.py with xgrad serving as ``chainerx`` (see
+unit_tests/test_*.py (arrays, backward, backprop modes, contexts, devices,
+dtypes, constants) with xgrad serving as ``chainerx`` (see
 scripts/chainerx_tests_plugin.py), on native devices, cuda cases skipped
 without a GPU. The tests need Chainer itself importable (``pip install
 chainer==7.8.1``: its pure-Python wheel), pytest, and, as ChainerX's CI,
@@ -29,20 +30,22 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-ROUTINES = 'tests/chainerx_tests/unit_tests/routines_tests'
-ARRAY_TESTS = 'tests/chainerx_tests/unit_tests/test_array.py'
+UNIT_TESTS = 'tests/chainerx_tests/unit_tests'
+ROUTINES = UNIT_TESTS + '/routines_tests'
 
 
 def test_files(chainer, names):
     routines = os.path.join(chainer, ROUTINES)
     if names:
+        units = os.path.join(chainer, UNIT_TESTS)
         paths = [n if os.path.isabs(n) else
-                 os.path.join(chainer, ARRAY_TESTS) if n == 'test_array.py' else
+                 os.path.join(units, n) if os.path.isfile(os.path.join(units, n)) else
                  os.path.join(routines, n) for n in names]
     else:
-        paths = sorted(os.path.join(routines, n) for n in os.listdir(routines)
-                       if n.startswith('test_') and n.endswith('.py'))
-        paths.append(os.path.join(chainer, ARRAY_TESTS))
+        paths = []
+        for directory in (routines, os.path.join(chainer, UNIT_TESTS)):
+            paths += sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                            if n.startswith('test_') and n.endswith('.py'))
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         sys.exit('not found: {}'.format(', '.join(missing)))
@@ -97,7 +100,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('chainer', help='a chainer/chainer source tree')
     parser.add_argument('--files', nargs='*', help='test files (default: all routines '
-                        'tests and test_array.py)')
+                        'tests and the unit_tests/test_*.py files)')
     parser.add_argument('--json', help='write the counts and failure lines here')
     parser.add_argument('--markdown', help='write the per-file table here')
     parser.add_argument('--top', type=int, default=40,

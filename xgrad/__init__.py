@@ -63,16 +63,24 @@ all_dtypes = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64
 float_dtypes = (float16, float32, float64)
 
 
-# NumPy's constants, which ChainerX re-exports (NumPy 2 dropped the aliases).
+# NumPy's constants, which ChainerX re-exports as the same objects
+# (``xgrad.inf is numpy.inf``); NumPy 2 dropped the aliases, which then
+# name NumPy's inf and nan.
 newaxis = None
 pi = _numpy.pi
 e = _numpy.e
 euler_gamma = _numpy.euler_gamma
-inf = Inf = Infinity = PINF = infty = float('inf')
-NINF = float('-inf')
-nan = NaN = NAN = float('nan')
-PZERO = 0.0
-NZERO = -0.0
+inf = _numpy.inf
+nan = _numpy.nan
+Inf = getattr(_numpy, 'Inf', inf)
+Infinity = getattr(_numpy, 'Infinity', inf)
+PINF = getattr(_numpy, 'PINF', inf)
+infty = getattr(_numpy, 'infty', inf)
+NaN = getattr(_numpy, 'NaN', nan)
+NAN = getattr(_numpy, 'NAN', nan)
+NINF = getattr(_numpy, 'NINF', -inf)
+PZERO = getattr(_numpy, 'PZERO', 0.0)
+NZERO = getattr(_numpy, 'NZERO', -0.0)
 
 # The gradient checks: one implementation, also xgrad.testing.check_backward.
 from xgrad.testing._checks import check_backward, check_double_backward  # NOQA
