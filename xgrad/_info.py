@@ -98,6 +98,16 @@ def heap_text():
             "xgrad.keep_heap_top): glibc's dynamic mmap threshold is off".format(_heap.top_pad))
 
 
+def host_memory_text():
+    """Whether NumPy allocates through xgrad's host cache here, and its limit."""
+    from xgrad._backend import host_cache
+    stats = host_cache.stats()
+    where = ("NumPy's allocator in this thread" if host_cache.installed() else
+             "the kernels' workspace only (XGRAD_CACHE_NUMPY=0 or xgrad.cache_numpy_memory(False))")
+    return 'blocks of {} KiB+ kept up to {} MiB: {}'.format(
+        host_cache.MIN_BYTES >> 10, stats['limit'] >> 20, where)
+
+
 def report(out=sys.stdout):
     """Prints the report; returns the exit status."""
     import numpy
@@ -118,6 +128,7 @@ def report(out=sys.stdout):
     from xgrad._backend import host_gemm
     line('host GEMM', host_gemm.choice().reason)
     line('C heap', heap_text())
+    line('host memory', host_memory_text())
     cp, why = _cupy()
     if cp is None:
         line('CuPy', why)

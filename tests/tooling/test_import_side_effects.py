@@ -2,7 +2,9 @@
 state, signal handlers and mask, environment variables (Python's and the C
 library's), the BLAS's thread count, interpreter settings, warning filters.
 Each is read in a fresh process before and after the import. (glibc's heap
-settings: tests/backend/cpu/test_heap.py, which counts the page faults they cause.)"""
+settings: tests/backend/cpu/test_heap.py, which counts the page faults they cause;
+NumPy's data allocator in the importing thread, which xgrad does set:
+tests/backend/cpu/test_host_cache.py.)"""
 
 import json
 import os
