@@ -9,7 +9,8 @@ from xgrad import _heap
 _heap.configure()  # sets nothing unless XGRAD_HEAP_TOP_PAD asks (xgrad/_heap.py)
 from xgrad._heap import keep_heap_top  # NOQA: opt-in, process-wide
 from xgrad._backend.workspace import (  # NOQA: the kernels' kept blocks
-    release_workspace, set_workspace_limit, workspace_limit, workspace_stats)
+    release_workspace, set_workspace_limit, workspace_limit, workspace_stats,
+    cache_numpy_memory)
 from xgrad._backend.cudnn import (  # NOQA: cuDNN's modes on cuda devices
     set_allow_tf32 as set_cudnn_allow_tf32, set_benchmark as set_cudnn_benchmark,
     set_deterministic as set_cudnn_deterministic)

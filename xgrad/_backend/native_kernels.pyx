@@ -84,6 +84,18 @@ cdef extern from "vector_math.h" nogil:
     void xgrad_leaky_relu_f32(const float*, float*, Py_ssize_t, double)
     void xgrad_leaky_relu_f64(const double*, double*, Py_ssize_t, double)
     void xgrad_elu_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_gelu_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_gelu_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_gelu_tanh_f32(const float*, float*, Py_ssize_t, double)
+    void xgrad_gelu_tanh_f64(const double*, double*, Py_ssize_t, double)
+    void xgrad_gelu_grad_f32(const float*, const float*, const float*, float*,
+                             Py_ssize_t, double)
+    void xgrad_gelu_grad_f64(const double*, const double*, const double*, double*,
+                             Py_ssize_t, double)
+    void xgrad_gelu_tanh_grad_f32(const float*, const float*, const float*, float*,
+                                  Py_ssize_t, double)
+    void xgrad_gelu_tanh_grad_f64(const double*, const double*, const double*, double*,
+                                  Py_ssize_t, double)
     void xgrad_elu_f64(const double*, double*, Py_ssize_t, double)
     void xgrad_softplus_grad_f32(const float*, const float*, const float*, float*,
                                  Py_ssize_t, double)
@@ -205,6 +217,10 @@ cdef GradKernel G_LEAKY_RELU = GradKernel(xgrad_leaky_relu_grad_f32,
 cdef GradKernel G_ELU = GradKernel(xgrad_elu_grad_f32, xgrad_elu_grad_f64)
 cdef GradKernel G_TANH = GradKernel(xgrad_tanh_grad_f32, xgrad_tanh_grad_f64)
 cdef GradKernel G_SIGMOID = GradKernel(xgrad_sigmoid_grad_f32, xgrad_sigmoid_grad_f64)
+cdef UnaryKernel K_GELU = UnaryKernel(xgrad_gelu_f32, xgrad_gelu_f64)
+cdef UnaryKernel K_GELU_TANH = UnaryKernel(xgrad_gelu_tanh_f32, xgrad_gelu_tanh_f64)
+cdef GradKernel G_GELU = GradKernel(xgrad_gelu_grad_f32, xgrad_gelu_grad_f64)
+cdef GradKernel G_GELU_TANH = GradKernel(xgrad_gelu_tanh_grad_f32, xgrad_gelu_tanh_grad_f64)
 
 
 # -- threads ------------------------------------------------------------------
@@ -1351,6 +1367,17 @@ cpdef object erf_grad(object gy, object x):
 cpdef object softplus_forward(object x, double beta):
     """log(1 + exp(beta x)) / beta, or None for operands the kernel does not take."""
     return _vector_unary(K_SOFTPLUS, x, beta)
+
+
+cpdef object gelu_forward(object x, bint tanh_approximation):
+    """x Phi(x) (tanh_approximation: torch's approximate='tanh'), or None
+    for operands the kernel does not take."""
+    return _vector_unary(K_GELU_TANH if tanh_approximation else K_GELU, x, 0)
+
+
+cpdef object gelu_grad(object gy, object x, bint tanh_approximation):
+    """gy times GELU's derivative at x, or None."""
+    return _vector_grad(G_GELU_TANH if tanh_approximation else G_GELU, gy, x, None, 0)
 
 
 cpdef object leaky_relu_forward(object x, double slope):

@@ -221,3 +221,189 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
         job.ggamma, job.gbeta = _out(ggamma), _out(gbeta)
         _run(_backward_chunk, &job, x.size)
     return gx, ggamma, gbeta
+
+
+# ---------------------------------------------------------------------------
+# Layer normalization: x seen as (R, D), each row normalized over its D
+# elements. Rows go to threads in blocks whose count depends on R alone
+# (``_row_blocks``), and the parameters' gradients are summed block by
+# block in double, then over the blocks in order: the same bits at any
+# thread count.
+
+cdef struct RowJob:
+    bint is_double
+    Py_ssize_t r, d, block
+    double eps
+    const char* x
+    const char* gy
+    const char* gamma
+    const char* beta
+    const char* mean
+    const char* inv_std
+    char* y
+    char* mean_out
+    char* inv_std_out
+    char* gx
+    double* partial  # (blocks, 2, D): each block's sums of gy * x_hat and gy
+
+
+cdef Py_ssize_t _row_blocks(Py_ssize_t r, Py_ssize_t d):
+    """How many blocks of rows: about 32K elements each, at most 256."""
+    cdef Py_ssize_t rows = max(1, (1 << 15) // max(d, 1))
+    return min(256, (r + rows - 1) // rows) if r else 0
+
+
+cdef void _ln_forward(const real* x, const real* gamma, const real* beta, real* y,
+                      real* mean_out, real* inv_std_out, Py_ssize_t d, double eps,
+                      Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    cdef Py_ssize_t i, j
+    cdef const real* row
+    cdef real* out
+    cdef double s, t, mean, inv_std
+    cdef real a, m
+    for i in range(r0, r1):
+        row = x + i * d
+        s = 0
+        for j in range(d):
+            s = s + row[j]
+        mean = s / d
+        s = 0
+        for j in range(d):
+            t = row[j] - mean
+            s = s + t * t
+        inv_std = 1 / sqrt(s / d + eps)
+        a = <real>inv_std
+        m = <real>mean
+        out = y + i * d
+        for j in range(d):
+            out[j] = (row[j] - m) * a * gamma[j] + beta[j]
+        mean_out[i] = <real>mean
+        inv_std_out[i] = <real>inv_std
+
+
+cdef void _ln_backward(const real* gy, const real* x, const real* mean,
+                       const real* inv_std, const real* gamma, real* gx,
+                       double* sums, Py_ssize_t d, Py_ssize_t r0,
+                       Py_ssize_t r1) noexcept nogil:
+    """gx of rows r0..r1 (when gx is not NULL), and into ``sums`` (2, D)
+    the rows' gy * x_hat and gy."""
+    cdef Py_ssize_t i, j
+    cdef const real* grow
+    cdef const real* xrow
+    cdef real* out
+    cdef double sg, sgx, m, istd, g, xh
+    cdef real a, b, c
+    for i in range(r0, r1):
+        grow = gy + i * d
+        xrow = x + i * d
+        m = mean[i]
+        istd = inv_std[i]
+        sg = 0
+        sgx = 0
+        for j in range(d):
+            g = grow[j] * <double>gamma[j]
+            xh = (xrow[j] - m) * istd
+            sg = sg + g
+            sgx = sgx + g * xh
+            sums[j] += grow[j] * xh
+            sums[d + j] += grow[j]
+        if gx != NULL:
+            # gx = istd * (g - mean(g) - x_hat * mean(g * x_hat)),
+            # x_hat = (x - m) * istd: gx = a * g + c * x + b per row
+            out = gx + i * d
+            a = <real>istd
+            c = <real>(-istd * istd * sgx / d)
+            b = <real>(-istd * sg / d + istd * m * istd * sgx / d)
+            for j in range(d):
+                out[j] = a * (grow[j] * gamma[j]) + c * xrow[j] + b
+
+
+cdef void _ln_forward_chunk(void* ctx, Py_ssize_t k) noexcept nogil:
+    cdef RowJob* j = <RowJob*>ctx
+    cdef Py_ssize_t r0 = k * j.block, r1 = min(r0 + j.block, j.r)
+    if j.is_double:
+        _ln_forward(<const double*>j.x, <const double*>j.gamma, <const double*>j.beta,
+                    <double*>j.y, <double*>j.mean_out, <double*>j.inv_std_out,
+                    j.d, j.eps, r0, r1)
+    else:
+        _ln_forward(<const float*>j.x, <const float*>j.gamma, <const float*>j.beta,
+                    <float*>j.y, <float*>j.mean_out, <float*>j.inv_std_out,
+                    j.d, j.eps, r0, r1)
+
+
+cdef void _ln_backward_chunk(void* ctx, Py_ssize_t k) noexcept nogil:
+    cdef RowJob* j = <RowJob*>ctx
+    cdef Py_ssize_t r0 = k * j.block, r1 = min(r0 + j.block, j.r)
+    cdef double* sums = j.partial + k * 2 * j.d
+    if j.is_double:
+        _ln_backward(<const double*>j.gy, <const double*>j.x, <const double*>j.mean,
+                     <const double*>j.inv_std, <const double*>j.gamma, <double*>j.gx,
+                     sums, j.d, r0, r1)
+    else:
+        _ln_backward(<const float*>j.gy, <const float*>j.x, <const float*>j.mean,
+                     <const float*>j.inv_std, <const float*>j.gamma, <float*>j.gx,
+                     sums, j.d, r0, r1)
+
+
+cdef void _run_rows(chunk_task task, RowJob* job):
+    """Run ``task`` over the job's row blocks: on the worker pool when the
+    rows hold PARALLEL_SIZE elements or more, else here. Without the GIL."""
+    cdef Py_ssize_t blocks = _row_blocks(job.r, job.d)
+    cdef Py_ssize_t k
+    cdef bint alone = job.r * job.d < PARALLEL_SIZE or pool_threads() < 2
+    job.block = (job.r + blocks - 1) // blocks if blocks else 0
+    blocks = (job.r + job.block - 1) // job.block if job.block else 0
+    with nogil:
+        if alone:
+            for k in range(blocks):
+                task(job, k)
+        else:
+            run_chunks(task, job, blocks)
+
+
+def layer_norm_forward(x, gamma, beta, double eps):
+    """(y, mean, inv_std) for ``x`` of shape (R, D), float32 or float64, each
+    row normalized over its D elements, then scaled by ``gamma`` and shifted
+    by ``beta`` (D elements each); the statistics (R elements) accumulated
+    in double, in two passes."""
+    x = _contiguous(x, x.dtype)
+    r, d = x.shape
+    gamma = _contiguous(gamma, x.dtype).reshape(d)
+    beta = _contiguous(beta, x.dtype).reshape(d)
+    y = numpy.empty_like(x)
+    mean = numpy.full(r, numpy.nan, x.dtype)
+    inv_std = numpy.full(r, numpy.nan, x.dtype)
+    cdef RowJob job
+    if x.size:
+        job.is_double = _is_double(x)
+        job.r, job.d, job.eps = r, d, eps
+        job.x, job.gamma, job.beta = _data(x), _data(gamma), _data(beta)
+        job.y, job.mean_out, job.inv_std_out = _out(y), _out(mean), _out(inv_std)
+        _run_rows(_ln_forward_chunk, &job)
+    return y, mean, inv_std
+
+
+def layer_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
+    """(gx or None, ggamma, gbeta) of layer_norm on (R, D) arrays."""
+    x = _contiguous(x, x.dtype)
+    gy = _contiguous(gy, x.dtype)
+    r, d = x.shape
+    gx = numpy.empty_like(x) if need_gx else None
+    mean = _contiguous(mean, x.dtype)
+    inv_std = _contiguous(inv_std, x.dtype)
+    gamma = _contiguous(gamma, x.dtype).reshape(d)
+    cdef Py_ssize_t blocks = _row_blocks(r, d)
+    partial = numpy.zeros((blocks, 2, d), numpy.float64)
+    cdef RowJob job
+    if x.size:
+        job.is_double = _is_double(x)
+        job.r, job.d = r, d
+        job.gy, job.x, job.mean, job.inv_std, job.gamma = (
+            _data(gy), _data(x), _data(mean), _data(inv_std), _data(gamma))
+        job.gx = NULL if gx is None else _out(gx)
+        job.partial = <double*>cnp.PyArray_DATA(<cnp.ndarray>partial)
+        _run_rows(_ln_backward_chunk, &job)
+    sums = numpy.zeros((2, d), numpy.float64)
+    for k in range(blocks):  # in order: the same bits at any thread count
+        sums += partial[k]
+    return gx, sums[0].astype(x.dtype), sums[1].astype(x.dtype)

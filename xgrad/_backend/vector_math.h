@@ -143,6 +143,22 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     XGRAD_GRAD(leaky_relu_grad, T, sfx, xs[i] >= 0 ? gy : gy * p)                \
     XGRAD_GRAD(elu_grad, T, sfx, xs[i] >= 0 ? gy : gy * (ys[i] + p))             \
     XGRAD_GRAD(tanh_grad, T, sfx, gy * ((T)1 - ys[i] * ys[i]))                   \
+    /* GELU, x Phi(x): exact (erf), and torch's tanh approximation with     \
+     * u = sqrt(2/pi) (x + 0.044715 x^3) */                                     \
+    XGRAD_UNARY(gelu, T, sfx,                                                    \
+        (T)0.5 * x * ((T)1 + ERF(x * (T)0.70710678118654752)))                   \
+    XGRAD_GRAD(gelu_grad, T, sfx, ({                                             \
+        const T x = xs[i];                                                       \
+        gy * ((T)0.5 * ((T)1 + ERF(x * (T)0.70710678118654752))                  \
+              + x * (T)0.39894228040143268 * EXP((T)-0.5 * x * x)); }))          \
+    XGRAD_UNARY(gelu_tanh, T, sfx, ({                                            \
+        const T u = (T)0.79788456080286536 * (x + (T)0.044715 * x * x * x);      \
+        (T)0.5 * x * ((T)1 + TANH(u)); }))                                       \
+    XGRAD_GRAD(gelu_tanh_grad, T, sfx, ({                                        \
+        const T x = xs[i];                                                       \
+        const T t = TANH((T)0.79788456080286536 * (x + (T)0.044715 * x * x * x)); \
+        gy * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t)                  \
+              * (T)0.79788456080286536 * ((T)1 + (T)0.134145 * x * x)); }))      \
     XGRAD_GRAD(sigmoid_grad, T, sfx, gy * ys[i] * ((T)1 - ys[i]))                \
     XGRAD_SOFTMAX(T, sfx, EXP, LOG)
 

@@ -29,7 +29,7 @@ from xgrad._ops.registry import (
 __all__ = ['expm1', 'exp2', 'log1p', 'log2', 'log10', 'reciprocal', 'sin', 'cos',
            'tan', 'arcsin', 'arccos', 'arctan', 'sinh', 'cosh', 'arcsinh', 'arccosh',
            'fabs', 'sign', 'ceil', 'floor', 'softplus', 'leaky_relu', 'elu',
-           'clipped_relu', 'clip', 'erf', 'crelu']
+           'clipped_relu', 'clip', 'erf', 'crelu', 'gelu']
 
 UNARY_SAMPLES = (Sample((2, 3)), Sample(()), Sample((3, 0)))
 BINARY_SAMPLES = (Sample((2, 3), (2, 3)), Sample((2, 3), (3,)),
@@ -305,6 +305,63 @@ softplus = _unary(
     'softplus', _softplus, _softplus_grad, public=_scalar_parameter('beta', 1.0),
     samples=UNARY_SAMPLES + (Sample((2, 3), beta=2.0),),
     doc='log(1 + exp(beta * x)) / beta, without overflow.')
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def _gelu(x, approximate='none'):
+    """x Phi(x), Phi the standard normal CDF; 'tanh': torch's approximation
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    y = native_kernels.gelu_forward(x, approximate == 'tanh')
+    if y is not None:
+        return y
+    xp = _args.module_of(x)
+    t = x.dtype.type
+    if approximate == 'tanh':
+        return t(0.5) * x * (1 + xp.tanh(t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)))
+    return t(0.5) * x * (1 + _erf(x * t(_SQRT_HALF)))
+
+
+def _gelu_grad(xp, gy, x, y, approximate='none'):
+    if xp.raw:
+        gx = native_kernels.gelu_grad(gy, x, approximate == 'tanh')
+        if gx is not None:
+            return gx
+    if approximate == 'tanh':
+        t = xp.tanh((x + x * x * x * 0.044715) * _SQRT_2_OVER_PI)
+        return gy * ((1 + t) * 0.5
+                     + x * (1 - t * t) * ((x * x * 0.134145 + 1) * (0.5 * _SQRT_2_OVER_PI)))
+    erf_ = _erf if xp.raw else xp.erf  # (NumPy and CuPy have no erf ufunc)
+    return gy * ((1 + erf_(x * _SQRT_HALF)) * 0.5 + x * xp.exp(x * x * -0.5) * _INV_SQRT_2PI)
+
+
+def _gelu_public(op):
+    def gelu(x, approximate='none'):
+        if approximate not in ('none', 'tanh'):
+            raise ValueError("gelu: approximate must be 'none' or 'tanh', not {!r}".format(
+                approximate))
+        return op(x, approximate=approximate)
+    gelu.__doc__ = op.__doc__
+    return gelu
+
+
+def _gelu_ref(x, approximate='none'):
+    xd = x.astype(numpy.float64)
+    if approximate == 'tanh':
+        y = 0.5 * xd * (1 + numpy.tanh(_SQRT_2_OVER_PI * (xd + 0.044715 * xd ** 3)))
+    else:
+        y = 0.5 * xd * (1 + numpy.vectorize(math.erf, otypes=[numpy.float64])(xd * _SQRT_HALF))
+    return y.astype(x.dtype if x.dtype.kind == 'f' else _args.promoted_float(x.dtype))
+
+
+gelu = _unary(
+    'gelu', _gelu, _gelu_grad, public=_gelu_public, ref=_gelu_ref,
+    samples=UNARY_SAMPLES + (Sample((2, 3), approximate='tanh'),),
+    doc="GELU, x Phi(x) (Phi: the standard normal CDF), as torch's F.gelu; "
+        "approximate='tanh' is its tanh form. Not in ChainerX; one vector pass on the host.")
 
 
 def _leaky_relu(x, slope=0.2):

@@ -1,6 +1,7 @@
 """Batch normalization: ``batch_norm`` (normalizes with the statistics of the
 batch and updates running averages in place) and ``fixed_batch_norm``
-(normalizes with given statistics, as at inference).
+(normalizes with given statistics, as at inference); layer normalization:
+``layer_norm`` (each sample over its trailing axes, as torch's).
 
 Axes follow ChainerX: ``axis`` names the reduced axes, ``axis=None`` is
 ``(0,)`` (``x`` of shape (N, C, H, W) takes ``axis=(0, 2, 3)`` for
@@ -33,7 +34,7 @@ from xgrad._ops._xp import numpy_ns
 from xgrad._ops.registry import (
     F64, Arg, OpInfo, Sample, distinct, positive, real, register)
 
-__all__ = ['batch_norm', 'fixed_batch_norm']
+__all__ = ['batch_norm', 'fixed_batch_norm', 'layer_norm']
 
 
 # ---------------------------------------------------------------------------
@@ -407,6 +408,108 @@ def fixed_batch_norm(x, gamma, beta, mean, var, eps=2e-5, axis=None):
 
 
 # ---------------------------------------------------------------------------
+# layer_norm
+
+class LayerNorm(PyOp):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta, mean and (biased) var
+    of each row of x seen as (R, D), D the trailing elements gamma covers.
+    Inputs (x, gamma, beta).
+
+    On the host in float32/float64, forward and first gradient are one
+    threaded pass each (norm_kernels.layer_norm_*); elsewhere (float16, GPU)
+    the same closed form by ufuncs,
+        gx = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)),  g = gy * gamma.
+    The recorded gradient (double backprop) recomputes the statistics from
+    the retained x by xgrad ops, so their dependence on x is differentiated.
+    """
+    op_name = 'layer_norm'
+
+    def __init__(self, rows, eps):
+        self.rows = rows
+        self.eps = float(eps)
+
+    def forward(self, inputs):
+        x, gamma, beta = inputs
+        self.retain_inputs((0, 1))
+        self.shapes = tuple(a.shape for a in inputs)
+        self.dtypes = tuple(a.dtype for a in inputs)
+        self.work = work = _args.compute_dtype(*self.dtypes)
+        self.native = x.dtype == work and not cuda.on_gpu(x)
+        rows = self.rows
+        if self.native:
+            y, self.mean, self.inv_std = norm_kernels.layer_norm_forward(
+                x.reshape(rows), gamma.astype(work, copy=False), beta.astype(work, copy=False),
+                self.eps)
+            return (y.reshape(x.shape),)
+        xp = _args.module_of(x)
+        xv = x.reshape(rows).astype(work, copy=False)
+        with numpy.errstate(invalid='ignore', divide='ignore'):  # D = 0: nan, as NumPy
+            mean = xv.mean(axis=1, keepdims=True)
+            xc = xv - mean
+            self.inv_std = 1 / xp.sqrt((xc * xc).mean(axis=1, keepdims=True) + self.eps)
+        self.mean = mean
+        y = xc * self.inv_std * gamma.reshape(rows[1]).astype(work, copy=False)
+        y += beta.reshape(rows[1]).astype(work, copy=False)
+        return (y.reshape(x.shape).astype(x.dtype, copy=False),)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        if xp is numpy_ns and self.native:
+            gx, ggamma, gbeta = norm_kernels.layer_norm_backward(
+                gys[0].reshape(self.rows), xs[0].reshape(self.rows), self.mean,
+                self.inv_std, xs[1].astype(self.work, copy=False), need_gx=0 in targets)
+            grads = {0: gx, 1: ggamma, 2: gbeta}
+            return tuple(grads[t].reshape(self.shapes[t]).astype(self.dtypes[t], copy=False)
+                         for t in targets)
+        rows = self.rows
+        gy = xp.reshape(xp.cast(gys[0], self.work), rows)
+        x = xp.reshape(xp.cast(xs[0], self.work), rows)
+        gamma = xp.reshape(xp.cast(xs[1], self.work), (rows[1],))
+        xc = x - xp.mean(x, axis=1, keepdims=True)
+        inv_std = 1 / xp.sqrt(xp.mean(xc * xc, axis=1, keepdims=True) + self.eps)
+        x_hat = xc * inv_std
+        out = []
+        for t in targets:
+            if t == 0:
+                g = gy * gamma
+                g = inv_std * (g - xp.mean(g, axis=1, keepdims=True)
+                               - x_hat * xp.mean(g * x_hat, axis=1, keepdims=True))
+            else:
+                g = xp.sum(gy * x_hat if t == 1 else gy, axis=0)
+            out.append(xp.cast(xp.reshape(g, self.shapes[t]), self.dtypes[t]))
+        return tuple(out)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    """Layer normalization: each sample of ``x`` normalized over its trailing
+    ``gamma.ndim`` axes by their mean and biased variance, then scaled by
+    ``gamma`` and shifted by ``beta`` (both of shape ``x.shape[-gamma.ndim:]``),
+    as ``torch.nn.functional.layer_norm(x, gamma.shape, gamma, beta, eps)``
+    and Chainer's ``F.layer_normalization`` (2-D x). Differentiable (twice)
+    in ``x``, ``gamma`` and ``beta``.
+    """
+    op = 'layer_norm'
+    x = _args.as_array(x, 'x')
+    gamma = _args.as_array(gamma, 'gamma', x)
+    beta = _args.as_array(beta, 'beta', x)
+    for name, a in (('x', x), ('gamma', gamma), ('beta', beta)):
+        _args.require_float(a, op, name)
+    k = gamma.ndim
+    if k < 1 or k > x.ndim or tuple(x.shape[x.ndim - k:]) != tuple(gamma.shape):
+        raise _args.DimensionError(
+            '{}: gamma has shape {}, which must be the trailing axes of x of shape {} '
+            '(at least one axis)'.format(op, gamma.shape, x.shape))
+    if beta.shape != gamma.shape:
+        raise _args.DimensionError('{}: beta has shape {}, gamma {}: they must match'.format(
+            op, beta.shape, gamma.shape))
+    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
+        raise ValueError('{}: eps must be a number > 0, not {!r}'.format(op, eps))
+    _args.same_device([x, gamma, beta], op)
+    d = int(numpy.prod(gamma.shape, dtype=numpy.int64))
+    r = int(numpy.prod(x.shape[:x.ndim - k], dtype=numpy.int64))
+    return _args.apply(LayerNorm((r, d), eps), x, gamma, beta)
+
+
+# ---------------------------------------------------------------------------
 # Registry
 
 def _ref_layout(x, gamma, axis):
@@ -451,3 +554,23 @@ register(OpInfo(
     'fixed_batch_norm', fixed_batch_norm, ref=_fixed_batch_norm_ref,
     samples=[Sample(x, g, g, g, g, **kw) for x, g, kw in _NORM_SAMPLES],
     domain=(real, real, real, real, positive)))
+
+
+def _layer_norm_ref(x, gamma, beta, eps=1e-5):
+    axes = tuple(range(x.ndim - gamma.ndim, x.ndim))
+    xd = x.astype(F64)
+    mean, var = xd.mean(axis=axes, keepdims=True), xd.var(axis=axes, keepdims=True)
+    return ((xd - mean) / numpy.sqrt(var + eps) * gamma.astype(F64)
+            + beta.astype(F64)).astype(x.dtype)
+
+
+register(OpInfo(
+    'layer_norm', layer_norm, ref=_layer_norm_ref,
+    samples=[Sample((4, 5), (5,), (5,)),
+             Sample((2, 3, 4), (3, 4), (3, 4), name='two-axes'),
+             Sample((2, 3, 6), (6,), (6,), eps=0.5),
+             Sample((3,), (3,), (3,), name='one-sample'),
+             Sample((4, 3), Arg((3,), dtype=F64), Arg((3,), dtype=F64), name='f64-params'),
+             Sample((0, 4), (4,), (4,), name='no-rows')],
+    # x distinct: no row of nearly equal elements (variance near 0)
+    domain=(distinct, real, real)))
