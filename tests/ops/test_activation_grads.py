@@ -95,3 +95,26 @@ def test_matmul_gradients_to_the_third_order():
         step[index] = 1e-6
         numerical[index] = (third(w_np + step) - third(w_np - step)) / 2e-6
     numpy.testing.assert_allclose(xgrad.to_numpy(g3w), numerical, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize('double', [False, True])
+@pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64'])
+def test_relu_maximum_minimum_gradients_select_whatever_gy_holds(dtype, double):
+    """The gradients of relu, maximum and minimum send gy to the chosen
+    elements and 0 elsewhere, also for an inf or NaN gy, and the same on
+    every path: the native select kernels (float32/64, raw), NumPy's
+    formula (float16) and the recorded one (double backprop), which
+    multiplied gy by the mask and so gave NaN where the first gave 0."""
+    x = xgrad.array(numpy.array([-1.0, 0.0, 2.0], dtype)).require_grad()
+    gy = xgrad.array(numpy.array([numpy.inf, numpy.nan, 1.0], dtype))
+    gx, = xgrad.grad([xgrad.relu(x)], [x], grad_outputs=[gy], enable_double_backprop=double)
+    numpy.testing.assert_array_equal(gx.to_numpy(), numpy.array([0.0, 0.0, 1.0], dtype))
+    a = xgrad.array(numpy.array([-1.0, 3.0, 2.0], dtype)).require_grad()
+    b = xgrad.array(numpy.array([1.0, 0.0, 2.0], dtype)).require_grad()
+    inf = xgrad.array(numpy.full(3, numpy.inf, dtype))
+    for op, to_a in ((xgrad.maximum, [0, 1, 1]), (xgrad.minimum, [1, 0, 1])):
+        ga, gb = xgrad.grad([op(a, b) * inf], [a, b], enable_double_backprop=double)
+        expected_a = numpy.where(to_a, numpy.inf, 0).astype(dtype)
+        numpy.testing.assert_array_equal(ga.to_numpy(), expected_a)
+        numpy.testing.assert_array_equal(gb.to_numpy(), numpy.where(
+            to_a, 0, numpy.inf).astype(dtype))

@@ -45,6 +45,35 @@ def test_softmax_cross_entropy_gradient_is_softmax_minus_onehot():
     numpy.testing.assert_allclose(x.grad.to_numpy(), expected, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize('double', [False, True])
+@pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64'])
+def test_softmax_cross_entropy_without_classes_has_an_empty_gradient(dtype, double):
+    """(N, 0) logits, every label ignored: loss 0 and an (N, 0) gradient on
+    both the raw and the recorded backward (the raw one subtracted at the
+    ignored rows' stand-in label 0, a column that does not exist, and
+    raised NumPy's IndexError)."""
+    x = xgrad.zeros((3, 0), dtype).require_grad()
+    loss = xgrad.softmax_cross_entropy(x, _labels([-1, -1, -1]))
+    gx, = xgrad.grad([loss], [x], grad_outputs=[_a([1.0, 2.0, 3.0], dtype)],
+                     enable_double_backprop=double)
+    assert loss.to_numpy().tolist() == [0.0, 0.0, 0.0]
+    assert gx.shape == (3, 0) and gx.dtype == numpy.dtype(dtype)
+
+
+def test_softmax_cross_entropy_gradient_ignores_rows_wherever_they_are():
+    """Ignored rows get no gradient, kept rows p - onehot, on both paths."""
+    x = _a([[1.0, 2.0], [0.5, -0.5], [3.0, 1.0], [0.0, 0.0]]).require_grad()
+    gy = _a([1.0, 2.0, 3.0, 4.0])
+    labels = [-1, 1, -1, 0]
+    xd = x.to_numpy()
+    p = numpy.exp(xd) / numpy.exp(xd).sum(axis=1, keepdims=True)
+    expected = (p - numpy.eye(2)[numpy.maximum(labels, 0)]) * numpy.array([0, 2.0, 0, 4.0])[:, None]
+    for double in (False, True):
+        loss = xgrad.softmax_cross_entropy(x, _labels(labels))
+        gx, = xgrad.grad([loss], [x], grad_outputs=[gy], enable_double_backprop=double)
+        numpy.testing.assert_allclose(gx.to_numpy(), expected, rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64'])
 def test_softmax_cross_entropy_is_stable_for_large_logits(dtype):
     x = _a([[1000.0, 0.0], [-1000.0, 0.0], [60000.0, 59999.0]], dtype).require_grad()

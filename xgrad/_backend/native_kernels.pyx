@@ -418,7 +418,7 @@ cdef inline real _apply(Formula f, real a, real b) noexcept nogil:
     if f == SIGMOID_GRAD:
         return a * b * (one - b)
     if f == RELU_GRAD:
-        return a * (b > 0)
+        return a if b > 0 else 0  # a select, as xgrad_relu_grad: an inf or NaN a gives 0 here
     if f == SQRT_GRAD:
         return a / (b + b)
     if f == SQUARE_GRAD:
@@ -458,9 +458,9 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
         elif f == SIGMOID_GRAD:
             for i in range(n):
                 out[i] = a[i] * b[i] * (one - b[i])
-        elif f == RELU_GRAD:
+        elif f == RELU_GRAD:  # (taken by xgrad_relu_grad above)
             for i in range(n):
-                out[i] = a[i] * (b[i] > 0)  # branch-free: vectorises
+                out[i] = a[i] if b[i] > 0 else 0
         elif f == SQRT_GRAD:
             for i in range(n):
                 out[i] = a[i] / (b[i] + b[i])
@@ -489,7 +489,7 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
                 out[i] = sa * b[i] * (one - b[i])
         elif f == RELU_GRAD:
             for i in range(n):
-                out[i] = sa * (b[i] > 0)
+                out[i] = sa if b[i] > 0 else 0
         elif f == SQRT_GRAD:
             for i in range(n):
                 out[i] = sa / (b[i] + b[i])
@@ -847,6 +847,7 @@ cdef object np_subtract = numpy.subtract
 cdef object np_divide = numpy.true_divide
 cdef object np_maximum = numpy.maximum
 cdef object np_negative = numpy.negative
+cdef object np_where = numpy.where
 cdef Py_ssize_t UNLIMITED = <Py_ssize_t>1 << 62
 
 
@@ -946,9 +947,10 @@ cpdef object sigmoid_grad(object gy, object y):
 
 
 cpdef object relu_grad(object gy, object y):
-    """gy where y > 0, else 0"""
+    """gy where y > 0, else 0: a select on every path (an inf or NaN gy
+    where y <= 0 gives 0, as ``where`` does; ``gy * (y > 0)`` made NaN there)"""
     r = _binary(RELU_GRAD, gy, y)
-    return gy * (y > 0) if r is None else r
+    return np_where(y > 0, gy, 0) if r is None else r
 
 
 # compare_select's comparisons (CompareOp in the .pxd, select_loops.h's

@@ -288,7 +288,9 @@ cdef class Relu(_Unary):
         return K.relu_forward(x) if not on_gpu(x) else _gpu_unary('relu', x)
 
     cdef object _grad(self, xp, gy, x, y):
-        return K.relu_grad(gy, y) if xp is NP else gy * (y > 0)
+        # A select, not gy * (y > 0): an inf or NaN gy where y <= 0 gives 0 on
+        # every path (the native kernels' and where's rule), not NaN on some.
+        return K.relu_grad(gy, y) if xp is NP else xp.where(y > 0, gy, 0)
 
 
 cdef inline ndarray _unary(_Unary op, object x):
@@ -568,7 +570,8 @@ cdef class Maximum(_Binary):
             g = K.compare_select(gy, a, b, K.COMPARE_GE if p == 0 else K.COMPARE_LT)
             if g is not None:
                 return g
-        return gy * (a >= b) if p == 0 else gy * (a < b)
+        # (a select, as compare_select: gy * mask made NaN of a masked inf gy)
+        return xp.where(a >= b, gy, 0) if p == 0 else xp.where(a < b, gy, 0)
 
 
 cdef class Minimum(_Binary):
@@ -588,7 +591,7 @@ cdef class Minimum(_Binary):
             g = K.compare_select(gy, a, b, K.COMPARE_LE if p == 0 else K.COMPARE_GT)
             if g is not None:
                 return g
-        return gy * (a <= b) if p == 0 else gy * (a > b)
+        return xp.where(a <= b, gy, 0) if p == 0 else xp.where(a > b, gy, 0)
 
 
 cdef object _bool_error(_Binary op):

@@ -243,7 +243,10 @@ class SoftmaxCrossEntropy(PyOp):
         if xp is numpy_ns:
             w = gy * self.keep
             gx = self.p * w[:, None]
-            gx[numpy.arange(n), self.label] -= w
+            # Only the kept rows: an ignored row's label is a stand-in 0,
+            # which is no column at all when there are no classes (C = 0).
+            kept = numpy.flatnonzero(self.keep)
+            gx[kept, self.label[kept]] -= w[kept]
         else:
             xpl = _args.module_of(self.label)
             onehot = (self.label[:, None] == xpl.arange(c)[None, :]).astype(work)

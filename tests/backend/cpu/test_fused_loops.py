@@ -312,3 +312,28 @@ def test_sums_over_leading_axes_are_numpys_bits(shape, axes, dtype, threads):
     _same(xgrad.sum(xgrad.array(a), axis=axes).to_numpy(), expected)
     expected /= numpy.prod([shape[i] for i in axes])
     _same(xgrad.mean(xgrad.array(a), axis=axes).to_numpy(), expected)
+
+
+@pytest.mark.parametrize('dtype', [F32, F64, numpy.float16])
+@pytest.mark.parametrize('layout', ['full', 'broadcast', 'number_like', 'strided'])
+def test_relu_grad_is_a_select_on_every_layout(layout, dtype):
+    """relu_grad zeroes gy where y <= 0 whatever gy holds there (inf, NaN),
+    on each of its paths: the select kernel (full operands), the scalar
+    loop (a broadcast gy, as a sum's gradient), and NumPy's fallback
+    (float16, strided operands). The scalar loop and the fallback
+    multiplied by the mask, which made NaN of inf * 0."""
+    y = numpy.array([-1.0, 0.0, -0.0, 2.0, numpy.nan, 3.0] * 5, dtype)
+    if layout == 'broadcast':
+        gy = numpy.broadcast_to(numpy.array(numpy.inf, dtype), y.shape)
+        expected = numpy.where(y > 0, numpy.inf, 0).astype(dtype)
+    elif layout == 'number_like':
+        gy = numpy.full((1,), numpy.inf, dtype)
+        expected = numpy.where(y > 0, numpy.inf, 0).astype(dtype)
+    else:
+        gy = numpy.array([numpy.inf, numpy.nan, -numpy.inf, 1.0, 5.0, numpy.nan] * 5, dtype)
+        expected = numpy.where(y > 0, gy, 0).astype(dtype)
+    if layout == 'strided':
+        gy, y = numpy.repeat(gy, 2)[::2], numpy.repeat(y, 2)[::2]
+    out = K.relu_grad(gy, y)
+    assert out.dtype == dtype and out.shape == y.shape
+    numpy.testing.assert_array_equal(out, expected)
