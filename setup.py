@@ -81,7 +81,7 @@ def _has_libmvec():
 # never read), -fno-trapping-math lets both sides of a select be computed
 # (FP exception flags are never read; NaN and inf are unchanged). No -march: the header
 # compiles each kernel for AVX-512, AVX2 and SSE2 and picks one at import (XGRAD_CPU_PATH).
-VECTOR_MODULES = {'xgrad._backend.native_kernels'}
+VECTOR_MODULES = {'xgrad._backend.native_kernels', 'xgrad._backend.norm_kernels'}
 VECTOR_FLAGS = ['-fopenmp-simd', '-fno-math-errno', '-fno-trapping-math']
 VECTOR_MACROS = [('XGRAD_OPENMP_SIMD', '1')] + ([('XGRAD_LIBMVEC', '1')] if _has_libmvec() else [])
 VECTOR_LIBS = ['mvec', 'm'] if _has_libmvec() else ['m']

@@ -15,7 +15,7 @@ import numpy
 
 cimport numpy as cnp
 
-from xgrad._backend.native_kernels cimport chunk_task, pool_threads, run_chunks
+from xgrad._backend.native_kernels cimport chunk_task, pool_threads, run_chunks, vector_path
 
 cnp.import_array()
 
@@ -225,10 +225,25 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
 
 # ---------------------------------------------------------------------------
 # Layer normalization: x seen as (R, D), each row normalized over its D
-# elements. Rows go to threads in blocks whose count depends on R alone
-# (``_row_blocks``), and the parameters' gradients are summed block by
-# block in double, then over the blocks in order: the same bits at any
-# thread count.
+# elements by layer_norm.h's row kernels (per CPU path). Rows go to threads
+# in blocks fixed by the shape (``_row_blocks``), and the parameters'
+# gradients are summed block by block, then over the blocks in order in
+# double: the same bits at any thread count.
+
+cdef extern from "layer_norm.h" nogil:
+    int xgrad_vector_set_path(int path)
+    void ln_forward_f32(const float* x, const float* gamma, const float* beta, float* y,
+                        float* mean_out, float* inv_std_out, Py_ssize_t r0, Py_ssize_t r1,
+                        Py_ssize_t d, double eps)
+    void ln_forward_f64(const double* x, const double* gamma, const double* beta, double* y,
+                        double* mean_out, double* inv_std_out, Py_ssize_t r0, Py_ssize_t r1,
+                        Py_ssize_t d, double eps)
+    void ln_backward_f32(const float* gy, const float* x, const float* mean,
+                         const float* inv_std, const float* gamma, float* gx, float* sums,
+                         Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t d)
+    void ln_backward_f64(const double* gy, const double* x, const double* mean,
+                         const double* inv_std, const double* gamma, double* gx, double* sums,
+                         Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t d)
 
 cdef struct RowJob:
     bint is_double
@@ -244,7 +259,7 @@ cdef struct RowJob:
     char* mean_out
     char* inv_std_out
     char* gx
-    double* partial  # (blocks, 2, D): each block's sums of gy * x_hat and gy
+    char* partial  # (blocks, 2, D) of x's dtype: each block's sums of gy * x_hat and gy
 
 
 cdef Py_ssize_t _row_blocks(Py_ssize_t r, Py_ssize_t d):
@@ -253,96 +268,30 @@ cdef Py_ssize_t _row_blocks(Py_ssize_t r, Py_ssize_t d):
     return min(256, (r + rows - 1) // rows) if r else 0
 
 
-cdef void _ln_forward(const real* x, const real* gamma, const real* beta, real* y,
-                      real* mean_out, real* inv_std_out, Py_ssize_t d, double eps,
-                      Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
-    cdef Py_ssize_t i, j
-    cdef const real* row
-    cdef real* out
-    cdef double s, t, mean, inv_std
-    cdef real a, m
-    for i in range(r0, r1):
-        row = x + i * d
-        s = 0
-        for j in range(d):
-            s = s + row[j]
-        mean = s / d
-        s = 0
-        for j in range(d):
-            t = row[j] - mean
-            s = s + t * t
-        inv_std = 1 / sqrt(s / d + eps)
-        a = <real>inv_std
-        m = <real>mean
-        out = y + i * d
-        for j in range(d):
-            out[j] = (row[j] - m) * a * gamma[j] + beta[j]
-        mean_out[i] = <real>mean
-        inv_std_out[i] = <real>inv_std
-
-
-cdef void _ln_backward(const real* gy, const real* x, const real* mean,
-                       const real* inv_std, const real* gamma, real* gx,
-                       double* sums, Py_ssize_t d, Py_ssize_t r0,
-                       Py_ssize_t r1) noexcept nogil:
-    """gx of rows r0..r1 (when gx is not NULL), and into ``sums`` (2, D)
-    the rows' gy * x_hat and gy."""
-    cdef Py_ssize_t i, j
-    cdef const real* grow
-    cdef const real* xrow
-    cdef real* out
-    cdef double sg, sgx, m, istd, g, xh
-    cdef real a, b, c
-    for i in range(r0, r1):
-        grow = gy + i * d
-        xrow = x + i * d
-        m = mean[i]
-        istd = inv_std[i]
-        sg = 0
-        sgx = 0
-        for j in range(d):
-            g = grow[j] * <double>gamma[j]
-            xh = (xrow[j] - m) * istd
-            sg = sg + g
-            sgx = sgx + g * xh
-            sums[j] += grow[j] * xh
-            sums[d + j] += grow[j]
-        if gx != NULL:
-            # gx = istd * (g - mean(g) - x_hat * mean(g * x_hat)),
-            # x_hat = (x - m) * istd: gx = a * g + c * x + b per row
-            out = gx + i * d
-            a = <real>istd
-            c = <real>(-istd * istd * sgx / d)
-            b = <real>(-istd * sg / d + istd * m * istd * sgx / d)
-            for j in range(d):
-                out[j] = a * (grow[j] * gamma[j]) + c * xrow[j] + b
-
-
 cdef void _ln_forward_chunk(void* ctx, Py_ssize_t k) noexcept nogil:
     cdef RowJob* j = <RowJob*>ctx
     cdef Py_ssize_t r0 = k * j.block, r1 = min(r0 + j.block, j.r)
     if j.is_double:
-        _ln_forward(<const double*>j.x, <const double*>j.gamma, <const double*>j.beta,
-                    <double*>j.y, <double*>j.mean_out, <double*>j.inv_std_out,
-                    j.d, j.eps, r0, r1)
+        ln_forward_f64(<const double*>j.x, <const double*>j.gamma, <const double*>j.beta,
+                       <double*>j.y, <double*>j.mean_out, <double*>j.inv_std_out,
+                       r0, r1, j.d, j.eps)
     else:
-        _ln_forward(<const float*>j.x, <const float*>j.gamma, <const float*>j.beta,
-                    <float*>j.y, <float*>j.mean_out, <float*>j.inv_std_out,
-                    j.d, j.eps, r0, r1)
+        ln_forward_f32(<const float*>j.x, <const float*>j.gamma, <const float*>j.beta,
+                       <float*>j.y, <float*>j.mean_out, <float*>j.inv_std_out,
+                       r0, r1, j.d, j.eps)
 
 
 cdef void _ln_backward_chunk(void* ctx, Py_ssize_t k) noexcept nogil:
     cdef RowJob* j = <RowJob*>ctx
     cdef Py_ssize_t r0 = k * j.block, r1 = min(r0 + j.block, j.r)
-    cdef double* sums = j.partial + k * 2 * j.d
     if j.is_double:
-        _ln_backward(<const double*>j.gy, <const double*>j.x, <const double*>j.mean,
-                     <const double*>j.inv_std, <const double*>j.gamma, <double*>j.gx,
-                     sums, j.d, r0, r1)
+        ln_backward_f64(<const double*>j.gy, <const double*>j.x, <const double*>j.mean,
+                        <const double*>j.inv_std, <const double*>j.gamma, <double*>j.gx,
+                        <double*>j.partial + k * 2 * j.d, r0, r1, j.d)
     else:
-        _ln_backward(<const float*>j.gy, <const float*>j.x, <const float*>j.mean,
-                     <const float*>j.inv_std, <const float*>j.gamma, <float*>j.gx,
-                     sums, j.d, r0, r1)
+        ln_backward_f32(<const float*>j.gy, <const float*>j.x, <const float*>j.mean,
+                        <const float*>j.inv_std, <const float*>j.gamma, <float*>j.gx,
+                        <float*>j.partial + k * 2 * j.d, r0, r1, j.d)
 
 
 cdef void _run_rows(chunk_task task, RowJob* job):
@@ -351,6 +300,7 @@ cdef void _run_rows(chunk_task task, RowJob* job):
     cdef Py_ssize_t blocks = _row_blocks(job.r, job.d)
     cdef Py_ssize_t k
     cdef bint alone = job.r * job.d < PARALLEL_SIZE or pool_threads() < 2
+    xgrad_vector_set_path(vector_path())
     job.block = (job.r + blocks - 1) // blocks if blocks else 0
     blocks = (job.r + job.block - 1) // job.block if job.block else 0
     with nogil:
@@ -364,8 +314,8 @@ cdef void _run_rows(chunk_task task, RowJob* job):
 def layer_norm_forward(x, gamma, beta, double eps):
     """(y, mean, inv_std) for ``x`` of shape (R, D), float32 or float64, each
     row normalized over its D elements, then scaled by ``gamma`` and shifted
-    by ``beta`` (D elements each); the statistics (R elements) accumulated
-    in double, in two passes."""
+    by ``beta`` (D elements each); the statistics (R elements) in two
+    passes (no cancellation), summed in x's dtype across vector lanes."""
     x = _contiguous(x, x.dtype)
     r, d = x.shape
     gamma = _contiguous(gamma, x.dtype).reshape(d)
@@ -393,7 +343,7 @@ def layer_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
     inv_std = _contiguous(inv_std, x.dtype)
     gamma = _contiguous(gamma, x.dtype).reshape(d)
     cdef Py_ssize_t blocks = _row_blocks(r, d)
-    partial = numpy.zeros((blocks, 2, d), numpy.float64)
+    partial = numpy.zeros((blocks, 2, d), x.dtype)
     cdef RowJob job
     if x.size:
         job.is_double = _is_double(x)
@@ -401,9 +351,9 @@ def layer_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
         job.gy, job.x, job.mean, job.inv_std, job.gamma = (
             _data(gy), _data(x), _data(mean), _data(inv_std), _data(gamma))
         job.gx = NULL if gx is None else _out(gx)
-        job.partial = <double*>cnp.PyArray_DATA(<cnp.ndarray>partial)
+        job.partial = _out(partial)
         _run_rows(_ln_backward_chunk, &job)
     sums = numpy.zeros((2, d), numpy.float64)
     for k in range(blocks):  # in order: the same bits at any thread count
-        sums += partial[k]
+        sums += partial[k]  # (in double)
     return gx, sums[0].astype(x.dtype), sums[1].astype(x.dtype)
