@@ -77,6 +77,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
             const T* restrict xs, T* restrict ys, ptrdiff_t n, double param) {   \
         const T p = (T)param;                                                    \
         (void)p;                                                                 \
+        XGRAD_EXP_LO_DECL(T)                                                     \
         XGRAD_SIMD                                                               \
         for (ptrdiff_t i = 0; i < n; i++) {                                      \
             const T x = xs[i];                                                   \
@@ -96,6 +97,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
             T* restrict out, ptrdiff_t n, double param) {                        \
         const T p = (T)param;                                                    \
         (void)p; (void)xs; (void)ys;                                             \
+        XGRAD_EXP_LO_DECL(T)                                                     \
         XGRAD_SIMD                                                               \
         for (ptrdiff_t i = 0; i < n; i++) {                                      \
             const T gy = gys[i];                                                 \
@@ -109,25 +111,53 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
         XGRAD_CALL(xgrad_##name##_##sfx, (gys, xs, ys, out, n, param));          \
     }
 
+/* exp(v) with every lane in the vector libraries' fast range and no
+ * arithmetic that underflows where the result is not tiny: libmvec (and
+ * SVML) take a scalar slow path for a whole vector when a lane underflows
+ * (v < -87.3 in float, -708.4 in double), and an underflowing multiply
+ * costs a microcode assist; a softmax over attention scores masked with
+ * -1e9 or -inf ran 7x slower. Under XGRAD_EXP_LO the result is a denormal
+ * or 0, computed as exp(v + 64) * exp(-64) (rounded twice: within a unit of
+ * the denormal's last place); under XGRAD_EXP_ZERO it is exp(lo) * 0. NaN
+ * and +inf pass through EXP as before.
+ *
+ * ``lo`` is XGRAD_EXP_LO hidden from the optimiser (XGRAD_EXP_LO_DECL, once
+ * per kernel, outside its loops): with a known constant GCC rewrites
+ * exp(a < LO ? LO : a) as a < LO ? exp(LO) : exp(a), and the slow lanes
+ * are back. */
+#define XGRAD_EXP_LO(T) ((T)(sizeof(T) == 4 ? -87.0 : -708.0))
+#define XGRAD_EXP_ZERO(T) ((T)(sizeof(T) == 4 ? -151.0 : -772.0))
+#define XGRAD_EXP_LO_DECL(T)                                                     \
+    T xgrad_exp_lo_ = XGRAD_EXP_LO(T);                                           \
+    __asm__("" : "+m"(xgrad_exp_lo_));                                           \
+    (void)xgrad_exp_lo_;
+#define XGRAD_SAFE_EXP(T, EXP, v) ({                                              \
+        const T v_ = (v);                                                        \
+        const int low_ = v_ < XGRAD_EXP_LO(T);                                   \
+        const int zero_ = v_ < XGRAD_EXP_ZERO(T);                                \
+        T a_ = v_ + (low_ ? (T)64 : (T)0);                                       \
+        a_ = a_ < xgrad_exp_lo_ ? xgrad_exp_lo_ : a_;                            \
+        EXP(a_) * (zero_ ? (T)0 : low_ ? (T)1.6038108905486378e-28 : (T)1); })
+
 /* sigmoid: exp of -|x| never overflows, and each side keeps full relative
  * accuracy (e / (1 + e) for x < 0 is exact in the far tail, where
  * 1 - 1/(1 + e) would round to 0). */
 #define XGRAD_FAMILY(T, sfx, EXP, LOG, TANH, LOG1P, EXPM1, FABS, ERF)                  \
-    XGRAD_UNARY(exp, T, sfx, EXP(x))                                             \
+    XGRAD_UNARY(exp, T, sfx, XGRAD_SAFE_EXP(T, EXP, x))                                             \
     XGRAD_UNARY(erf, T, sfx, ERF(x))                                             \
     /* gy * 2/sqrt(pi) * exp(-x^2) */                                            \
     XGRAD_GRAD(erf_grad, T, sfx,                                                 \
-        gy * ((T)1.1283791670955126 * EXP(-(xs[i] * xs[i]))))                    \
+        gy * ((T)1.1283791670955126 * XGRAD_SAFE_EXP(T, EXP, -(xs[i] * xs[i]))))                    \
     XGRAD_UNARY(log, T, sfx, LOG(x))                                             \
     XGRAD_UNARY(tanh, T, sfx, TANH(x))                                           \
     XGRAD_UNARY(sigmoid, T, sfx, ({                                              \
-        const T e = EXP(-FABS(x));                                               \
+        const T e = XGRAD_SAFE_EXP(T, EXP, -FABS(x));                                               \
         const T r = (T)1 / ((T)1 + e);                                           \
         x >= 0 ? r : e * r; }))                                                  \
     /* log(1 + exp(p x)) / p = (max(p x, 0) + log1p(exp(-|p x|))) / p */         \
     XGRAD_UNARY(softplus, T, sfx,                                                \
         ((p * x > 0 ? p * x : (T)0)                                              \
-         + LOG1P(EXP(-FABS(p * x)))) / p)                        \
+         + LOG1P(XGRAD_SAFE_EXP(T, EXP, -FABS(p * x)))) / p)                        \
     XGRAD_UNARY(leaky_relu, T, sfx, x >= 0 ? x : x * p)                          \
     /* expm1 of min(x, 0), taken unconditionally so the loop vectorises;   \
      * NaN stays NaN */                                                        \
@@ -137,7 +167,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     /* gy * sigmoid(p x) */                                                      \
     XGRAD_GRAD(softplus_grad, T, sfx, ({                                         \
         const T z = p * xs[i];                                                   \
-        const T e = EXP(-FABS(z));                                               \
+        const T e = XGRAD_SAFE_EXP(T, EXP, -FABS(z));                                               \
         const T r = (T)1 / ((T)1 + e);                                           \
         gy * (z >= 0 ? r : e * r); }))                                           \
     XGRAD_GRAD(leaky_relu_grad, T, sfx, xs[i] >= 0 ? gy : gy * p)                \
@@ -150,7 +180,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     XGRAD_GRAD(gelu_grad, T, sfx, ({                                             \
         const T x = xs[i];                                                       \
         gy * ((T)0.5 * ((T)1 + ERF(x * (T)0.70710678118654752))                  \
-              + x * (T)0.39894228040143268 * EXP((T)-0.5 * x * x)); }))          \
+              + x * (T)0.39894228040143268 * XGRAD_SAFE_EXP(T, EXP, (T)-0.5 * x * x)); }))          \
     XGRAD_UNARY(gelu_tanh, T, sfx, ({                                            \
         const T u = (T)0.79788456080286536 * (x + (T)0.044715 * x * x * x);      \
         (T)0.5 * x * ((T)1 + TANH(u)); }))                                       \
@@ -169,6 +199,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     ATTR static void xgrad_softmax_rows_##sfx##_##isa(                           \
             const T* restrict x, T* restrict y, ptrdiff_t rows, ptrdiff_t m,     \
             int log_space) {                                                     \
+        XGRAD_EXP_LO_DECL(T)                                                     \
         for (ptrdiff_t r = 0; r < rows; r++) {                                   \
             const T* xr = x + r * m;                                             \
             T* yr = y + r * m;                                                   \
@@ -179,14 +210,14 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
             T s = 0;                                                             \
             if (log_space) {                                                     \
                 XGRAD_SIMD_SUM(s)                                                \
-                for (ptrdiff_t j = 0; j < m; j++) s += EXP(xr[j] - mx);          \
+                for (ptrdiff_t j = 0; j < m; j++) s += XGRAD_SAFE_EXP(T, EXP, xr[j] - mx);          \
                 const T ls = LOG(s);                                             \
                 XGRAD_SIMD                                                       \
                 for (ptrdiff_t j = 0; j < m; j++) yr[j] = (xr[j] - mx) - ls;     \
             } else {                                                             \
                 XGRAD_SIMD_SUM(s)                                                \
                 for (ptrdiff_t j = 0; j < m; j++) {                              \
-                    const T e = EXP(xr[j] - mx);                                 \
+                    const T e = XGRAD_SAFE_EXP(T, EXP, xr[j] - mx);                                 \
                     yr[j] = e;                                                   \
                     s += e;                                                      \
                 }                                                                \
@@ -200,6 +231,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     ATTR static void xgrad_softmax_grad_rows_##sfx##_##isa(                      \
             const T* restrict gy, const T* restrict y, T* restrict gx,           \
             ptrdiff_t rows, ptrdiff_t m, int log_space) {                        \
+        XGRAD_EXP_LO_DECL(T)                                                     \
         for (ptrdiff_t r = 0; r < rows; r++) {                                   \
             const T* g = gy + r * m;                                             \
             const T* yr = y + r * m;                                             \
@@ -209,7 +241,7 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
                 XGRAD_SIMD_SUM(s)                                                \
                 for (ptrdiff_t j = 0; j < m; j++) s += g[j];                     \
                 XGRAD_SIMD                                                       \
-                for (ptrdiff_t j = 0; j < m; j++) o[j] = g[j] - EXP(yr[j]) * s;  \
+                for (ptrdiff_t j = 0; j < m; j++) o[j] = g[j] - XGRAD_SAFE_EXP(T, EXP, yr[j]) * s;  \
             } else {                                                             \
                 XGRAD_SIMD_SUM(s)                                                \
                 for (ptrdiff_t j = 0; j < m; j++) s += g[j] * yr[j];             \

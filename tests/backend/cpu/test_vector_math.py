@@ -283,3 +283,54 @@ def test_softmax_ops_through_the_row_kernels(op):
                                   rng.standard_normal((4, 9)), rng)
     _check_first_and_second_order(lambda xs: (op(xs[0], axis=-1),),
                                   rng.standard_normal((2, 3, 5)), rng)
+
+
+@pytest.mark.parametrize('dtype', (numpy.float32, numpy.float64), ids=lambda d: d.__name__)
+def test_exp_where_it_underflows(dtype):
+    """Under -87.3 (float) / -708.4 (double) exp's result is a denormal or
+    0: within 3 units of the denormal's last place from the true value, 0
+    far below and at -inf; NaN stays NaN. (These lanes are computed apart,
+    XGRAD_SAFE_EXP, so that they do not send a whole vector down the vector
+    library's slow path.)"""
+    lo = -110.0 if dtype == numpy.float32 else -760.0
+    edge = -87.0 if dtype == numpy.float32 else -708.0
+    far = -200.0 if dtype == numpy.float32 else -1000.0
+    with numpy.errstate(over='ignore'):
+        x = numpy.concatenate([numpy.linspace(lo, edge + 2, 100003),
+                               [far, -1e9, -numpy.inf, numpy.nan, -1e300]]).astype(dtype)
+    got = K.exp_forward(x).astype(numpy.longdouble)
+    want = numpy.exp(x.astype(numpy.longdouble))
+    tiny = numpy.longdouble(numpy.finfo(dtype).smallest_subnormal)
+    spacing = numpy.maximum(numpy.spacing(numpy.abs(want.astype(dtype))).astype(numpy.longdouble),
+                            tiny)
+    finite = ~numpy.isnan(x)
+    assert (numpy.abs(got - want)[finite] / spacing[finite]).max() <= 3
+    assert (got[-5:-2] == 0).all() and got[-1] == 0 and numpy.isnan(got[-2])
+
+
+@pytest.mark.parametrize('dtype', (numpy.float32, numpy.float64), ids=lambda d: d.__name__)
+@pytest.mark.parametrize('fill', [-1e9, -numpy.inf, 'far'])
+def test_masked_softmax_rows(dtype, fill):
+    """Attention scores masked with a very negative number or -inf: the
+    masked entries are exactly 0 (log: the fill minus the row's log-sum),
+    the rest the softmax of the kept entries, and the gradients too."""
+    rng = numpy.random.default_rng(1)
+    x = rng.standard_normal((6, 37)).astype(dtype)
+    keep = rng.random((6, 37)) < 0.6
+    keep[:, 0] = True
+    if fill == 'far':  # where exp rounds to 0: below the dtype's denormals
+        fill = -200.0 if dtype == numpy.float32 else -1000.0
+    xm = numpy.where(keep, x, dtype(fill))
+    p = K.softmax_last_axis(xm, False)
+    assert (p[~keep] == 0).all()
+    e = numpy.where(keep, numpy.exp(x - x.max(axis=1, keepdims=True)), 0)
+    numpy.testing.assert_allclose(p, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=0)
+    gy = rng.standard_normal((6, 37)).astype(dtype)
+    gx = K.softmax_last_axis_grad(gy, p, False)
+    want = p * (gy - (gy * p).sum(axis=1, keepdims=True))
+    numpy.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-6)
+    assert (gx[~keep] == 0).all()
+    logp = K.softmax_last_axis(xm, True)
+    gl = K.softmax_last_axis_grad(gy, logp, True)
+    numpy.testing.assert_allclose(gl, gy - p * gy.sum(axis=1, keepdims=True), rtol=1e-5,
+                                  atol=1e-5)
