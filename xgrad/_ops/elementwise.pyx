@@ -383,6 +383,12 @@ cdef class _Binary(Op):
     cdef object _grad(self, xp, int p, gy, a, b, y):
         raise NotImplementedError
 
+    cdef object _summed_grad(self, int p, gy, a, b, tuple shape):
+        """Operand ``p``'s gradient summed to ``shape`` (the operand is
+        broadcast), on host arrays, with the sum taken before the passes that
+        do not vary along the summed axes; None: sum ``_grad``'s result."""
+        return None
+
     cdef object _gpu_fwd(self, a, b):
         return _gpu_binary(self.op_name, a, b)
 
@@ -454,8 +460,13 @@ cdef class _Binary(Op):
         out = []
         for t in targets:
             p = 1 if (self.scalar_pos == 0 or t == 1) else 0
-            g = self._grad(xp, p, gy, a, b, y)
             node = self._any_input_node(t)
+            if xp is NP and self.scalar_pos == -1 and node.shape != gy.shape:
+                g = self._summed_grad(p, gy, a, b, node.shape)
+                if g is not None:
+                    out.append(g if g.dtype == node.dtype else g.astype(node.dtype))
+                    continue
+            g = self._grad(xp, p, gy, a, b, y)
             if not raw_meta_matches(g, node):
                 if g.shape != node.shape:
                     g = xp.sum_to(g, node.shape)
@@ -485,6 +496,10 @@ cdef class Subtract(_Binary):
         if p == 0:
             return gy
         return K.negative(gy) if xp is NP else -gy
+
+    cdef object _summed_grad(self, int p, gy, a, b, tuple shape):
+        # -sum(gy), not sum(-gy): the negation on the sum, not on gy
+        return K.negative(NP.sum_to(gy, shape)) if p == 1 else None
 
 
 cdef class Multiply(_Binary):
@@ -519,6 +534,14 @@ cdef class Divide(_Binary):
         if p == 0:
             return gy / b
         return -(gy / b) * a / b
+
+    cdef object _summed_grad(self, int p, gy, a, b, tuple shape):
+        # b broadcast (a layer norm's std over (N, 1)): b is constant along
+        # the summed axes, so -sum(gy a / b^2) = -sum(gy a) / b^2, one pass
+        # over gy's size instead of four
+        if p != 1 or b.dtype.kind != 'f' or b.shape != shape:
+            return None
+        return K.negative(NP.sum_to(K.multiply(gy, a), shape)) / (b * b)
 
 
 cdef class Power(_Binary):
