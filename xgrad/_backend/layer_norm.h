@@ -48,7 +48,7 @@
     }                                                                              \
                                                                                    \
     /* gx = is (g - mean(g) - x_hat mean(g x_hat)), g = gy gamma: per row     \
-     * a g + c x + b (gx NULL: the parameters' sums only) */                       \
+     * is g + c (x - m) + b (gx NULL: the parameters' sums only) */               \
     ATTR static void ln_backward_##sfx##_##isa(                                   \
             const T* restrict gy, const T* restrict x, const T* restrict mean,    \
             const T* restrict inv_std, const T* restrict gamma, T* restrict gx,   \
@@ -69,13 +69,13 @@
                 sxh[j] += g[j] * xh;                                               \
                 sgy[j] += g[j];                                                    \
             }                                                                      \
-            if (gx) {                                                              \
+            if (gx) { /* c (x - m), not c x - c m: no cancellation when |m| >> std */ \
                 T* o = gx + i * d;                                                 \
                 const T c = -is * is * sgx / (T)d;                                 \
-                const T b = -is * sg / (T)d - c * m;                               \
+                const T b = -is * sg / (T)d;                                       \
                 XGRAD_LN_PRAGMA(omp simd)                                          \
                 for (ptrdiff_t j = 0; j < d; j++)                                  \
-                    o[j] = is * (g[j] * gamma[j]) + c * xr[j] + b;                 \
+                    o[j] = is * (g[j] * gamma[j]) + c * (xr[j] - m) + b;           \
             }                                                                      \
         }                                                                          \
     }
