@@ -318,11 +318,10 @@ def _gelu(x, approximate='none'):
     y = native_kernels.gelu_forward(x, approximate == 'tanh')
     if y is not None:
         return y
-    xp = _args.module_of(x)
-    t = x.dtype.type
+    xp = _args.module_of(x)  # (Python floats: x's dtype is kept, NumPy or CuPy alike)
     if approximate == 'tanh':
-        return t(0.5) * x * (1 + xp.tanh(t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)))
-    return t(0.5) * x * (1 + _erf(x * t(_SQRT_HALF)))
+        return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + _erf(x * _SQRT_HALF))
 
 
 def _gelu_grad(xp, gy, x, y, approximate='none'):
