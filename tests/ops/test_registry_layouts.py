@@ -84,8 +84,9 @@ def _unaligned(a):
 
 
 def _reversed(a):
-    """Negative strides: a reversed copy read backwards along every axis."""
-    flip = (slice(None, None, -1),) * a.ndim
+    """Negative strides: a reversed copy read backwards along every axis
+    (the leading Ellipsis keeps a 0-d array an array, not a NumPy scalar)."""
+    flip = (Ellipsis,) + (slice(None, None, -1),) * a.ndim
     return numpy.array(a[flip], order='C')[flip]
 
 
