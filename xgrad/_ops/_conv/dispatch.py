@@ -24,7 +24,8 @@ import numpy
 from xgrad._backend import depthwise_kernels, host_gemm, native_kernels
 from xgrad._ops import _polyphase, _tap_groups, _winograd
 from xgrad._ops._conv import thresholds
-from xgrad._ops._conv.geometry import flipped, output_phase_taps, pointwise, prod as _prod
+from xgrad._ops._conv.geometry import (
+    as_2d, flipped, lift_1d, output_phase_taps, pointwise, prod as _prod)
 
 # The algorithms of each kernel, as force_conv_algorithm and conv_algorithm
 # name them.
@@ -568,6 +569,11 @@ def decide(kernel, host, xshape, wshape, geom, outsize, work, path=None, threads
     if not host:
         outsize = tuple(outsize[2:]) if kernel == 'grad_weight' else outsize
         return device_choice(kernel, xshape, wshape, geom, outsize, work, forced)
+    if len(xshape) == 3:  # (as the kernels run it: convolution._runs_as_2d)
+        outsize = lift_1d(outsize) if kernel == 'grad_weight' else (1,) + tuple(outsize)
+        found = decide(kernel, host, lift_1d(xshape), lift_1d(wshape), as_2d(geom), outsize,
+                       work, path, threads, forced)
+        return found._replace(reason=found.reason + ' (1-D: run as 2-D of height 1)')
     rules = thresholds.for_path(path)
     if threads is None:
         threads = native_kernels.max_threads()

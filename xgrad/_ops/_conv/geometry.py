@@ -136,6 +136,19 @@ def pointwise(geom, spatial, outsize):
             and tuple(spatial) == tuple(outsize))
 
 
+def as_2d(geom):
+    """The geometry of a 1-D convolution run as a 2-D one of height 1 (a
+    1-tap window, stride 1, no padding along the new axis): the host's
+    native kernels and planned algorithms are 2-D."""
+    return Geometry((1,) + tuple(geom.ksize), (1,) + tuple(geom.stride),
+                    (0,) + tuple(geom.pad), (1,) + tuple(geom.dilate), geom.groups)
+
+
+def lift_1d(shape):
+    """A 1-D convolution's array shape (N, C, L) as (N, C, 1, L)."""
+    return tuple(shape[:2]) + (1,) + tuple(shape[2:])
+
+
 def flipped(geom):
     """With stride 1, conv_transpose is conv with the kernel flipped and in
     and out swapped, padded by span - 1 - p: that conv's geometry, or None
