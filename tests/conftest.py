@@ -37,3 +37,18 @@ def _no_kept_conv_choices():
     convolution.clear_choices()
     yield
     convolution.clear_choices()
+
+
+@pytest.fixture
+def on_cpu_path():
+    """select(path): run the rest of the test on CPU path ``path`` (skipped
+    where this CPU lacks it); the path before is selected again after."""
+    from xgrad._backend import native_kernels
+    before = native_kernels.cpu_path()
+
+    def select(path):
+        if path not in native_kernels.cpu_paths():
+            pytest.skip('this CPU has no {} path'.format(path))
+        native_kernels._select_cpu_path(path)
+    yield select
+    native_kernels._select_cpu_path(before)

@@ -1,26 +1,9 @@
 """Checks shared by the convolution tests (test_convolution, test_polyphase,
-test_tap_groups): adjoint identities for the gradients, a record of which
-of an algorithm's entry points a call went through, and a fixture that runs
-a test on a given CPU path."""
+test_tap_groups): adjoint identities for the gradients and a record of which
+of an algorithm's entry points a call went through (the fixture that runs a
+test on a given CPU path, on_cpu_path, is in tests/conftest.py)."""
 
 import numpy
-import pytest
-
-from xgrad._backend import native_kernels
-
-
-@pytest.fixture
-def on_cpu_path():
-    """select(path): run the rest of the test on CPU path ``path`` (skipped
-    where this CPU lacks it); the path before is selected again after."""
-    before = native_kernels.cpu_path()
-
-    def select(path):
-        if path not in native_kernels.cpu_paths():
-            pytest.skip('this CPU has no {} path'.format(path))
-        native_kernels._select_cpu_path(path)
-    yield select
-    native_kernels._select_cpu_path(before)
 
 
 def data(shape, seed, dtype=numpy.float64):

@@ -18,8 +18,7 @@ from xgrad.testing import force_conv_algorithm
 from xgrad._ops._conv.reference import (
     reference_conv as _reference_conv, reference_conv_transpose as _reference_conv_transpose)
 
-from ._conv_checks import (  # NOQA: F401 (on_cpu_path: a fixture)
-    assert_adjoint_gradients, data as _data, on_cpu_path, strided_5x5_checked)
+from ._conv_checks import assert_adjoint_gradients, data as _data, strided_5x5_checked
 
 # Exact assertions here (issue 24's audit; the rule is in README, "Run the
 # tests"): assert_array_equal and == on floats are used only where the

@@ -268,6 +268,72 @@ def test_amax_propagates_nan_with_no_gradient():
     numpy.testing.assert_array_equal(_grad(y, x), [0, 0, 0])
 
 
+@pytest.mark.parametrize('path', ['sse2', 'avx2', 'avx512'])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape, axis', [
+    ((300, 37), 1), ((4, 5, 129), 2), ((6, 7, 8), (1, 2)), ((1000,), 0), ((3, 200_000), 1),
+    ((400_000,), None), ((2, 3, 4), None), ((5, 1), 1)])
+def test_extremum_over_trailing_axes_is_numpys_with_nan_and_inf(on_cpu_path, path, dtype,
+                                                                shape, axis):
+    """The native rows (native_kernels.extremum_trailing, on every CPU path,
+    whole arrays in blocks): NumPy's values, NaN in any row (lane or tail)
+    that holds one, infinities kept, keepdims' shape."""
+    on_cpu_path(path)
+    rng = numpy.random.RandomState(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[rng.randint(0, flat.size, 3)] = numpy.nan  # (rows without one too)
+    flat[rng.randint(0, flat.size, 3)] = numpy.inf
+    flat[rng.randint(0, flat.size, 3)] = -numpy.inf
+    for f, ref in ((xgrad.amax, numpy.amax), (xgrad.amin, numpy.amin)):
+        for keepdims in (False, True):
+            got = f(xgrad.array(x), axis=axis, keepdims=keepdims).to_numpy()
+            want = ref(x, axis=axis, keepdims=keepdims)
+            assert got.shape == want.shape and got.dtype == dtype
+            # (exact: an extremum is one of the elements, NaN where NumPy's is)
+            numpy.testing.assert_array_equal(got, want)
+        # the gradient: gy at every element equal to its row's extremum
+        # (extremum_trailing_grad), none in a row whose extremum is NaN
+        xa = xgrad.array(x).require_grad()
+        y = f(xa, axis=axis, keepdims=True)
+        gy = rng.standard_normal(y.shape).astype(dtype)
+        gx, = xgrad.grad([y], [xa], grad_outputs=[xgrad.array(gy)])
+        e = ref(x, axis=axis, keepdims=True)
+        numpy.testing.assert_array_equal(gx.to_numpy(), numpy.where(x == e, gy, 0))
+
+
+@pytest.mark.parametrize('threads', [1, 2, 3])
+def test_extremum_is_the_same_with_any_thread_count(threads):
+    from xgrad._backend import native_kernels
+    rng = numpy.random.RandomState(1)
+    x = rng.standard_normal((7, 300_001)).astype(numpy.float32)
+    native_kernels.set_thread_limit(threads)
+    try:
+        rows = xgrad.amax(xgrad.array(x), axis=1).to_numpy()
+        whole = xgrad.amin(xgrad.array(x)).to_numpy()
+    finally:
+        native_kernels.set_thread_limit(0)
+    numpy.testing.assert_array_equal(rows, x.max(axis=1))
+    assert whole == x.min()
+
+
+def test_extremum_of_other_layouts_and_axes_is_numpys():
+    rng = numpy.random.RandomState(2)
+    x = rng.standard_normal((6, 8, 10))
+    for view in (x[:, ::2], x.transpose(2, 0, 1), x.astype('>f8'), x.astype(numpy.float16)):
+        for axis in (0, 1, (0, 2), -1, None):
+            numpy.testing.assert_array_equal(
+                xgrad.amax(xgrad.asarray(view), axis=axis).to_numpy(), numpy.amax(view, axis))
+
+
+def test_extremum_gradient_over_trailing_axes_with_ties():
+    x = _leaf(numpy.array([[[1.0, 4.0], [4.0, 2.0]], [[0.0, -1.0], [-1.0, -3.0]]]))
+    numpy.testing.assert_array_equal(_grad(xgrad.amax(x, axis=(1, 2)), x),
+                                     [[[0, 1], [1, 0]], [[1, 0], [0, 0]]])
+    numpy.testing.assert_array_equal(_grad(xgrad.amin(x, axis=(1, 2), keepdims=True), x),
+                                     [[[1, 0], [0, 0]], [[0, 0], [0, 1]]])
+
+
 # ---------------------------------------------------------------------------
 # cumsum, nansum
 

@@ -57,10 +57,14 @@ XGRAD_VEC_DECL double erf(double);
 #define XGRAD_SIMD _Pragma("omp simd")
 #define XGRAD_SIMD_SUM(v) XGRAD_PRAGMA(omp simd reduction(+:v))
 #define XGRAD_SIMD_MAX(v) XGRAD_PRAGMA(omp simd reduction(max:v))
+#define XGRAD_SIMD_MIN_OR(v, w) XGRAD_PRAGMA(omp simd reduction(min:v) reduction(|:w))
+#define XGRAD_SIMD_MAX_OR(v, w) XGRAD_PRAGMA(omp simd reduction(max:v) reduction(|:w))
 #else
 #define XGRAD_SIMD
 #define XGRAD_SIMD_SUM(v)
 #define XGRAD_SIMD_MAX(v)
+#define XGRAD_SIMD_MIN_OR(v, w)
+#define XGRAD_SIMD_MAX_OR(v, w)
 #endif
 
 typedef void (*xgrad_unary_f32)(const float*, float*, ptrdiff_t, double);
@@ -279,6 +283,43 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
     }
 XGRAD_SUM(float, f32)
 XGRAD_SUM(double, f64)
+
+/* The maximum (minimum if `minimum`) of each of `rows` rows of m >= 1
+ * elements, NaN where a row holds one (NumPy's amax/amin). A max-reduction
+ * across the lanes, NaN tracked beside it: exact in any order, so the
+ * result is the same on every path and with any split of the rows. */
+#define XGRAD_EXTREMUM_AT(isa, ATTR, T, sfx)                                     \
+    ATTR static void xgrad_extremum_rows_##sfx##_##isa(                          \
+            const T* restrict x, T* restrict out, ptrdiff_t rows, ptrdiff_t m,   \
+            int minimum) {                                                       \
+        for (ptrdiff_t r = 0; r < rows; r++) {                                   \
+            const T* xr = x + r * m;                                             \
+            T e = xr[0];                                                         \
+            int nan = 0;                                                         \
+            if (minimum) {                                                       \
+                XGRAD_SIMD_MIN_OR(e, nan)                                        \
+                for (ptrdiff_t j = 0; j < m; j++) {                              \
+                    e = xr[j] < e ? xr[j] : e;                                   \
+                    nan |= xr[j] != xr[j];                                       \
+                }                                                                \
+            } else {                                                             \
+                XGRAD_SIMD_MAX_OR(e, nan)                                        \
+                for (ptrdiff_t j = 0; j < m; j++) {                              \
+                    e = xr[j] > e ? xr[j] : e;                                   \
+                    nan |= xr[j] != xr[j];                                       \
+                }                                                                \
+            }                                                                    \
+            out[r] = nan ? (T)NAN : e;                                           \
+        }                                                                        \
+    }
+#define XGRAD_EXTREMUM(T, sfx)                                                   \
+    XGRAD_EACH_PATH(XGRAD_EXTREMUM_AT, T, sfx)                                   \
+    static void xgrad_extremum_rows_##sfx(const T* x, T* out, ptrdiff_t rows,    \
+                                          ptrdiff_t m, int minimum) {            \
+        XGRAD_CALL(xgrad_extremum_rows_##sfx, (x, out, rows, m, minimum));       \
+    }
+XGRAD_EXTREMUM(float, f32)
+XGRAD_EXTREMUM(double, f64)
 
 XGRAD_FAMILY(float, f32, expf, logf, tanhf, log1pf, expm1f, fabsf, erff)
 XGRAD_FAMILY(double, f64, exp, log, tanh, log1p, expm1, fabs, erf)

@@ -291,15 +291,36 @@ def prod(a, axis=None, keepdims=False):
 # ---------------------------------------------------------------------------
 # amax, amin
 
+def _reduce_extremum(x, axes, keepdims, minimum=False):
+    """The maximum (``minimum``: the minimum) of raw ``x`` over ``axes``:
+    over trailing axes of a contiguous host float32/64 array one vector
+    pass a row (native_kernels.extremum_trailing), else NumPy's (CuPy's)."""
+    kept = x.ndim - len(axes)
+    if type(x) is numpy.ndarray and axes == tuple(range(kept, x.ndim)):
+        y = native_kernels.extremum_trailing(x, kept, minimum)
+        if y is not None:
+            return y.reshape(_kept_shape(x.shape, axes)) if keepdims else y
+    xp = _args.module_of(x)
+    return (xp.amin if minimum else xp.amax)(x, axis=axes, keepdims=keepdims)
+
+
 class _Extremum(_Reduction):
     """y = max (min) over axes; the gradient goes, undivided, to every
     element equal to the result (ChainerX's rule for ties)."""
-    reducer = None
+    minimum = False
     uses_output = True
 
     def reduce(self, x):
-        reducer = _args.in_module(type(self).reducer, _args.module_of(x))
-        return reducer(x, axis=self.axes, keepdims=self.keepdims)
+        return _reduce_extremum(x, self.axes, self.keepdims, self.minimum)
+
+    def grads(self, xp, targets, gys, xs, ys):
+        x = xs[0]
+        if type(x) is numpy.ndarray and self.axes == tuple(range(x.ndim - len(self.axes),
+                                                                 x.ndim)):
+            gx = native_kernels.extremum_trailing_grad(gys[0], x, ys[0])  # (or None)
+            if gx is not None:
+                return (gx,)
+        return super().grads(xp, targets, gys, xs, ys)
 
     def grad(self, xp, x, gy, y):
         return xp.where(x == y, gy, 0)
@@ -307,12 +328,11 @@ class _Extremum(_Reduction):
 
 class AMax(_Extremum):
     op_name = 'amax'
-    reducer = staticmethod(numpy.amax)
 
 
 class AMin(_Extremum):
     op_name = 'amin'
-    reducer = staticmethod(numpy.amin)
+    minimum = True
 
 
 def _extremum(op, cls, what):
@@ -464,7 +484,7 @@ def _shifted(x, axes, dtype):
         m = _args.module_of(x).zeros(_kept_shape(x.shape, axes), work)
     else:
         xp = _args.module_of(x)
-        m = x.max(axis=axes, keepdims=True)
+        m = _reduce_extremum(x, axes, True)
         m = xp.where(xp.isfinite(m), m, work.type(0))
     return _args.array_result(x - m), m  # 0-d: an array, not a NumPy scalar
 
