@@ -10,9 +10,7 @@ stays fast. The long run is one command::
         --hypothesis-profile=adversarial-long
 
 (2,000 random examples per property test; add ``--hypothesis-show-statistics``
-for the counts). Known finding of the long run, not fixed yet: batch_norm's
-native kernel refuses a read-only ``beta`` ("buffer source array is
-read-only").
+for the counts).
 """
 
 import pytest

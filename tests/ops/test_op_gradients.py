@@ -140,6 +140,12 @@ UNARY = [
     ('pow_scalar_two_float', lambda xp, x: xp.power(x, 2.0), real, False),
     ('pow_scalar_float', lambda xp, x: x ** 2.5, positive, False),
     ('pow_scalar_negative', lambda xp, x: xp.power(x, -1.5), positive, False),
+    # (by products, a reciprocal or a square root: elementwise._power_by_products)
+    ('pow_scalar_four', lambda xp, x: x ** 4, real, True),
+    ('pow_scalar_three_float', lambda xp, x: xp.power(x, 3.0), real, False),
+    ('pow_scalar_minus_one', lambda xp, x: x ** -1.0, nonzero, False),
+    ('pow_scalar_minus_two', lambda xp, x: x ** -2.0, nonzero, False),
+    ('pow_scalar_half', lambda xp, x: x ** 0.5, positive, False),
     ('rpow_scalar', lambda xp, x: 2.0 ** x, real, False),
     ('rpow_scalar_func', lambda xp, x: xp.power(1.5, x), real, False),
     ('add_scalar', lambda xp, x: x + 1.5, real, True),
@@ -775,3 +781,26 @@ def test_broadcast_binary_gradient_is_reduced():
     (a * b).backward()
     assert b.grad.shape == (3,)
     assert b.grad.tolist() == [5.0, 7.0, 9.0]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('exponent', [2, 3, 4, -1, -2, 0.5, 3.0, -2.0])
+def test_powers_by_products_are_within_two_ulps_of_pow(dtype, exponent):
+    """x ** n for the exponents computed by products, a reciprocal or a
+    square root: within 2 ulps of NumPy's power, and its infinities, zeros
+    and NaNs (negative bases, zeros, infinities, NaN, the extremes)."""
+    info = numpy.finfo(dtype)
+    rng = numpy.random.RandomState(0)
+    x = numpy.concatenate([rng.standard_normal(1000) * 10, rng.uniform(-2, 2, 1000),
+                           [0.0, -0.0, 1.0, -1.0, numpy.inf, -numpy.inf, numpy.nan,
+                            float(info.tiny), float(info.max), -float(info.max)]]).astype(dtype)
+    with numpy.errstate(all='ignore'):
+        got = (xgrad.array(x) ** exponent).to_numpy()
+        want = numpy.power(x, dtype(exponent))
+    assert got.dtype == dtype
+    finite = numpy.isfinite(want) & (numpy.abs(want) >= info.tiny)
+    ulps = numpy.abs(got[finite].astype(float) - want[finite]) / numpy.spacing(
+        numpy.abs(want[finite]))
+    assert ulps.max() <= 2, (exponent, ulps.max())
+    # (beyond the finite normal values: the same infinities, zeros and NaNs)
+    numpy.testing.assert_array_equal(got[~finite], want[~finite])

@@ -33,6 +33,9 @@ cdef object np_minimum = numpy.minimum
 cdef object np_absolute = numpy.absolute
 cdef object np_log = numpy.log
 cdef object np_sqrt = numpy.sqrt
+cdef object np_multiply = numpy.multiply
+cdef object np_reciprocal = numpy.reciprocal
+cdef object FLOAT32_64 = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 cdef object NP = numpy_ns
 cdef type NPA = numpy.ndarray
 cdef tuple _RETAIN_0 = (0,)
@@ -544,6 +547,37 @@ cdef class Divide(_Binary):
         return K.negative(NP.sum_to(K.multiply(gy, a), shape)) / (b * b)
 
 
+cdef object _power_by_products(object a, object b):
+    """a ** b for a host float32/64 array ``a`` and an exponent b of 2, 3,
+    4, -1, -2 or 0.5 by products, a reciprocal or a square root; None for
+    other operands. numpy.power runs C's pow() element by element for all
+    but 2 (and 0.5 on Python floats only), glibc's slow path on negative
+    bases: x ** 3 over (1024, 1024) float32 took 45 ms, two products 1.3
+    ms (torch 0.08). A product rounds once more than pow(): within 2 ulps."""
+    if type(a) is not NPA or (<object>a).dtype not in FLOAT32_64:
+        return None
+    try:
+        e = float(b)
+    except (TypeError, ValueError):
+        return None
+    if e == 0.5:
+        return np_sqrt(a)
+    if e == -1:
+        return np_reciprocal(a)
+    if e not in (2, 3, 4, -2):
+        return None
+    y = np_square(a)
+    if type(y) is not NPA:  # (0-d: NumPy gave a scalar)
+        y = numpy.asarray(y)
+    if e == 3:
+        return np_multiply(y, a, out=y)
+    if e == 4:
+        return np_square(y, out=y)
+    if e == -2:
+        return np_reciprocal(y, out=y)
+    return y
+
+
 cdef class Power(_Binary):
     op_name = 'power'
     cdef bint square  # x ** 2
@@ -559,6 +593,10 @@ cdef class Power(_Binary):
             # pow loop (four times the time of a product); square is x * x,
             # the correctly rounded square that pow also returns.
             return np_square(a)
+        if self.scalar_pos == 1:
+            y = _power_by_products(a, b)
+            if y is not None:
+                return y
         return np_power(a, b)
 
     cdef object _gpu_fwd(self, a, b):
@@ -569,6 +607,10 @@ cdef class Power(_Binary):
         if p == 0:
             if self.square:  # square's gradient: 2 * gy * a in one pass
                 return K.square_grad(gy, a) if xp is NP else gy * (a * 2)
+            if self.scalar_pos == 1 and xp is NP:
+                d = _power_by_products(a, b - 1)
+                if d is not None:
+                    return gy * b * d
             return gy * b * (a ** (b - 1))
         if self.scalar_pos == 0:
             return gy * y * (math.log(a) if a > 0 else math.nan)
