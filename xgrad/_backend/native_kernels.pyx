@@ -51,6 +51,12 @@ cdef Py_ssize_t SMALL = 4096
 cdef Py_ssize_t NOGIL_SIZE = 32768
 
 
+cdef extern from "half_cast.h" nogil:
+    int xgrad_half_cast_supported()
+    void xgrad_float_to_half(const float*, unsigned short*, Py_ssize_t)
+    void xgrad_half_to_float(const unsigned short*, float*, Py_ssize_t)
+
+
 cdef extern from "vector_math.h" nogil:
     ctypedef void (*xgrad_unary_f32)(const float*, float*, Py_ssize_t, double)
     ctypedef void (*xgrad_unary_f64)(const double*, double*, Py_ssize_t, double)
@@ -1240,6 +1246,49 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
             for r in range(s.step):
                 total += xgrad_sum_f64(<double*>s.a + (r * s.n + ch) * s.m, s.m)
             (<double*>s.out)[ch] = total / s.p
+
+
+cpdef object cast_half(object x, object dtype):
+    """``x`` (float32 or float16, C-contiguous, aligned, in native byte
+    order) cast to ``dtype``, the other of the two, by F16C (half_cast.h),
+    split over the pool; None for other arrays and dtypes, or where F16C is
+    not used (the SSE2 path, a CPU without it)."""
+    if type(x) is not cnp.ndarray or not xgrad_half_cast_supported():
+        return None
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef int t = cnp.PyArray_TYPE(a), to
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+            and cnp.PyArray_ISNOTSWAPPED(a)):
+        return None
+    if t == cnp.NPY_FLOAT and dtype == HALF_DTYPE:
+        to = NPY_HALF
+    elif t == NPY_HALF and dtype == FLOAT_DTYPE:
+        to = cnp.NPY_FLOAT
+    else:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), to, 0)
+    cdef Span s
+    s.t, s.a, s.out, s.n = t, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out), \
+        cnp.PyArray_SIZE(a)
+    if s.n >= NOGIL_SIZE:
+        with nogil:
+            _split(_cast_half_chunk, &s, _threads_for(s.n, GRAIN_ARITHMETIC))
+    else:
+        _split(_cast_half_chunk, &s, 1)
+    return out
+
+
+cdef object HALF_DTYPE = numpy.dtype(numpy.float16)
+cdef object FLOAT_DTYPE = numpy.dtype(numpy.float32)
+
+
+cdef void _cast_half_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t start = c * s.chunk, k = min(s.chunk, s.n - start)
+    if s.t == cnp.NPY_FLOAT:
+        xgrad_float_to_half(<float*>s.a + start, <unsigned short*>s.out + start, k)
+    else:
+        xgrad_half_to_float(<unsigned short*>s.a + start, <float*>s.out + start, k)
 
 
 cpdef object extremum_trailing(object x, int kept, bint minimum):

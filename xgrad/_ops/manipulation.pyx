@@ -12,6 +12,7 @@ from xgrad import _device as _device_module
 from xgrad._context import get_default_context
 from xgrad._backend import cuda
 from xgrad._backend.cuda import device_key as _device_key
+from xgrad._backend.native_kernels import cast_half as _cast_half
 
 from xgrad._array cimport ndarray, _wrap
 from xgrad._function_node cimport apply1, apply_to_device
@@ -185,7 +186,8 @@ cdef class AsType(Op):
 
     cpdef forward(self, inputs):
         self.in_dtype = inputs[0].dtype
-        return (inputs[0].astype(self.dtype),)
+        y = _cast_half(inputs[0], self.dtype)  # (float32 <-> float16 by F16C, or None)
+        return (inputs[0].astype(self.dtype) if y is None else y,)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.cast(gys[0], self.in_dtype),)
