@@ -408,3 +408,57 @@ def test_softmax_axis_none_is_axis_1():
                                      xgrad.log_softmax(x, axis=1).to_numpy())
     # logsumexp reduces every axis by default.
     assert xgrad.logsumexp(x).shape == ()
+
+
+def _softmax_ref(x, axis, log):
+    x64 = x.astype(numpy.float64)
+    m = x64.max(axis=axis, keepdims=True)
+    m = numpy.where(numpy.isfinite(m), m, 0)
+    e = numpy.exp(x64 - m)
+    s = e.sum(axis=axis, keepdims=True)
+    return x64 - m - numpy.log(s) if log else e / s
+
+
+@pytest.mark.parametrize('path', ['sse2', 'avx2', 'avx512'])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape, axis', [((4, 10, 9, 31), 1), ((3, 5, 300), 1), ((7, 2, 3), 0),
+                                         ((2, 3, 4, 5), 2), ((2, 1, 600), 1)])
+@pytest.mark.parametrize('log', [False, True])
+def test_softmax_over_a_middle_axis(on_cpu_path, path, dtype, shape, axis, log):
+    """The native column tiles (native_kernels.softmax_axis): the float64
+    formula's values, NaN where a column holds one, the rows kernel's rule
+    for infinite maxima, and the closed-form gradients."""
+    on_cpu_path(path)
+    rng = numpy.random.RandomState(0)
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    flat = x.reshape(-1)
+    flat[[0, 7, 20]] = [numpy.nan, numpy.inf, -numpy.inf]
+    f = xgrad.log_softmax if log else xgrad.softmax
+    xa = xgrad.array(x).require_grad()
+    y = f(xa, axis=axis)
+    with numpy.errstate(all='ignore'):
+        want = _softmax_ref(x, axis, log)
+    tol = 1e-5 if dtype == numpy.float32 else 1e-12
+    numpy.testing.assert_allclose(y.to_numpy(), want, rtol=tol, atol=tol)
+    gy = rng.standard_normal(shape).astype(dtype)
+    gx, = xgrad.grad([y], [xa], grad_outputs=[xgrad.array(gy)])
+    y64 = y.to_numpy().astype(numpy.float64)
+    with numpy.errstate(all='ignore'):
+        want_g = (gy - numpy.exp(y64) * gy.sum(axis=axis, keepdims=True) if log
+                  else y64 * (gy - (gy * y64).sum(axis=axis, keepdims=True)))
+    numpy.testing.assert_allclose(gx.to_numpy(), want_g, rtol=tol * 10, atol=tol * 10)
+
+
+def test_softmax_over_a_middle_axis_is_the_same_with_any_thread_count():
+    from xgrad._backend import native_kernels
+    x = numpy.random.RandomState(1).standard_normal((8, 21, 40, 40)).astype(numpy.float32)
+    results = []
+    for threads in (1, 2, 3):
+        native_kernels.set_thread_limit(threads)
+        try:
+            results.append(xgrad.log_softmax(xgrad.array(x), axis=1).to_numpy())
+        finally:
+            native_kernels.set_thread_limit(0)
+    # (exact: each column's sums run in the same order, whatever the split)
+    numpy.testing.assert_array_equal(results[0], results[1])
+    numpy.testing.assert_array_equal(results[0], results[2])

@@ -133,6 +133,15 @@ cdef extern from "vector_math.h" nogil:
                                      Py_ssize_t, int)
     void xgrad_softmax_grad_rows_f64(const double*, const double*, double*, Py_ssize_t,
                                      Py_ssize_t, int)
+    enum: XGRAD_MID_TILE
+    void xgrad_softmax_mid_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                               Py_ssize_t, int)
+    void xgrad_softmax_mid_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                               Py_ssize_t, int)
+    void xgrad_softmax_grad_mid_f32(const float*, const float*, float*, Py_ssize_t,
+                                    Py_ssize_t, Py_ssize_t, Py_ssize_t, int)
+    void xgrad_softmax_grad_mid_f64(const double*, const double*, double*, Py_ssize_t,
+                                    Py_ssize_t, Py_ssize_t, Py_ssize_t, int)
     enum: XGRAD_HAS_PATHS
     int xgrad_vector_supported(int path)
     int xgrad_vector_set_path(int path)
@@ -1653,6 +1662,101 @@ cdef void _softmax_grad_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
     cdef Span* s = <Span*>ctx
     cdef Py_ssize_t r0 = c * s.chunk
     _softmax_grad_rows(s.t, s.flag, s.a, s.b, s.out, r0, min(s.chunk, s.n - r0), s.m)
+
+
+cpdef object softmax_axis(object x, int axis, bint log):
+    """softmax (log_softmax if ``log``) over axis ``axis`` of a float32/64
+    array, or None (other dtypes, 0-d, empty): the last axis by the rows
+    kernel, another (the channels of (N, C, H, W)) by tiles of XGRAD_MID_TILE
+    columns of its (outer, m, inner) blocks, split over the pool."""
+    cdef int t = _vector_dtype(x)
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+        return None
+    cdef int nd = cnp.PyArray_NDIM(<cnp.ndarray>x)
+    if not 0 <= axis < nd:
+        return None
+    if axis == nd - 1:
+        return softmax_last_axis(x, log)
+    cdef cnp.ndarray a = _contiguous(x)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    if n == 0:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(a), t, 0)
+    cdef Span s
+    s.t, s.flag, s.a, s.out = t, log, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out)
+    _mid_blocks(a, axis, &s)
+    with nogil:
+        _split_rows(_softmax_mid_chunk, &s, _threads_for(n, GRAIN_VECTOR))
+    return out
+
+
+cpdef object softmax_axis_grad(object gy, object y, int axis, bint log):
+    """The gradient of softmax_axis from gy and its output y, or None."""
+    cdef int t = _vector_dtype(y)
+    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE or _vector_dtype(gy) != t
+            or not _same_shape(<cnp.ndarray>gy, <cnp.ndarray>y)):
+        return None
+    cdef int nd = cnp.PyArray_NDIM(<cnp.ndarray>y)
+    if not 0 <= axis < nd:
+        return None
+    if axis == nd - 1:
+        return softmax_last_axis_grad(gy, y, log)
+    cdef cnp.ndarray g = _contiguous(gy)
+    cdef cnp.ndarray ya = _contiguous(y)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(ya)
+    if n == 0:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(ya), t, 0)
+    cdef Span s
+    s.t, s.flag, s.a, s.b, s.out = (t, log, <char*>cnp.PyArray_DATA(g),
+                                    <char*>cnp.PyArray_DATA(ya), <char*>cnp.PyArray_DATA(out))
+    _mid_blocks(ya, axis, &s)
+    with nogil:
+        _split_rows(_softmax_grad_mid_chunk, &s, _threads_for(n, GRAIN_VECTOR))
+    return out
+
+
+cdef void _mid_blocks(cnp.ndarray a, int axis, Span* s):
+    """s.m: the axis's length; s.step: the elements after it (inner); s.n:
+    the tiles, (outer blocks) x (tiles of XGRAD_MID_TILE columns a block)."""
+    cdef Py_ssize_t outer = 1, inner = 1
+    cdef int k
+    for k in range(axis):
+        outer *= cnp.PyArray_DIM(a, k)
+    for k in range(axis + 1, cnp.PyArray_NDIM(a)):
+        inner *= cnp.PyArray_DIM(a, k)
+    s.m, s.step = cnp.PyArray_DIM(a, axis), inner
+    s.n = outer * ((inner + XGRAD_MID_TILE - 1) // XGRAD_MID_TILE)
+
+
+cdef void _softmax_mid_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t tiles = (s.step + XGRAD_MID_TILE - 1) // XGRAD_MID_TILE, u, o, j0
+    cdef Py_ssize_t block = s.m * s.step
+    for u in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
+        o, j0 = u // tiles, (u % tiles) * XGRAD_MID_TILE
+        if s.t == cnp.NPY_FLOAT:
+            xgrad_softmax_mid_f32(<float*>s.a + o * block, <float*>s.out + o * block, s.m,
+                                  s.step, j0, min(j0 + XGRAD_MID_TILE, s.step), s.flag)
+        else:
+            xgrad_softmax_mid_f64(<double*>s.a + o * block, <double*>s.out + o * block, s.m,
+                                  s.step, j0, min(j0 + XGRAD_MID_TILE, s.step), s.flag)
+
+
+cdef void _softmax_grad_mid_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef Span* s = <Span*>ctx
+    cdef Py_ssize_t tiles = (s.step + XGRAD_MID_TILE - 1) // XGRAD_MID_TILE, u, o, j0
+    cdef Py_ssize_t block = s.m * s.step
+    for u in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
+        o, j0 = u // tiles, (u % tiles) * XGRAD_MID_TILE
+        if s.t == cnp.NPY_FLOAT:
+            xgrad_softmax_grad_mid_f32(<float*>s.a + o * block, <float*>s.b + o * block,
+                                       <float*>s.out + o * block, s.m, s.step, j0,
+                                       min(j0 + XGRAD_MID_TILE, s.step), s.flag)
+        else:
+            xgrad_softmax_grad_mid_f64(<double*>s.a + o * block, <double*>s.b + o * block,
+                                       <double*>s.out + o * block, s.m, s.step, j0,
+                                       min(j0 + XGRAD_MID_TILE, s.step), s.flag)
 
 
 # -- sum of every element ---------------------------------------------------------

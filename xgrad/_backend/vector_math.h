@@ -255,8 +255,113 @@ typedef void (*xgrad_grad_f64)(const double*, const double*, const double*, doub
         }                                                                        \
     }
 
+/* Softmax over the middle axis of (outer, m, inner) blocks, inner > 1 (the
+ * channels of (N, C, H, W)): one block's columns j0..j1 (at most
+ * XGRAD_MID_TILE of them), each a softmax over its m elements strided by
+ * inner, computed a row of the tile at a time (vectorised along the columns).
+ * The shift and its rules are the rows kernel's; the sums run along m in
+ * order, so a result does not depend on how the tiles are split. */
+#define XGRAD_MID_TILE 256
+#define XGRAD_SOFTMAX_MID_AT(isa, ATTR, T, sfx, EXP, LOG)                        \
+    ATTR static void xgrad_softmax_mid_##sfx##_##isa(                            \
+            const T* restrict x, T* restrict y, ptrdiff_t m, ptrdiff_t inner,    \
+            ptrdiff_t j0, ptrdiff_t j1, int log_space) {                         \
+        XGRAD_EXP_LO_DECL(T)                                                     \
+        T mx[XGRAD_MID_TILE], s[XGRAD_MID_TILE];                                 \
+        const ptrdiff_t w = j1 - j0;                                             \
+        x += j0;                                                                 \
+        y += j0;                                                                 \
+        for (ptrdiff_t j = 0; j < w; j++) { mx[j] = -INFINITY; s[j] = 0; }       \
+        for (ptrdiff_t k = 0; k < m; k++) {                                      \
+            const T* xr = x + k * inner;                                         \
+            XGRAD_SIMD                                                           \
+            for (ptrdiff_t j = 0; j < w; j++) mx[j] = xr[j] > mx[j] ? xr[j] : mx[j]; \
+        }                                                                        \
+        for (ptrdiff_t j = 0; j < w; j++) if (!isfinite(mx[j])) mx[j] = 0;      \
+        if (log_space) {                                                         \
+            for (ptrdiff_t k = 0; k < m; k++) {                                  \
+                const T* xr = x + k * inner;                                     \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) s[j] += XGRAD_SAFE_EXP(T, EXP, xr[j] - mx[j]); \
+            }                                                                    \
+            for (ptrdiff_t j = 0; j < w; j++) s[j] = LOG(s[j]);                  \
+            for (ptrdiff_t k = 0; k < m; k++) {                                  \
+                const T* xr = x + k * inner;                                     \
+                T* yr = y + k * inner;                                           \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) yr[j] = (xr[j] - mx[j]) - s[j]; \
+            }                                                                    \
+        } else {                                                                 \
+            for (ptrdiff_t k = 0; k < m; k++) {                                  \
+                const T* xr = x + k * inner;                                     \
+                T* yr = y + k * inner;                                           \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) {                              \
+                    const T e = XGRAD_SAFE_EXP(T, EXP, xr[j] - mx[j]);           \
+                    yr[j] = e;                                                   \
+                    s[j] += e;                                                   \
+                }                                                                \
+            }                                                                    \
+            for (ptrdiff_t k = 0; k < m; k++) {                                  \
+                T* yr = y + k * inner;                                           \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) yr[j] = yr[j] / s[j];          \
+            }                                                                    \
+        }                                                                        \
+    }                                                                            \
+                                                                                 \
+    ATTR static void xgrad_softmax_grad_mid_##sfx##_##isa(                       \
+            const T* restrict gy, const T* restrict y, T* restrict gx,           \
+            ptrdiff_t m, ptrdiff_t inner, ptrdiff_t j0, ptrdiff_t j1,            \
+            int log_space) {                                                     \
+        XGRAD_EXP_LO_DECL(T)                                                     \
+        T s[XGRAD_MID_TILE];                                                     \
+        const ptrdiff_t w = j1 - j0;                                             \
+        gy += j0;                                                                \
+        y += j0;                                                                 \
+        gx += j0;                                                                \
+        for (ptrdiff_t j = 0; j < w; j++) s[j] = 0;                              \
+        for (ptrdiff_t k = 0; k < m; k++) {                                      \
+            const T* g = gy + k * inner;                                         \
+            const T* yr = y + k * inner;                                         \
+            if (log_space) {                                                     \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) s[j] += g[j];                  \
+            } else {                                                             \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) s[j] += g[j] * yr[j];          \
+            }                                                                    \
+        }                                                                        \
+        for (ptrdiff_t k = 0; k < m; k++) {                                      \
+            const T* g = gy + k * inner;                                         \
+            const T* yr = y + k * inner;                                         \
+            T* o = gx + k * inner;                                               \
+            if (log_space) {                                                     \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++)                                \
+                    o[j] = g[j] - XGRAD_SAFE_EXP(T, EXP, yr[j]) * s[j];          \
+            } else {                                                             \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < w; j++) o[j] = yr[j] * (g[j] - s[j]);  \
+            }                                                                    \
+        }                                                                        \
+    }
+
 #define XGRAD_SOFTMAX(T, sfx, EXP, LOG)                                          \
     XGRAD_EACH_PATH(XGRAD_SOFTMAX_AT, T, sfx, EXP, LOG)                          \
+    XGRAD_EACH_PATH(XGRAD_SOFTMAX_MID_AT, T, sfx, EXP, LOG)                      \
+    static void xgrad_softmax_mid_##sfx(const T* x, T* y, ptrdiff_t m,           \
+                                        ptrdiff_t inner, ptrdiff_t j0,           \
+                                        ptrdiff_t j1, int log_space) {           \
+        XGRAD_CALL(xgrad_softmax_mid_##sfx, (x, y, m, inner, j0, j1, log_space)); \
+    }                                                                            \
+    static void xgrad_softmax_grad_mid_##sfx(const T* gy, const T* y, T* gx,     \
+                                             ptrdiff_t m, ptrdiff_t inner,       \
+                                             ptrdiff_t j0, ptrdiff_t j1,         \
+                                             int log_space) {                    \
+        XGRAD_CALL(xgrad_softmax_grad_mid_##sfx,                                 \
+                   (gy, y, gx, m, inner, j0, j1, log_space));                    \
+    }                                                                            \
     static void xgrad_softmax_rows_##sfx(const T* x, T* y, ptrdiff_t rows,       \
                                          ptrdiff_t m, int log_space) {           \
         XGRAD_CALL(xgrad_softmax_rows_##sfx, (x, y, rows, m, log_space));        \

@@ -518,7 +518,7 @@ class Softmax(PyOp):
         self.retain_outputs((0,))
         if _our_gpu_kernel(inputs[0], self):
             return (cuda.kernels().softmax(cuda.cupy(), inputs[0], self.axes[0]),)
-        y = _native_last_axis(inputs[0], self, log=False)
+        y = _native_one_axis(inputs[0], self, log=False)
         if y is not None:
             return (y,)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
@@ -532,8 +532,8 @@ class Softmax(PyOp):
         gy = gys[0]
         if xp is not numpy_ns and xp.raw and _our_gpu_kernel(gy, self):
             return (cuda.kernels().softmax_backward(cuda.cupy(), gy, y, self.axes[0]),)
-        if xp is numpy_ns and self.axes == (y.ndim - 1,):
-            gx = native_kernels.softmax_last_axis_grad(gy, y, False)
+        if xp is numpy_ns and len(self.axes) == 1:
+            gx = native_kernels.softmax_axis_grad(gy, y, self.axes[0], False)
             if gx is not None:
                 return (gx,)
         return (y * (gy - xp.sum(gy * y, axis=self.axes, keepdims=True)),)
@@ -550,7 +550,7 @@ class LogSoftmax(PyOp):
         self.retain_outputs((0,))
         if _our_gpu_kernel(inputs[0], self):
             return (cuda.kernels().softmax(cuda.cupy(), inputs[0], self.axes[0], log=True),)
-        y = _native_last_axis(inputs[0], self, log=True)
+        y = _native_one_axis(inputs[0], self, log=True)
         if y is not None:
             return (y,)
         z, _ = _shifted(inputs[0], self.axes, self.dtype)
@@ -565,19 +565,20 @@ class LogSoftmax(PyOp):
         if xp is not numpy_ns and xp.raw and _our_gpu_kernel(gy, self):
             return (cuda.kernels().softmax_backward(cuda.cupy(), gy, y, self.axes[0],
                                                     log=True),)
-        if xp is numpy_ns and self.axes == (y.ndim - 1,):
-            gx = native_kernels.softmax_last_axis_grad(gy, y, True)
+        if xp is numpy_ns and len(self.axes) == 1:
+            gx = native_kernels.softmax_axis_grad(gy, y, self.axes[0], True)
             if gx is not None:
                 return (gx,)
         return (gy - xp.exp(y) * xp.sum(gy, axis=self.axes, keepdims=True),)
 
 
-def _native_last_axis(x, op, log):
-    """The native row kernel's (log-)softmax when it is over the last axis of
-    a NumPy float32/64 array in the op's dtype, else None."""
-    if op.axes != (x.ndim - 1,) or x.dtype != op.dtype:
+def _native_one_axis(x, op, log):
+    """The native kernels' (log-)softmax when it is over one axis of a NumPy
+    float32/64 array in the op's dtype (the rows kernel for the last axis,
+    column tiles for another), else None."""
+    if len(op.axes) != 1 or x.dtype != op.dtype:
         return None
-    return native_kernels.softmax_last_axis(x, log)
+    return native_kernels.softmax_axis(x, op.axes[0], log)
 
 
 def _our_gpu_kernel(a, op):
