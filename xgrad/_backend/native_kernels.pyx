@@ -126,6 +126,10 @@ cdef extern from "vector_math.h" nogil:
     double xgrad_sum_f32(const float*, Py_ssize_t)
     double xgrad_sum_f64(const double*, Py_ssize_t)
     void xgrad_extremum_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
+    void xgrad_binary_rows_f32(int, int, const float*, const float*, float*, Py_ssize_t,
+                               Py_ssize_t)
+    void xgrad_binary_rows_f64(int, int, const double*, const double*, double*, Py_ssize_t,
+                               Py_ssize_t)
     void xgrad_extremum_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_softmax_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_softmax_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
@@ -706,8 +710,17 @@ cdef void _rows_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
 
 cdef inline void _rows2(int t, Formula f, bint a_is_row, char* prow, char* pbig, char* po,
                         Py_ssize_t step, Py_ssize_t m, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
-    """Rows r0 to r1 of ``_binary_rows``."""
+    """Rows r0 to r1 of ``_binary_rows``: the four arithmetic formulas by
+    vector_math.h's row loops (compiled per CPU path), the others here."""
     cdef Py_ssize_t r
+    if f == MUL or f == ADD or f == SUB or f == DIV:
+        if t == cnp.NPY_FLOAT:
+            xgrad_binary_rows_f32(<int>f, a_is_row, <float*>(pbig + r0 * step), <float*>prow,
+                                  <float*>(po + r0 * step), r1 - r0, m)
+        else:
+            xgrad_binary_rows_f64(<int>f, a_is_row, <double*>(pbig + r0 * step),
+                                  <double*>prow, <double*>(po + r0 * step), r1 - r0, m)
+        return
     for r in range(r0, r1):
         if a_is_row:
             _run2(t, f, prow, False, pbig + r * step, False, po + r * step, m)
@@ -840,19 +853,26 @@ cdef inline bint _numpy_is_faster(object a) noexcept:
 
 cdef object _binary_small(Formula f, object a, object b):
     """A plain a op b by our loop, or None where NumPy's is faster (or the
-    operands do not qualify). NumPy's loop is never faster on a channel
-    bias or scale over planes (_binary_planes)."""
+    operands do not qualify). NumPy's loop is never faster on a row
+    repeated along a batch (its buffered broadcast: (128, 512) times a row
+    of 512, 6.5 us against 3.6 by _binary_rows' per-path loops) nor on a
+    channel bias or scale over planes (_binary_planes)."""
     if _numpy_is_faster(a) or _numpy_is_faster(b):
-        return _binary_planes_only(f, a, b)
+        return _binary_broadcast_only(f, a, b)
     return _binary(f, a, b)
 
 
-cdef object _binary_planes_only(Formula f, object a, object b):
+cdef object _binary_broadcast_only(Formula f, object a, object b):
+    """a op b for a row or a channel block of the other operand, or None."""
     cdef Py_ssize_t na = 0, nb = 0
     cdef bint sa = False, sb = False
     cdef int ta = _kind(a, &na, &sa)
     if ta < 0 or sa or _kind(b, &nb, &sb) != ta or sb or na == nb:
         return None
+    if f == MUL or f == ADD or f == SUB or f == DIV:
+        found = _binary_rows(f, <cnp.ndarray>a, na, <cnp.ndarray>b, nb, ta)
+        if found is not None:
+            return found
     return _binary_planes(f, <cnp.ndarray>a, na, <cnp.ndarray>b, nb, ta)
 
 

@@ -101,6 +101,30 @@ def test_a_channel_operand_over_planes(big, small, name, ours, ufunc, dtype, thr
     _same(ours(b, a), ufunc(b, a))
 
 
+ROWS = [((128, 512), (512,)), ((1024, 1000), (1000,)), ((7, 13), (13,)), ((3, 4, 33), (1, 33)),
+        ((6, 5, 8), (5, 8)), ((2, 300, 700), (1, 1, 700)), ((40000, 3), (3,))]
+
+
+@pytest.mark.parametrize('path', ['sse2', 'avx2', 'avx512'])
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('name, ours, ufunc', ARITHMETIC, ids=[a[0] for a in ARITHMETIC])
+@pytest.mark.parametrize('big, small', ROWS, ids=str)
+def test_a_row_operand_along_a_batch(on_cpu_path, path, big, small, name, ours, ufunc, dtype,
+                                     threads):
+    """A bias or scale row repeated along the leading axes, on either side,
+    at every size (vector_math.h's row loops on each CPU path, not NumPy's
+    buffered broadcast): NumPy's values bit for bit, its shape and dtype,
+    inf and NaN included."""
+    on_cpu_path(path)
+    a = _values(big, dtype, 1)
+    b = _values(small, dtype, 2) + 7
+    a.reshape(-1)[:3] = [numpy.inf, numpy.nan, 0.0]
+    b.reshape(-1)[:1] = 0.0  # (x / 0 and 0 / 0)
+    with numpy.errstate(all='ignore'):
+        _same(ours(a, b), ufunc(a, b))
+        _same(ours(b, a), ufunc(b, a))
+
+
 @pytest.mark.parametrize('number', [1e300, -3.5e38, 3.4028235e38])
 def test_a_float_beyond_float32_is_numpys(number):
     """NumPy 1.x computes float32 * 1e300 in float64, NumPy 2.x warns of the
