@@ -13,6 +13,8 @@ large arrays.
 cimport numpy as cnp
 from libc.float cimport FLT_MAX
 from libc.math cimport INFINITY, fabs
+from libc.string cimport memcpy
+from libc.stdint cimport uint16_t, uint32_t, uint64_t
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF
@@ -1275,6 +1277,115 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
             for r in range(s.step):
                 total += xgrad_sum_f64(<double*>s.a + (r * s.n + ch) * s.m, s.m)
             (<double*>s.out)[ch] = total / s.p
+
+
+# -- copies between layouts on the pool ------------------------------------------
+
+cdef enum:
+    COPY_MAX_DIMS = 32
+
+
+cdef struct CopyJob:
+    char* dst
+    char* src
+    int nd                  # dims after merging; the last one is a row
+    int item
+    Py_ssize_t rows, chunk  # rows: the product of shape[:nd - 1]
+    Py_ssize_t shape[COPY_MAX_DIMS]
+    Py_ssize_t dstr[COPY_MAX_DIMS]
+    Py_ssize_t sstr[COPY_MAX_DIMS]
+
+
+cpdef bint copy_into(object dst, object src):
+    """Copy ``src`` into ``dst`` (NumPy arrays of one shape and dtype, byte
+    order included, aligned, items of 1, 2, 4 or 8 bytes, any strides,
+    not overlapping) on the pool, rows of the last axis at a time (memcpy
+    where both are contiguous): True; False where it does not take them
+    (fewer than two threads for the size, one axis after merging, other
+    dtypes), for NumPy's single-threaded copy. Exact: a copy."""
+    if type(dst) is not cnp.ndarray or type(src) is not cnp.ndarray:
+        return False
+    cdef cnp.ndarray d = <cnp.ndarray>dst, a = <cnp.ndarray>src
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(d)
+    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
+    cdef int nd = cnp.PyArray_NDIM(d), item = <int>cnp.PyArray_ITEMSIZE(d), k
+    if (nt < 2 or nd != cnp.PyArray_NDIM(a) or nd > COPY_MAX_DIMS
+            or cnp.PyArray_TYPE(d) != cnp.PyArray_TYPE(a)
+            or item not in (1, 2, 4, 8) or cnp.PyArray_ITEMSIZE(a) != item
+            or not (cnp.PyArray_ISALIGNED(d) and cnp.PyArray_ISALIGNED(a)
+                    and cnp.PyArray_ISWRITEABLE(d))
+            or not _same_shape(d, a) or d.dtype != a.dtype  # (byte order too)
+            or numpy.may_share_memory(d, a)):
+        return False
+    cdef CopyJob j
+    j.item, j.nd = item, 0
+    for k in range(nd):  # size-1 axes dropped, mergeable neighbours merged
+        if cnp.PyArray_DIM(d, k) == 1:
+            continue
+        if (j.nd and j.dstr[j.nd - 1] == cnp.PyArray_DIM(d, k) * cnp.PyArray_STRIDE(d, k)
+                and j.sstr[j.nd - 1] == cnp.PyArray_DIM(d, k) * cnp.PyArray_STRIDE(a, k)):
+            j.shape[j.nd - 1] *= cnp.PyArray_DIM(d, k)
+            j.dstr[j.nd - 1] = cnp.PyArray_STRIDE(d, k)
+            j.sstr[j.nd - 1] = cnp.PyArray_STRIDE(a, k)
+            continue
+        j.shape[j.nd] = cnp.PyArray_DIM(d, k)
+        j.dstr[j.nd] = cnp.PyArray_STRIDE(d, k)
+        j.sstr[j.nd] = cnp.PyArray_STRIDE(a, k)
+        j.nd += 1
+    if j.nd < 2:
+        return False
+    j.rows = 1
+    for k in range(j.nd - 1):
+        j.rows *= j.shape[k]
+    if j.rows < nt:
+        return False
+    j.dst, j.src = <char*>cnp.PyArray_DATA(d), <char*>cnp.PyArray_DATA(a)
+    j.chunk = (j.rows + nt - 1) // nt
+    with nogil:
+        xgrad_pool_run(_copy_rows, &j, (j.rows + j.chunk - 1) // j.chunk)
+    return True
+
+
+cdef void _copy_rows(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef CopyJob* j = <CopyJob*>ctx
+    cdef Py_ssize_t r0 = c * j.chunk, r1 = min(r0 + j.chunk, j.rows), rem = r0, r, i
+    cdef Py_ssize_t idx[COPY_MAX_DIMS]
+    cdef int last = j.nd - 1, k
+    cdef char* d = j.dst
+    cdef char* s = j.src
+    cdef Py_ssize_t n = j.shape[last], ds = j.dstr[last], ss = j.sstr[last]
+    cdef bint plain = ds == j.item and ss == j.item
+    for k in range(last - 1, -1, -1):  # row r0's position
+        idx[k] = rem % j.shape[k]
+        rem //= j.shape[k]
+        d += idx[k] * j.dstr[k]
+        s += idx[k] * j.sstr[k]
+    for r in range(r0, r1):
+        if plain:
+            memcpy(d, s, n * j.item)
+        elif j.item == 4:
+            for i in range(n):
+                (<uint32_t*>(d + i * ds))[0] = (<uint32_t*>(s + i * ss))[0]
+        elif j.item == 8:
+            for i in range(n):
+                (<uint64_t*>(d + i * ds))[0] = (<uint64_t*>(s + i * ss))[0]
+        elif j.item == 2:
+            for i in range(n):
+                (<uint16_t*>(d + i * ds))[0] = (<uint16_t*>(s + i * ss))[0]
+        else:
+            for i in range(n):
+                d[i * ds] = s[i * ss]
+        k = last - 1  # the next row
+        while k >= 0:
+            idx[k] += 1
+            d += j.dstr[k]
+            s += j.sstr[k]
+            if idx[k] < j.shape[k]:
+                break
+            d -= j.shape[k] * j.dstr[k]
+            s -= j.shape[k] * j.sstr[k]
+            idx[k] = 0
+            k -= 1
 
 
 cpdef object cast_half(object x, object dtype):
