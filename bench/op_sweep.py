@@ -19,9 +19,11 @@ each with its default thread count.
 """
 
 import argparse
+import datetime
 import json
 import math
 import os
+import subprocess
 import sys
 
 _BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -245,6 +247,7 @@ def main(argv=None):
     if unknown:
         p.error('unknown cases: {} (known: {})'.format(', '.join(unknown), ', '.join(CASES)))
     rng = numpy.random.default_rng(0)
+    started = datetime.datetime.now(datetime.timezone.utc)
     rows = []
     print('threads: {} (torch {}); {} usable CPUs, load {:.2f}'.format(
         'one' if args.threads else 'defaults', torch.get_num_threads(),
@@ -262,8 +265,14 @@ def main(argv=None):
         print('| {} | {:.0f} | {:.0f} | {:.2f} ({:.2f}-{:.2f}) | {:.1e} |'.format(
             name, times['xgrad'], times['torch'], ratio, lo, hi, worst), flush=True)
     if args.json:
+        commit = subprocess.run(['git', '-C', _BENCH_DIR, 'rev-parse', '--short', 'HEAD'],
+                                stdout=subprocess.PIPE, text=True).stdout.strip() or None
         with open(args.json, 'w') as f:
-            json.dump({'machine': _machine.machine_info(),
+            json.dump({'date': started.isoformat(timespec='seconds'),
+                       'command': ' '.join(['python', 'bench/op_sweep.py'] + sys.argv[1:]),
+                       'machine': _machine.machine_info(),
+                       'versions': {'python': sys.version.split()[0], 'numpy': numpy.__version__,
+                                    'torch': torch.__version__, 'xgrad_commit': commit},
                        'torch': torch.__version__, 'numpy': numpy.__version__,
                        'threads': args.threads, 'rounds': args.rounds, 'cases': rows}, f, indent=1)
 

@@ -226,6 +226,16 @@ def summarize_chainer_examples(data):
             if out else None)
 
 
+def summarize_op_sweep(data):
+    cases = data.get('cases') or []
+    if not cases:
+        return None
+    ratios = sorted((c['xgrad_over_torch'], c['case']) for c in cases)
+    return '{} ops and layers: {} at or below torch, median {:.2f}x, worst {:.2f}x ({})'.format(
+        len(ratios), sum(r <= 1.0 for r, _ in ratios), statistics.median(r for r, _ in ratios),
+        ratios[-1][0], ratios[-1][1])
+
+
 def summarize(name, data, reruns):
     if not isinstance(data, dict):
         return None
@@ -241,6 +251,8 @@ def summarize(name, data, reruns):
         return summarize_op_overhead(data)
     if name.startswith('gemm_shapes'):
         return summarize_gemm_shapes(data)
+    if name.startswith('op_sweep'):
+        return summarize_op_sweep(data)
     return None
 
 
