@@ -22,13 +22,7 @@ except ImportError:  # NumPy 1.x
 BIG = (512, 512)  # 2 MiB of float64: over host_cache.MIN_BYTES
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    previous = xgrad.set_workspace_limit(workspace.DEFAULT_LIMIT)
-    xgrad.release_workspace()
-    yield
-    xgrad.set_workspace_limit(previous)
-    xgrad.release_workspace()
+pytestmark = pytest.mark.usefixtures('fresh_workspace')  # (conftest.py)
 
 
 def test_numpy_allocates_through_the_cache_in_the_importing_thread():

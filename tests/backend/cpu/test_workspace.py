@@ -16,13 +16,7 @@ from xgrad._backend import host_cache, workspace
 BIG = (512, 512)  # 1 MiB of float32: over workspace.MIN_BYTES
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    previous = xgrad.set_workspace_limit(workspace.DEFAULT_LIMIT)
-    xgrad.release_workspace()
-    yield
-    xgrad.set_workspace_limit(previous)
-    xgrad.release_workspace()
+pytestmark = pytest.mark.usefixtures('fresh_workspace')  # (conftest.py)
 
 
 def test_a_freed_array_s_block_serves_the_next_request_of_its_size():
