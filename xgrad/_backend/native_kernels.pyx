@@ -1279,6 +1279,171 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
             (<double*>s.out)[ch] = total / s.p
 
 
+# -- where ---------------------------------------------------------------------
+
+cdef struct SelectOperand:
+    char* data
+    int kind     # 0: the output's shape, 1: a row (period m), 2: one value
+    double value
+
+
+cdef int _select_operand(object v, int t, cnp.ndarray shape_of, Py_ssize_t* m,
+                         SelectOperand* op) except -2:
+    """Classify one operand of select (type ``t``: NPY_BOOL for the
+    condition); -1 where it does not qualify. A row's period goes to m
+    (every row operand must share it)."""
+    cdef cnp.ndarray a
+    cdef Py_ssize_t n, period
+    if type(v) is not cnp.ndarray:
+        if t == cnp.NPY_BOOL or isinstance(v, (bool, numpy.bool_)) or not isinstance(
+                v, (int, float, numpy.floating, numpy.integer)):
+            return -1
+        op.kind, op.value, op.data = 2, v, NULL
+        return 0
+    a = <cnp.ndarray>v
+    if (cnp.PyArray_TYPE(a) != t or not cnp.PyArray_IS_C_CONTIGUOUS(a)
+            or not cnp.PyArray_ISALIGNED(a) or not cnp.PyArray_ISNOTSWAPPED(a)):
+        return -1
+    n = cnp.PyArray_SIZE(a)
+    op.data = <char*>cnp.PyArray_DATA(a)
+    if cnp.PyArray_NDIM(a) > cnp.PyArray_NDIM(shape_of):  # (the result would have more axes)
+        return -1
+    if _same_shape(a, shape_of):
+        op.kind = 0
+        return 0
+    if n == 1:  # (one value; a one-element condition stays NumPy's)
+        if t == cnp.NPY_BOOL:
+            return -1
+        op.kind = 2
+        op.value = (<float*>op.data)[0] if t == cnp.NPY_FLOAT else (<double*>op.data)[0]
+        return 0
+    if not _is_row_of(a, shape_of) or (m[0] and m[0] != n):
+        return -1
+    op.kind = 1
+    m[0] = n
+    return 0
+
+
+cdef struct SelectJob:
+    int t
+    SelectOperand c, a, b
+    char* out
+    Py_ssize_t n, rows, m, chunk  # rows of m elements (the last one shorter)
+
+
+cpdef object select(object cond, object a, object b):
+    """numpy.where(cond, a, b) for host float32/64 data, split over the
+    pool: cond a bool array, a and b arrays of one float dtype or numbers,
+    each of the result's shape, a row repeated along its leading axes (an
+    attention mask (1, 1, T, T) over (B, H, T, T); rows of one length), or
+    one value; None for other operands (NumPy's where then). Exact."""
+    cdef cnp.ndarray shape_of = None
+    cdef int t = -1
+    for v in (a, b):
+        if type(v) is cnp.ndarray:
+            if t == -1:
+                t = cnp.PyArray_TYPE(<cnp.ndarray>v)
+            elif cnp.PyArray_TYPE(<cnp.ndarray>v) != t:
+                return None
+            if shape_of is None or (cnp.PyArray_SIZE(<cnp.ndarray>v), cnp.PyArray_NDIM(
+                    <cnp.ndarray>v)) > (cnp.PyArray_SIZE(shape_of), cnp.PyArray_NDIM(shape_of)):
+                shape_of = <cnp.ndarray>v  # (the result's shape: the most elements and axes)
+    if type(cond) is not cnp.ndarray or (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE):
+        return None
+    if (cnp.PyArray_SIZE(<cnp.ndarray>cond) > cnp.PyArray_SIZE(shape_of)
+            or cnp.PyArray_NDIM(<cnp.ndarray>cond) > cnp.PyArray_NDIM(shape_of)):
+        return None
+    cdef SelectJob j
+    cdef Py_ssize_t m = 0, n = cnp.PyArray_SIZE(shape_of)
+    if (_select_operand(cond, cnp.NPY_BOOL, shape_of, &m, &j.c) < 0
+            or _select_operand(a, t, shape_of, &m, &j.a) < 0
+            or _select_operand(b, t, shape_of, &m, &j.b) < 0 or n == 0):
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(shape_of),
+                                             cnp.PyArray_DIMS(shape_of), t, 0)
+    j.t, j.out, j.n = t, <char*>cnp.PyArray_DATA(out), n
+    j.m = m if m else SELECT_BLOCK  # (no row operand: blocks of the flat arrays)
+    j.rows = (n + j.m - 1) // j.m
+    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
+    if nt > j.rows:
+        nt = <int>j.rows
+    with nogil:
+        if nt <= 1:
+            j.chunk = j.rows
+            _select_rows(&j, 0)
+        else:
+            j.chunk = (j.rows + nt - 1) // nt
+            xgrad_pool_run(_select_rows, &j, (j.rows + j.chunk - 1) // j.chunk)
+    return out
+
+
+cdef Py_ssize_t SELECT_BLOCK = 4096
+
+
+cdef void _select_rows(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef SelectJob* j = <SelectJob*>ctx
+    cdef Py_ssize_t r, m = j.m
+    cdef cnp.npy_bool* cr
+    for r in range(c * j.chunk, min((c + 1) * j.chunk, j.rows)):
+        cr = <cnp.npy_bool*>j.c.data + (0 if j.c.kind == 1 else r * m)
+        if j.t == cnp.NPY_FLOAT:
+            _select_row_f32(cr, &j.a, &j.b, <float*>j.out + r * m, r, m, min(m, j.n - r * m))
+        else:
+            _select_row_f64(cr, &j.a, &j.b, <double*>j.out + r * m, r, m, min(m, j.n - r * m))
+
+
+cdef inline void _select_row_f32(cnp.npy_bool* c, SelectOperand* a, SelectOperand* b,
+                                 float* out, Py_ssize_t r, Py_ssize_t m,
+                                 Py_ssize_t k) noexcept nogil:
+    """Row r (k elements; rows of m) of select."""
+    cdef Py_ssize_t i
+    cdef float va = <float>a.value, vb = <float>b.value
+    cdef float* pa = NULL
+    cdef float* pb = NULL
+    if a.kind != 2:
+        pa = <float*>a.data + (0 if a.kind == 1 else r * m)
+    if b.kind != 2:
+        pb = <float*>b.data + (0 if b.kind == 1 else r * m)
+    if pa != NULL and pb != NULL:
+        for i in range(k):
+            out[i] = pa[i] if c[i] else pb[i]
+    elif pa != NULL:
+        for i in range(k):
+            out[i] = pa[i] if c[i] else vb
+    elif pb != NULL:
+        for i in range(k):
+            out[i] = va if c[i] else pb[i]
+    else:
+        for i in range(k):
+            out[i] = va if c[i] else vb
+
+
+cdef inline void _select_row_f64(cnp.npy_bool* c, SelectOperand* a, SelectOperand* b,
+                                 double* out, Py_ssize_t r, Py_ssize_t m,
+                                 Py_ssize_t k) noexcept nogil:
+    """Row r (k elements; rows of m) of select."""
+    cdef Py_ssize_t i
+    cdef double va = a.value, vb = b.value
+    cdef double* pa = NULL
+    cdef double* pb = NULL
+    if a.kind != 2:
+        pa = <double*>a.data + (0 if a.kind == 1 else r * m)
+    if b.kind != 2:
+        pb = <double*>b.data + (0 if b.kind == 1 else r * m)
+    if pa != NULL and pb != NULL:
+        for i in range(k):
+            out[i] = pa[i] if c[i] else pb[i]
+    elif pa != NULL:
+        for i in range(k):
+            out[i] = pa[i] if c[i] else vb
+    elif pb != NULL:
+        for i in range(k):
+            out[i] = va if c[i] else pb[i]
+    else:
+        for i in range(k):
+            out[i] = va if c[i] else vb
+
+
 # -- copies between layouts on the pool ------------------------------------------
 
 cdef enum:

@@ -361,3 +361,61 @@ def test_relu_grad_is_a_select_on_every_layout(layout, dtype):
     out = K.relu_grad(gy, y)
     assert out.dtype == dtype and out.shape == y.shape
     numpy.testing.assert_array_equal(out, expected)
+
+
+SELECTS = [  # (condition, a, b) shapes; None: a number
+    ((4, 12, 32, 32), (4, 12, 32, 32), (4, 12, 32, 32)),
+    ((1, 1, 32, 32), (4, 12, 32, 32), None),           # an attention mask
+    ((32,), None, (300, 32)),                           # a row condition, number first
+    ((300, 32), (32,), (300, 32)),                       # a row operand
+    ((1, 32), (32,), (1, 32)),                           # rows and a full operand alike
+    ((5000, 7), (5000, 7), (1,)),                        # a one-element operand
+    ((3,), (7, 3), (7, 3)),
+]
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('shapes', SELECTS, ids=str)
+def test_select_is_numpys_where(shapes, dtype, threads):
+    """native_kernels.select, where's kernel: NumPy's where bit for bit for
+    every operand kind (the result's shape, a row, one value, a number),
+    NaN and infinities included, on 1 and 3 threads."""
+    rng = numpy.random.default_rng(7)
+    cshape, ashape, bshape = shapes
+    cond = rng.integers(0, 2, cshape).astype(bool)
+    ops = []
+    for shape, number in ((ashape, dtype(-1e9)), (bshape, 0.5)):
+        if shape is None:
+            ops.append(number)
+            continue
+        v = _values(shape, dtype, len(ops))
+        v.reshape(-1)[:2] = [numpy.nan, numpy.inf][:v.size]
+        ops.append(v)
+    got = K.select(cond, *ops)
+    want = numpy.where(cond, *[o if isinstance(o, numpy.ndarray) else dtype(o) for o in ops])
+    _same(got, want)
+
+
+def test_select_declines_what_numpy_must_do():
+    x = _values((4, 5), F32)
+    cond = numpy.ones((4, 5), bool)
+    assert K.select(cond, x, x.astype(F64)) is None          # mixed dtypes
+    assert K.select(cond, x.astype(numpy.float16), 0.0) is None
+    assert K.select(cond[:, :1], x, 0.0) is None            # a column, not a row
+    assert K.select(cond.astype(numpy.int8), x, 0.0) is None
+    assert K.select(numpy.ones((2, 4, 5), bool), x, 0.0) is None  # cond is larger
+    assert K.select(cond, 1.0, 2.0) is None
+    assert K.select(cond, x[:, ::2], 0.0) is None            # strided
+    assert K.select(numpy.array(True), x, 0.0) is None
+
+
+def test_where_and_its_gradient_with_a_mask_row():
+    rng = numpy.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 16, 16)).astype(F32)
+    keep = rng.integers(0, 2, (1, 1, 16, 16))
+    xa = xgrad.array(x).require_grad()
+    y = xgrad.where(xgrad.array(keep) > 0, xa, -1e9)
+    _same(y.to_numpy(), numpy.where(keep > 0, x, F32(-1e9)))
+    g = rng.standard_normal(x.shape).astype(F32)
+    gx, = xgrad.grad([y], [xa], grad_outputs=[xgrad.array(g)])
+    _same(gx.to_numpy(), numpy.where(keep > 0, g, F32(0)))
