@@ -1387,49 +1387,25 @@ cdef void _select_rows(void* ctx, Py_ssize_t c) noexcept nogil:
     for r in range(c * j.chunk, min((c + 1) * j.chunk, j.rows)):
         cr = <cnp.npy_bool*>j.c.data + (0 if j.c.kind == 1 else r * m)
         if j.t == cnp.NPY_FLOAT:
-            _select_row_f32(cr, &j.a, &j.b, <float*>j.out + r * m, r, m, min(m, j.n - r * m))
+            _select_row[float](cr, &j.a, &j.b, <float*>j.out + r * m, r, m,
+                               min(m, j.n - r * m))
         else:
-            _select_row_f64(cr, &j.a, &j.b, <double*>j.out + r * m, r, m, min(m, j.n - r * m))
+            _select_row[double](cr, &j.a, &j.b, <double*>j.out + r * m, r, m,
+                                min(m, j.n - r * m))
 
 
-cdef inline void _select_row_f32(cnp.npy_bool* c, SelectOperand* a, SelectOperand* b,
-                                 float* out, Py_ssize_t r, Py_ssize_t m,
-                                 Py_ssize_t k) noexcept nogil:
+cdef inline void _select_row(cnp.npy_bool* c, SelectOperand* a, SelectOperand* b,
+                             real* out, Py_ssize_t r, Py_ssize_t m,
+                             Py_ssize_t k) noexcept nogil:
     """Row r (k elements; rows of m) of select."""
     cdef Py_ssize_t i
-    cdef float va = <float>a.value, vb = <float>b.value
-    cdef float* pa = NULL
-    cdef float* pb = NULL
+    cdef real va = <real>a.value, vb = <real>b.value
+    cdef real* pa = NULL
+    cdef real* pb = NULL
     if a.kind != 2:
-        pa = <float*>a.data + (0 if a.kind == 1 else r * m)
+        pa = <real*>a.data + (0 if a.kind == 1 else r * m)
     if b.kind != 2:
-        pb = <float*>b.data + (0 if b.kind == 1 else r * m)
-    if pa != NULL and pb != NULL:
-        for i in range(k):
-            out[i] = pa[i] if c[i] else pb[i]
-    elif pa != NULL:
-        for i in range(k):
-            out[i] = pa[i] if c[i] else vb
-    elif pb != NULL:
-        for i in range(k):
-            out[i] = va if c[i] else pb[i]
-    else:
-        for i in range(k):
-            out[i] = va if c[i] else vb
-
-
-cdef inline void _select_row_f64(cnp.npy_bool* c, SelectOperand* a, SelectOperand* b,
-                                 double* out, Py_ssize_t r, Py_ssize_t m,
-                                 Py_ssize_t k) noexcept nogil:
-    """Row r (k elements; rows of m) of select."""
-    cdef Py_ssize_t i
-    cdef double va = a.value, vb = b.value
-    cdef double* pa = NULL
-    cdef double* pb = NULL
-    if a.kind != 2:
-        pa = <double*>a.data + (0 if a.kind == 1 else r * m)
-    if b.kind != 2:
-        pb = <double*>b.data + (0 if b.kind == 1 else r * m)
+        pb = <real*>b.data + (0 if b.kind == 1 else r * m)
     if pa != NULL and pb != NULL:
         for i in range(k):
             out[i] = pa[i] if c[i] else pb[i]
