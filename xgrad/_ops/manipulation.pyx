@@ -199,7 +199,8 @@ cdef class Copy(Op):
 
     cpdef forward(self, inputs):
         x = inputs[0]
-        if type(x) is numpy.ndarray and x.size >= POOL_COPY_MIN:  # (on the pool)
+        if (type(x) is numpy.ndarray and x.size >= POOL_COPY_MIN
+                and not x.flags.c_contiguous):  # (a gather on the pool)
             out = numpy.empty(x.shape, x.dtype)
             if _copy_into(out, x):
                 return (out,)
