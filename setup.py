@@ -99,7 +99,11 @@ extensions = [
     Extension(name, [name.replace('.', '/') + '.pyx'],
               language='c++' if name in CPP_MODULES else 'c',
               include_dirs=[numpy.get_include(), 'xgrad/_backend'],
-              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')] + (
+              define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION'),
+                             # the oldest NumPy xgrad runs on (pyproject.toml): its
+                             # API table has PyDataMem_SetHandler (1.22+), which
+                             # host_cache needs and NumPy 2.2's default target lacks
+                             ('NPY_TARGET_VERSION', 'NPY_1_23_API_VERSION')] + (
                   VECTOR_MACROS if name in VECTOR_MODULES else []),
               libraries=VECTOR_LIBS if name in VECTOR_MODULES else [],
               extra_compile_args=COMMON_FLAGS + (
