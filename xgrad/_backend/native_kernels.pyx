@@ -1955,7 +1955,8 @@ cpdef object softmax_axis(object x, int axis, bint log):
         return None
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(a), t, 0)
     cdef Span s
-    s.t, s.flag, s.a, s.out = t, log, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out)
+    s.t, s.flag, s.a, s.b, s.out = (t, log, <char*>cnp.PyArray_DATA(a), NULL,
+                                    <char*>cnp.PyArray_DATA(out))
     _mid_blocks(a, axis, &s)
     with nogil:
         _split_rows(_softmax_mid_chunk, &s, _threads_for(n, GRAIN_VECTOR))
@@ -1984,7 +1985,7 @@ cpdef object softmax_axis_grad(object gy, object y, int axis, bint log):
                                     <char*>cnp.PyArray_DATA(ya), <char*>cnp.PyArray_DATA(out))
     _mid_blocks(ya, axis, &s)
     with nogil:
-        _split_rows(_softmax_grad_mid_chunk, &s, _threads_for(n, GRAIN_VECTOR))
+        _split_rows(_softmax_mid_chunk, &s, _threads_for(n, GRAIN_VECTOR))
     return out
 
 
@@ -2002,33 +2003,26 @@ cdef void _mid_blocks(cnp.ndarray a, int axis, Span* s):
 
 
 cdef void _softmax_mid_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    """Tiles of softmax_axis (s.b NULL: x in s.a) or of its gradient (gy in
+    s.a, y in s.b)."""
     cdef Span* s = <Span*>ctx
-    cdef Py_ssize_t tiles = (s.step + XGRAD_MID_TILE - 1) // XGRAD_MID_TILE, u, o, j0
-    cdef Py_ssize_t block = s.m * s.step
+    cdef Py_ssize_t tiles = (s.step + XGRAD_MID_TILE - 1) // XGRAD_MID_TILE, u, o, j0, j1
+    cdef Py_ssize_t at
     for u in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
         o, j0 = u // tiles, (u % tiles) * XGRAD_MID_TILE
-        if s.t == cnp.NPY_FLOAT:
-            xgrad_softmax_mid_f32(<float*>s.a + o * block, <float*>s.out + o * block, s.m,
-                                  s.step, j0, min(j0 + XGRAD_MID_TILE, s.step), s.flag)
+        j1, at = min(j0 + XGRAD_MID_TILE, s.step), o * s.m * s.step
+        if s.t == cnp.NPY_FLOAT and s.b == NULL:
+            xgrad_softmax_mid_f32(<float*>s.a + at, <float*>s.out + at, s.m, s.step, j0, j1,
+                                  s.flag)
+        elif s.t == cnp.NPY_FLOAT:
+            xgrad_softmax_grad_mid_f32(<float*>s.a + at, <float*>s.b + at, <float*>s.out + at,
+                                       s.m, s.step, j0, j1, s.flag)
+        elif s.b == NULL:
+            xgrad_softmax_mid_f64(<double*>s.a + at, <double*>s.out + at, s.m, s.step, j0, j1,
+                                  s.flag)
         else:
-            xgrad_softmax_mid_f64(<double*>s.a + o * block, <double*>s.out + o * block, s.m,
-                                  s.step, j0, min(j0 + XGRAD_MID_TILE, s.step), s.flag)
-
-
-cdef void _softmax_grad_mid_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
-    cdef Span* s = <Span*>ctx
-    cdef Py_ssize_t tiles = (s.step + XGRAD_MID_TILE - 1) // XGRAD_MID_TILE, u, o, j0
-    cdef Py_ssize_t block = s.m * s.step
-    for u in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
-        o, j0 = u // tiles, (u % tiles) * XGRAD_MID_TILE
-        if s.t == cnp.NPY_FLOAT:
-            xgrad_softmax_grad_mid_f32(<float*>s.a + o * block, <float*>s.b + o * block,
-                                       <float*>s.out + o * block, s.m, s.step, j0,
-                                       min(j0 + XGRAD_MID_TILE, s.step), s.flag)
-        else:
-            xgrad_softmax_grad_mid_f64(<double*>s.a + o * block, <double*>s.b + o * block,
-                                       <double*>s.out + o * block, s.m, s.step, j0,
-                                       min(j0 + XGRAD_MID_TILE, s.step), s.flag)
+            xgrad_softmax_grad_mid_f64(<double*>s.a + at, <double*>s.b + at,
+                                       <double*>s.out + at, s.m, s.step, j0, j1, s.flag)
 
 
 # -- sum of every element ---------------------------------------------------------
