@@ -357,17 +357,31 @@ cdef void _run_span(xgrad_task task, Span* s, int nt):
         _split(task, s, 1)
 
 
-cdef inline void _split_rows(xgrad_task task, Span* s, int nt) noexcept nogil:
-    """Run ``task`` over ``s.n`` rows (or blocks) in ``nt`` chunks of rows;
-    one thread (or one row): all rows as one chunk, in this thread."""
-    if nt > s.n:
-        nt = <int>s.n
+cdef inline void _split_units(xgrad_task task, void* ctx, Py_ssize_t n, int nt,
+                              Py_ssize_t* chunk) noexcept nogil:
+    """Run ``task(ctx, c)`` over ``n`` units (rows, blocks, tiles) in ``nt``
+    chunks of ``chunk[0]`` units; one thread (or one unit): all of them as
+    one chunk, in this thread."""
+    if nt > n:
+        nt = <int>n
     if nt <= 1:
-        s.chunk = s.n
-        task(s, 0)
+        chunk[0] = n
+        task(ctx, 0)
         return
-    s.chunk = (s.n + nt - 1) // nt
-    xgrad_pool_run(task, s, (s.n + s.chunk - 1) // s.chunk)
+    chunk[0] = (n + nt - 1) // nt
+    xgrad_pool_run(task, ctx, (n + chunk[0] - 1) // chunk[0])
+
+
+cdef inline void _split_rows(xgrad_task task, Span* s, int nt) noexcept nogil:
+    """_split_units over ``s.n`` rows (or blocks) of a Span."""
+    _split_units(task, s, s.n, nt, &s.chunk)
+
+
+cpdef bint splits(Py_ssize_t n):
+    """Whether a memory-bound pass over ``n`` elements (a copy, arithmetic)
+    runs on two threads or more: the pool's rule, for the ops that decide
+    between a kernel on the pool and NumPy's single-threaded loop."""
+    return _threads_for(n, GRAIN_ARITHMETIC) > 1
 
 
 cdef enum Formula:
@@ -1293,12 +1307,18 @@ cdef int _select_operand(object v, int t, cnp.ndarray shape_of, Py_ssize_t* m,
     condition); -1 where it does not qualify. A row's period goes to m
     (every row operand must share it)."""
     cdef cnp.ndarray a
-    cdef Py_ssize_t n, period
+    cdef Py_ssize_t n
     if type(v) is not cnp.ndarray:
-        if t == cnp.NPY_BOOL or isinstance(v, (bool, numpy.bool_)) or not isinstance(
-                v, (int, float, numpy.floating, numpy.integer)):
+        # a Python int or float (weak: the arrays' dtype, as NumPy 2), or a
+        # NumPy scalar of the arrays' dtype; any other would promote
+        if t == cnp.NPY_BOOL or not (type(v) is int or type(v) is float or (
+                isinstance(v, numpy.generic) and (<object>v).dtype.num == t)):
             return -1
-        op.kind, op.value, op.data = 2, v, NULL
+        try:
+            op.value = v
+        except OverflowError:  # an int beyond double's range: NumPy's error
+            return -1
+        op.kind, op.data = 2, NULL
         return 0
     a = <cnp.ndarray>v
     if (cnp.PyArray_TYPE(a) != t or not cnp.PyArray_IS_C_CONTIGUOUS(a)
@@ -1364,16 +1384,8 @@ cpdef object select(object cond, object a, object b):
     j.t, j.out, j.n = t, <char*>cnp.PyArray_DATA(out), n
     j.m = m if m else SELECT_BLOCK  # (no row operand: blocks of the flat arrays)
     j.rows = (n + j.m - 1) // j.m
-    cdef int nt = _threads_for(n, GRAIN_ARITHMETIC)
-    if nt > j.rows:
-        nt = <int>j.rows
     with nogil:
-        if nt <= 1:
-            j.chunk = j.rows
-            _select_rows(&j, 0)
-        else:
-            j.chunk = (j.rows + nt - 1) // nt
-            xgrad_pool_run(_select_rows, &j, (j.rows + j.chunk - 1) // j.chunk)
+        _split_units(_select_rows, &j, j.rows, _threads_for(n, GRAIN_ARITHMETIC), &j.chunk)
     return out
 
 
@@ -1481,9 +1493,8 @@ cpdef bint copy_into(object dst, object src):
     if j.rows < nt:
         return False
     j.dst, j.src = <char*>cnp.PyArray_DATA(d), <char*>cnp.PyArray_DATA(a)
-    j.chunk = (j.rows + nt - 1) // nt
     with nogil:
-        xgrad_pool_run(_copy_rows, &j, (j.rows + j.chunk - 1) // j.chunk)
+        _split_units(_copy_rows, &j, j.rows, nt, &j.chunk)
     return True
 
 
@@ -1551,11 +1562,7 @@ cpdef object cast_half(object x, object dtype):
     cdef Span s
     s.t, s.a, s.out, s.n = t, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out), \
         cnp.PyArray_SIZE(a)
-    if s.n >= NOGIL_SIZE:
-        with nogil:
-            _split(_cast_half_chunk, &s, _threads_for(s.n, GRAIN_ARITHMETIC))
-    else:
-        _split(_cast_half_chunk, &s, 1)
+    _run_span(_cast_half_chunk, &s, _threads_for(s.n, GRAIN_ARITHMETIC))
     return out
 
 
@@ -1647,24 +1654,22 @@ cpdef object extremum_trailing_grad(object gy, object x, object y):
 
 cdef void _select_equal_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
     cdef Span* s = <Span*>ctx
-    cdef Py_ssize_t r, j, m = s.m
-    cdef float g32, e32
-    cdef double g64, e64
-    cdef float* x32
-    cdef float* o32
-    cdef double* x64
-    cdef double* o64
+    cdef Py_ssize_t r
     for r in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
         if s.t == cnp.NPY_FLOAT:
-            g32, e32 = (<float*>s.b)[r], (<float*>s.c)[r]
-            x32, o32 = <float*>s.a + r * m, <float*>s.out + r * m
-            for j in range(m):
-                o32[j] = g32 if x32[j] == e32 else 0
+            _select_equal_row[float](<float*>s.a + r * s.m, (<float*>s.b)[r],
+                                     (<float*>s.c)[r], <float*>s.out + r * s.m, s.m)
         else:
-            g64, e64 = (<double*>s.b)[r], (<double*>s.c)[r]
-            x64, o64 = <double*>s.a + r * m, <double*>s.out + r * m
-            for j in range(m):
-                o64[j] = g64 if x64[j] == e64 else 0
+            _select_equal_row[double](<double*>s.a + r * s.m, (<double*>s.b)[r],
+                                      (<double*>s.c)[r], <double*>s.out + r * s.m, s.m)
+
+
+cdef inline void _select_equal_row(real* x, real g, real e, real* out,
+                                   Py_ssize_t m) noexcept nogil:
+    """out = g where x == e, else 0 (one row of extremum_trailing_grad)."""
+    cdef Py_ssize_t j
+    for j in range(m):
+        out[j] = g if x[j] == e else 0
 
 
 cdef inline void _extremum_rows(int t, char* x, char* out, Py_ssize_t rows, Py_ssize_t m,

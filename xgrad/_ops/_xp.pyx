@@ -17,7 +17,7 @@ from xgrad import _device as _device_module
 from xgrad._core import _array_of
 from xgrad._backend import host_gemm, scatter_kernels
 from xgrad._backend.native_kernels import (
-    broadcast_view, cast_half as _cast_half, negative as _negative,
+    broadcast_view, cast_half as _cast_half, negative as _negative, select as _select,
     sum_to as _native_sum_to, sigmoid_forward as _sigmoid, relu_forward as _relu)
 
 
@@ -135,6 +135,18 @@ def cast(a, dtype):
     return a.astype(dtype)
 
 
+def _where(condition, x, y):
+    """numpy.where; on the pool (native_kernels.select) for a bool mask and
+    float32/64 operands each of the result's shape, a row along its leading
+    axes or one value (an attention mask over its scores, the gradients'
+    selects)."""
+    if type(condition) is _NDARRAY:
+        out = _select(condition, x, y)
+        if out is not None:
+            return out
+    return numpy.where(condition, x, y)
+
+
 def _scatter(gy, key, shape):
     """Zeros of ``shape`` with ``gy`` added at ``key`` (repeats accumulate):
     one integer array indexing the first axis by scatter_kernels' row adds,
@@ -231,6 +243,7 @@ class _NumpyNamespace:
     relu = staticmethod(_relu)
     tril = staticmethod(_tril)
     triu = staticmethod(_triu)
+    where = staticmethod(_where)
 
     cast = staticmethod(cast)
 

@@ -4,7 +4,6 @@ operand each gradient element goes to)."""
 
 import numpy
 
-from xgrad._backend import native_kernels
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
@@ -38,11 +37,8 @@ class Where(PyOp):
             (x, self.x_scalar), (y, self.y_scalar))])
         x, y = [_args.promoted_scalar('where', v, dtype) if s is not None else v
                 for v, s in ((x, self.x_scalar), (y, self.y_scalar))]
-        result = None
-        if type(self.condition) is numpy.ndarray:  # (host float data: on the pool)
-            result = native_kernels.select(self.condition, x, y)
-        if result is None:
-            result = _args.module_of(self.condition, x, y).where(self.condition, x, y)
+        xp = _args.module_of(self.condition, x, y)
+        result = (numpy_ns if xp is numpy else xp).where(self.condition, x, y)
         if result.dtype != dtype:
             result = result.astype(dtype)
         return (_args.array_result(result),)
@@ -55,12 +51,7 @@ class Where(PyOp):
             ([] if self.y_scalar is not None else [False])
         out = []
         for t in targets:
-            g = None
-            if xp is numpy_ns:
-                g = native_kernels.select(cond, gy, zero) if sides[t] else \
-                    native_kernels.select(cond, zero, gy)
-            if g is None:
-                g = xp.where(cond, gy, zero) if sides[t] else xp.where(cond, zero, gy)
+            g = xp.where(cond, gy, zero) if sides[t] else xp.where(cond, zero, gy)
             if g.shape != self.shapes[t]:
                 g = xp.sum_to(g, self.shapes[t])
             out.append(xp.cast(g, self.dtypes[t]))

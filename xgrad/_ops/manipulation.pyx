@@ -7,12 +7,13 @@ scatters the gradient back, accumulating repeated indices.
 """
 
 import numpy
+cimport numpy as cnp
 
 from xgrad import _device as _device_module
 from xgrad._context import get_default_context
 from xgrad._backend import cuda
 from xgrad._backend.cuda import device_key as _device_key
-from xgrad._backend.native_kernels import cast_half as _cast_half, copy_into as _copy_into
+from xgrad._backend.native_kernels import copy_into as _copy_into, splits as _splits
 
 from xgrad._array cimport ndarray, _wrap
 from xgrad._function_node cimport apply1, apply_to_device
@@ -20,29 +21,40 @@ from xgrad._grad_table cimport IndexedGradient
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
 from xgrad._ops.reduction cimport normalize_axes
+from xgrad._ops._xp import cast as _cast
 from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError
 
 
-# Copies of this many elements or more may run on the pool (copy_into;
-# below, on two threads, NumPy's single-threaded copy is as fast)
-cdef Py_ssize_t POOL_COPY_MIN = 1 << 17
 # NumPy 2.1+ says whether a reshape needs a copy (copy=False raises)
 cdef bint _RESHAPE_TELLS_COPY = numpy.lib.NumpyVersion(numpy.__version__) >= '2.1.0'
 
 
-cdef object _reshape_by_pool(object x, tuple shape):
-    """x.reshape(shape) for a host array that is not C-contiguous: a view
-    where one exists, else a copy on the pool (native_kernels.copy_into;
-    the heads of attention, (4, 128, 12, 64) to (4, 12, 128, 64): 38 -> 16
-    us on two threads) or NumPy's where that does not take it."""
-    try:
-        return numpy.reshape(x, shape, copy=False)
-    except ValueError:
-        pass
+cdef bint _gathers_on_the_pool(object x):
+    """Whether a C-order copy of ``x`` may run on the pool: a host array,
+    not C-contiguous, large enough to split (native_kernels.splits)."""
+    return (type(x) is numpy.ndarray
+            and not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)  # (C: on every reshape)
+            and _splits(cnp.PyArray_SIZE(<cnp.ndarray>x)))
+
+
+cdef object _gathered(object x):
+    """A C-contiguous copy of the host array ``x``: on the pool
+    (native_kernels.copy_into), else NumPy's."""
     out = numpy.empty(x.shape, x.dtype)
     if not _copy_into(out, x):
         numpy.copyto(out, x)
-    return out.reshape(shape)
+    return out
+
+
+cdef object _reshape_by_pool(object x, tuple shape):
+    """x.reshape(shape) for a large host array that is not C-contiguous: a
+    view where one exists, else a copy gathered on the pool (the heads of
+    attention, (4, 128, 12, 64) to (48, 128, 64): 38 -> 20 us on two
+    threads)."""
+    try:
+        return numpy.reshape(x, shape, copy=False)
+    except ValueError:
+        return _gathered(x).reshape(shape)
 
 
 cdef class Reshape(Op):
@@ -54,8 +66,7 @@ cdef class Reshape(Op):
         x = inputs[0]
         self.in_shape = x.shape
         try:
-            if (type(x) is numpy.ndarray and x.size >= POOL_COPY_MIN
-                    and not x.flags.c_contiguous and _RESHAPE_TELLS_COPY):
+            if _RESHAPE_TELLS_COPY and _gathers_on_the_pool(x):
                 return (_reshape_by_pool(x, self.shape),)
             return (x.reshape(self.shape),)
         except ValueError:
@@ -199,12 +210,7 @@ cdef class Copy(Op):
 
     cpdef forward(self, inputs):
         x = inputs[0]
-        if (type(x) is numpy.ndarray and x.size >= POOL_COPY_MIN
-                and not x.flags.c_contiguous):  # (a gather on the pool)
-            out = numpy.empty(x.shape, x.dtype)
-            if _copy_into(out, x):
-                return (out,)
-        return (x.copy(order='C'),)
+        return (_gathered(x) if _gathers_on_the_pool(x) else x.copy(order='C'),)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (gys[0],)
@@ -217,8 +223,7 @@ cdef class AsType(Op):
 
     cpdef forward(self, inputs):
         self.in_dtype = inputs[0].dtype
-        y = _cast_half(inputs[0], self.dtype)  # (float32 <-> float16 by F16C, or None)
-        return (inputs[0].astype(self.dtype) if y is None else y,)
+        return (_cast(inputs[0], self.dtype),)  # (float32 <-> float16 by F16C)
 
     cdef tuple _grads(self, xp, tuple targets, tuple gys, tuple xs, tuple ys):
         return (xp.cast(gys[0], self.in_dtype),)

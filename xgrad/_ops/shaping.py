@@ -54,10 +54,8 @@ def _join_on_the_pool(xs, axis):
     copied into its slice of the result on the pool (copy_into); None where
     that does not run (small, mixed dtypes, one thread): NumPy's then."""
     dtype = xs[0].dtype
-    total = sum(x.size for x in xs)
-    if total < (1 << 17) or any(type(x) is not numpy.ndarray or x.dtype != dtype for x in xs):
-        return None
-    if native_kernels.max_threads() < 2:
+    if not native_kernels.splits(sum(x.size for x in xs)) or any(
+            type(x) is not numpy.ndarray or x.dtype != dtype for x in xs):
         return None
     shape = list(xs[0].shape)
     axis %= len(shape)

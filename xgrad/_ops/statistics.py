@@ -291,13 +291,18 @@ def prod(a, axis=None, keepdims=False):
 # ---------------------------------------------------------------------------
 # amax, amin
 
+def _host_trailing(x, axes):
+    """Whether ``axes`` are the trailing axes of the host array ``x`` (the
+    native row kernels' reductions)."""
+    return type(x) is numpy.ndarray and axes == tuple(range(x.ndim - len(axes), x.ndim))
+
+
 def _reduce_extremum(x, axes, keepdims, minimum=False):
     """The maximum (``minimum``: the minimum) of raw ``x`` over ``axes``:
     over trailing axes of a contiguous host float32/64 array one vector
     pass a row (native_kernels.extremum_trailing), else NumPy's (CuPy's)."""
-    kept = x.ndim - len(axes)
-    if type(x) is numpy.ndarray and axes == tuple(range(kept, x.ndim)):
-        y = native_kernels.extremum_trailing(x, kept, minimum)
+    if _host_trailing(x, axes):
+        y = native_kernels.extremum_trailing(x, x.ndim - len(axes), minimum)
         if y is not None:
             return y.reshape(_kept_shape(x.shape, axes)) if keepdims else y
     xp = _args.module_of(x)
@@ -315,8 +320,7 @@ class _Extremum(_Reduction):
 
     def grads(self, xp, targets, gys, xs, ys):
         x = xs[0]
-        if type(x) is numpy.ndarray and self.axes == tuple(range(x.ndim - len(self.axes),
-                                                                 x.ndim)):
+        if _host_trailing(x, self.axes):
             gx = native_kernels.extremum_trailing_grad(gys[0], x, ys[0])  # (or None)
             if gx is not None:
                 return (gx,)

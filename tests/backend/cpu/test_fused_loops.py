@@ -405,6 +405,9 @@ def test_select_declines_what_numpy_must_do():
     assert K.select(cond.astype(numpy.int8), x, 0.0) is None
     assert K.select(numpy.ones((2, 4, 5), bool), x, 0.0) is None  # cond is larger
     assert K.select(cond, 1.0, 2.0) is None
+    assert K.select(cond, x, F64(0.5)) is None               # a strong float64 scalar
+    assert K.select(cond, x, 10 ** 400) is None              # beyond double's range
+    assert K.select(cond, x, True) is None
     assert K.select(cond, x[:, ::2], 0.0) is None            # strided
     assert K.select(numpy.array(True), x, 0.0) is None
 
