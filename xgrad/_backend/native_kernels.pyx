@@ -24,11 +24,17 @@ cdef extern from "select_loops.h" nogil:
     void xgrad_relu_f64(const double* x, double* out, Py_ssize_t n)
     void xgrad_relu_grad_f32(const float* gy, const float* y, float* out, Py_ssize_t n)
     void xgrad_relu_grad_f64(const double* gy, const double* y, double* out, Py_ssize_t n)
+    void xgrad_relu_grad_scalar_f32(float gy, const float* y, float* out, Py_ssize_t n)
+    void xgrad_relu_grad_scalar_f64(double gy, const double* y, double* out, Py_ssize_t n)
     void xgrad_compare_select_f32(const float* gy, const float* a, const float* b,
                                   bint b_scalar, float s, int op, float* out, Py_ssize_t n)
     void xgrad_compare_select_f64(const double* gy, const double* a, const double* b,
                                   bint b_scalar, double s, int op, double* out,
                                   Py_ssize_t n)
+    void xgrad_select_f32(const cnp.npy_bool* c, const float* a, const float* b, float va,
+                          float vb, float* out, Py_ssize_t n)
+    void xgrad_select_f64(const cnp.npy_bool* c, const double* a, const double* b,
+                          double va, double vb, double* out, Py_ssize_t n)
 
 cdef extern from "numpy/arrayobject.h":
     PyTypeObject PyArray_Type
@@ -524,9 +530,11 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
         elif f == SIGMOID_GRAD:
             for i in range(n):
                 out[i] = sa * b[i] * (one - b[i])
-        elif f == RELU_GRAD:
-            for i in range(n):
-                out[i] = sa if b[i] > 0 else 0
+        elif f == RELU_GRAD:  # (in C: Cython's ?: kept a branch per element)
+            if real is float:
+                xgrad_relu_grad_scalar_f32(sa, b, out, n)
+            else:
+                xgrad_relu_grad_scalar_f64(sa, b, out, n)
         elif f == SQRT_GRAD:
             for i in range(n):
                 out[i] = sa / (b[i] + b[i])
@@ -1399,37 +1407,21 @@ cdef void _select_rows(void* ctx, Py_ssize_t c) noexcept nogil:
     for r in range(c * j.chunk, min((c + 1) * j.chunk, j.rows)):
         cr = <cnp.npy_bool*>j.c.data + (0 if j.c.kind == 1 else r * m)
         if j.t == cnp.NPY_FLOAT:
-            _select_row[float](cr, &j.a, &j.b, <float*>j.out + r * m, r, m,
-                               min(m, j.n - r * m))
+            xgrad_select_f32(cr, <float*>_select_data(&j.a, r, m, 4),
+                             <float*>_select_data(&j.b, r, m, 4), <float>j.a.value,
+                             <float>j.b.value, <float*>j.out + r * m, min(m, j.n - r * m))
         else:
-            _select_row[double](cr, &j.a, &j.b, <double*>j.out + r * m, r, m,
-                                min(m, j.n - r * m))
+            xgrad_select_f64(cr, <double*>_select_data(&j.a, r, m, 8),
+                             <double*>_select_data(&j.b, r, m, 8), j.a.value, j.b.value,
+                             <double*>j.out + r * m, min(m, j.n - r * m))
 
 
-cdef inline void _select_row(cnp.npy_bool* c, SelectOperand* a, SelectOperand* b,
-                             real* out, Py_ssize_t r, Py_ssize_t m,
-                             Py_ssize_t k) noexcept nogil:
-    """Row r (k elements; rows of m) of select."""
-    cdef Py_ssize_t i
-    cdef real va = <real>a.value, vb = <real>b.value
-    cdef real* pa = NULL
-    cdef real* pb = NULL
-    if a.kind != 2:
-        pa = <real*>a.data + (0 if a.kind == 1 else r * m)
-    if b.kind != 2:
-        pb = <real*>b.data + (0 if b.kind == 1 else r * m)
-    if pa != NULL and pb != NULL:
-        for i in range(k):
-            out[i] = pa[i] if c[i] else pb[i]
-    elif pa != NULL:
-        for i in range(k):
-            out[i] = pa[i] if c[i] else vb
-    elif pb != NULL:
-        for i in range(k):
-            out[i] = va if c[i] else pb[i]
-    else:
-        for i in range(k):
-            out[i] = va if c[i] else vb
+cdef inline char* _select_data(SelectOperand* a, Py_ssize_t r, Py_ssize_t m,
+                               Py_ssize_t item) noexcept nogil:
+    """Row r's data of one operand (rows of m items); NULL for one value."""
+    if a.kind == 2:
+        return NULL
+    return a.data + (0 if a.kind == 1 else r * m * item)
 
 
 # -- copies between layouts on the pool ------------------------------------------

@@ -5,11 +5,21 @@ threads.
 
 ``x`` is seen as (N, C, L): N batch rows, C channels, L contiguous elements
 per row and channel (the layout ``normalization._Layout`` merges any call
-into). NumPy needs a pass per ufunc plus temporaries for the same formulas,
-and runs single-threaded.
+into; (N, D) over N is (N, D, 1)). NumPy needs a pass per ufunc plus
+temporaries for the same formulas, and runs single-threaded.
+
+Two kernels, chosen by ``batch_norm_forward``/``batch_norm_backward`` from
+L alone (``_by_columns``): with rows of 16 or more elements a channel's
+L-element runs stream, and a thread takes whole channels; with shorter
+ones (a dense layer's (N, D), small feature maps) a channel's elements lie
+C * L apart, so the statistics are column sums of (N, C * L) instead,
+rows in blocks fixed by the shape and columns in segments, each block's
+partial sums in double added in order: the same bits at any thread count.
 """
 
 from libc.math cimport sqrt
+from libc.string cimport memset
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 import numpy
 
@@ -191,7 +201,10 @@ def batch_norm_forward(x, gamma, beta, double eps):
     mean = numpy.full(c, numpy.nan, x.dtype)
     var = numpy.full(c, numpy.nan, x.dtype)
     cdef NormJob job
-    if x.size:
+    if x.size and _by_columns(l):
+        _is_double(x)
+        _columns_forward(x, gamma, beta, eps, y, mean, var)
+    elif x.size:
         job.is_double = _is_double(x)
         job.n, job.c, job.l, job.eps = n, c, l, eps
         job.x, job.gamma, job.beta = _data(x), _data(gamma), _data(beta)
@@ -212,7 +225,10 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
     inv_std = _contiguous(inv_std, x.dtype)
     gamma = _contiguous(gamma, x.dtype).reshape(c)
     cdef NormJob job
-    if x.size:
+    if x.size and _by_columns(l):
+        _is_double(x)
+        _columns_backward(gy, x, mean, inv_std, gamma, gx, ggamma, gbeta)
+    elif x.size:
         job.is_double = _is_double(x)
         job.n, job.c, job.l = n, c, l
         job.gy, job.x, job.mean, job.inv_std, job.gamma = (
@@ -221,6 +237,221 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
         job.ggamma, job.gbeta = _out(ggamma), _out(gbeta)
         _run(_backward_chunk, &job, x.size)
     return gx, ggamma, gbeta
+
+
+# ---------------------------------------------------------------------------
+# Batch normalization by columns: x of (N, C, L) with L < 16 seen as (N, W),
+# W = C * L columns. Pass tasks cover (row block, column segment) pairs; the
+# statistics' partial sums go to (blocks, 2, W) doubles, added over the
+# blocks in order afterwards.
+
+cdef enum:
+    SHORT_ROWS = 16       # L below this: by columns
+    BLOCK_ELEMENTS = 1 << 15
+    MIN_BLOCK_ROWS = 16   # (so that the partials stay under 1/8 of x)
+    SEGMENT = 1024        # columns a task takes
+
+cdef enum ColumnPass:     # batch_norm_columns.h's steps
+    SUM = 0               # partial[0] = sum x
+    SQUARES = 1           # partial[0] = sum (x - center)^2
+    GRADIENT_SUMS = 2     # partial[0] = sum gy, partial[1] = sum gy * (x - center)
+    AFFINE = 3            # out = x * scale + shift
+    GRADIENT = 4          # out = gy * scale + x * coef + shift
+
+
+cdef struct ColumnJob:
+    bint is_double, parallel
+    ColumnPass step
+    Py_ssize_t n, w, rows, blocks, segments
+    const char* x
+    const char* gy
+    double* center   # per column
+    double* scale
+    double* coef
+    double* shift
+    char* out
+    double* partial        # (blocks, 2, W)
+
+
+cdef bint _by_columns(Py_ssize_t l):
+    """Whether (N, C, L) takes the column kernel: rows of fewer than
+    SHORT_ROWS elements per channel, too short for the channel kernel's
+    streams."""
+    return l < SHORT_ROWS
+
+
+cdef extern from "batch_norm_columns.h" nogil:
+    void bn_columns_f32(int step, const float* x0, const float* gy0, float* out0, double* p0,
+                        double* p1, const double* center, const double* scale,
+                        const double* coef, const double* shift, Py_ssize_t w, Py_ssize_t r0,
+                        Py_ssize_t r1, Py_ssize_t c0, Py_ssize_t c1)
+    void bn_columns_f64(int step, const double* x0, const double* gy0, double* out0,
+                        double* p0, double* p1, const double* center, const double* scale,
+                        const double* coef, const double* shift, Py_ssize_t w, Py_ssize_t r0,
+                        Py_ssize_t r1, Py_ssize_t c0, Py_ssize_t c1)
+
+
+cdef void _column_task(void* ctx, Py_ssize_t k) noexcept nogil:
+    """Task k: row block k // segments, column segment k % segments."""
+    cdef ColumnJob* j = <ColumnJob*>ctx
+    cdef Py_ssize_t b = k // j.segments, s = k % j.segments
+    cdef Py_ssize_t r0 = b * j.rows, r1 = min(r0 + j.rows, j.n)
+    cdef Py_ssize_t c0 = s * SEGMENT, c1 = min(c0 + SEGMENT, j.w)
+    cdef double* p = j.partial + 2 * b * j.w
+    if j.is_double:
+        bn_columns_f64(j.step, <const double*>j.x, <const double*>j.gy, <double*>j.out,
+                       p, p + j.w, j.center, j.scale, j.coef, j.shift, j.w, r0, r1, c0, c1)
+    else:
+        bn_columns_f32(j.step, <const float*>j.x, <const float*>j.gy, <float*>j.out,
+                       p, p + j.w, j.center, j.scale, j.coef, j.shift, j.w, r0, r1, c0, c1)
+
+
+cdef void _column_pass(ColumnJob* j, ColumnPass step) noexcept nogil:
+    """Run one pass over the whole of x (on the pool when it is large); the
+    statistics passes zero the partial sums first and leave their sum over
+    the blocks, in block order, in the first block's place."""
+    cdef Py_ssize_t k, b, c, tasks = j.blocks * j.segments
+    cdef double* p = j.partial
+    j.step = step
+    if step <= GRADIENT_SUMS:
+        memset(p, 0, j.blocks * 2 * j.w * sizeof(double))
+    if j.parallel and tasks > 1:
+        run_chunks(_column_task, j, tasks)
+    else:
+        for k in range(tasks):
+            _column_task(j, k)
+    if step <= GRADIENT_SUMS:
+        for b in range(1, j.blocks):
+            for c in range(2 * j.w):
+                p[c] += p[2 * b * j.w + c]
+
+
+cdef void _channel_sums(ColumnJob* j, Py_ssize_t row, Py_ssize_t l, double* out) noexcept nogil:
+    """out[ch] = the sum of channel ch's L columns of the partial sums' row."""
+    cdef Py_ssize_t ch, i, c = j.w // l
+    cdef const double* p = j.partial + row * j.w
+    cdef double s
+    for ch in range(c):
+        s = 0
+        for i in range(l):
+            s += p[ch * l + i]
+        out[ch] = s
+
+
+cdef void _spread(const double* v, Py_ssize_t c, Py_ssize_t l, double* out) noexcept nogil:
+    """out (C * L) = each channel's value repeated for its L columns."""
+    cdef Py_ssize_t ch, i
+    for ch in range(c):
+        for i in range(l):
+            out[ch * l + i] = v[ch]
+
+
+cdef double* _column_job(ColumnJob* j, x) except NULL:
+    """Set up ``j`` for x of (N, C, L); one buffer of doubles (to free): the
+    (blocks, 2, W) partial sums and four per-column vectors of W (center,
+    scale, coef, shift)."""
+    n, c, l = x.shape
+    j.is_double = x.dtype == numpy.float64
+    j.n, j.w = n, c * l
+    j.rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(j.w, 1))
+    j.blocks = (j.n + j.rows - 1) // j.rows
+    j.segments = (j.w + SEGMENT - 1) // SEGMENT
+    j.parallel = n * j.w >= PARALLEL_SIZE and pool_threads() >= 2
+    j.x, j.gy, j.out = _data(x), NULL, NULL
+    xgrad_vector_set_path(vector_path())
+    cdef double* buf = <double*>PyMem_Malloc((j.blocks * 2 + 4) * j.w * sizeof(double))
+    if buf == NULL:
+        raise MemoryError()
+    j.partial = buf
+    j.center = buf + j.blocks * 2 * j.w
+    j.scale = j.center + j.w
+    j.coef = j.scale + j.w
+    j.shift = j.coef + j.w
+    return buf
+
+
+cdef inline double* _doubles(a):
+    return <double*>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+cdef _columns_forward(x, gamma, beta, double eps, y, mean_out, var_out):
+    cdef Py_ssize_t n = x.shape[0], c = x.shape[1], l = x.shape[2], ch
+    cdef ColumnJob j
+    cdef double count = n * l
+    per_channel = numpy.empty((6, c), numpy.float64)  # mean, var, scale, shift, gamma, beta
+    per_channel[4] = gamma
+    per_channel[5] = beta
+    cdef double* mean = _doubles(per_channel)
+    cdef double* var = mean + c
+    cdef double* scale = var + c
+    cdef double* shift = scale + c
+    cdef double* g = shift + c
+    cdef double* b = g + c
+    cdef double* buf = _column_job(&j, x)
+    j.out = _out(y)
+    try:
+        with nogil:
+            _column_pass(&j, SUM)
+            _channel_sums(&j, 0, l, mean)
+            for ch in range(c):
+                mean[ch] /= count
+            _spread(mean, c, l, j.center)
+            _column_pass(&j, SQUARES)
+            _channel_sums(&j, 0, l, var)
+            for ch in range(c):
+                var[ch] /= count
+                scale[ch] = g[ch] * (1 / sqrt(var[ch] + eps))
+                shift[ch] = b[ch] - mean[ch] * scale[ch]
+            _spread(scale, c, l, j.scale)
+            _spread(shift, c, l, j.shift)
+            _column_pass(&j, AFFINE)
+    finally:
+        PyMem_Free(buf)
+    mean_out[...] = per_channel[0]
+    var_out[...] = per_channel[1]
+
+
+cdef _columns_backward(gy, x, mean, inv_std, gamma, gx, ggamma, gbeta):
+    cdef Py_ssize_t n = x.shape[0], c = x.shape[1], l = x.shape[2], ch
+    cdef ColumnJob j
+    cdef double count = n * l
+    # mean, inv_std, gamma, sums of gy, of gy * (x - mean), scale, a, b
+    per_channel = numpy.empty((8, c), numpy.float64)
+    per_channel[0] = mean
+    per_channel[1] = inv_std
+    per_channel[2] = gamma
+    cdef double* m = _doubles(per_channel)
+    cdef double* istd = m + c
+    cdef double* g = istd + c
+    cdef double* sg = g + c
+    cdef double* sgx = sg + c
+    cdef double* scale = sgx + c
+    cdef double* a = scale + c
+    cdef double* b = a + c
+    cdef double* buf = _column_job(&j, x)
+    j.gy = _data(gy)
+    j.out = NULL if gx is None else _out(gx)
+    try:
+        with nogil:
+            _spread(m, c, l, j.center)
+            _column_pass(&j, GRADIENT_SUMS)
+            _channel_sums(&j, 0, l, sg)
+            _channel_sums(&j, 1, l, sgx)
+            # gx = scale * (gy - sg/count - (x - m) * istd^2 * sgx/count), as _backward
+            for ch in range(c):
+                scale[ch] = g[ch] * istd[ch]
+                a[ch] = -scale[ch] * istd[ch] * istd[ch] * sgx[ch] / count
+                b[ch] = -scale[ch] * sg[ch] / count - a[ch] * m[ch]
+                sgx[ch] *= istd[ch]  # ggamma
+            if j.out != NULL:
+                _spread(scale, c, l, j.scale)
+                _spread(a, c, l, j.coef)
+                _spread(b, c, l, j.shift)
+                _column_pass(&j, GRADIENT)
+    finally:
+        PyMem_Free(buf)
+    gbeta[...] = per_channel[3]
+    ggamma[...] = per_channel[4]
 
 
 # ---------------------------------------------------------------------------

@@ -24,6 +24,8 @@ forward and first gradient and ``fixed_batch_norm``'s forward run cuDNN's
 kernels. Second derivatives are the recorded formulas, as without cuDNN.
 """
 
+import math
+
 import numpy
 
 from xgrad._backend import cuda, cudnn, norm_kernels
@@ -66,15 +68,15 @@ class _Layout:
         self.merged = tuple(dims)
         self.merged_axes = tuple(i for i, r in enumerate(reduced) if r)
         self.keep = tuple(1 if r else n for n, r in zip(dims, reduced))
-        self.channels = int(numpy.prod(self.keep, dtype=numpy.int64))
-        self.count = int(numpy.prod([shape[a] for a in axes], dtype=numpy.int64))
+        self.channels = math.prod(self.keep)
+        self.count = math.prod([shape[a] for a in axes])
         self.rows = None
         if reduced and reduced[-1]:
-            self.rows = (int(numpy.prod(dims[:-1], dtype=numpy.int64)), dims[-1])
-        # The native kernels take (N, C, L) reduced over N and L, with rows
-        # of L contiguous elements long enough to stream.
-        self.ncl = self.merged if (reduced == [True, False, True]
-                                   and self.merged[2] >= 16) else None
+            self.rows = (math.prod(dims[:-1]), dims[-1])
+        # The native kernels take (N, C, L) reduced over N and L; (N, D)
+        # reduced over N is (N, D, 1).
+        self.ncl = (self.merged if reduced == [True, False, True] else
+                    self.merged + (1,) if reduced == [True, False] else None)
 
     def view(self, a):
         """Raw ``a`` of x's size as the kernels' elementwise view."""
@@ -504,8 +506,8 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
         raise ValueError('{}: eps must be a number > 0, not {!r}'.format(op, eps))
     _args.same_device([x, gamma, beta], op)
-    d = int(numpy.prod(gamma.shape, dtype=numpy.int64))
-    r = int(numpy.prod(x.shape[:x.ndim - k], dtype=numpy.int64))
+    d = math.prod(gamma.shape)
+    r = math.prod(x.shape[:x.ndim - k])
     return _args.apply(LayerNorm((r, d), eps), x, gamma, beta)
 
 

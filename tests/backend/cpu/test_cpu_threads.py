@@ -148,14 +148,26 @@ def test_gradient_accumulation_splits_like_one_thread(one_thread_then_all):
     numpy.testing.assert_allclose(split, _data('float32', 4) + g, rtol=1e-6)
 
 
+# (N, C, L) for the batch-norm kernels: the channel kernel (L >= 16: a chunk
+# of channels per thread) and the column kernel (L < 16: blocks of rows and
+# segments of 1024 columns), each over PARALLEL_SIZE elements; and one small.
+BATCH_NORM_SHAPES = [
+    (16, 7, 2347),   # channels: 7 of 2347-element rows
+    (300, 1100, 1),  # columns: a dense layer's (N, D); 11 row blocks, 2 segments
+    (4000, 20, 5),   # columns: 5 per channel; 13 row blocks
+    (3, 5, 1),       # one block, one thread
+]
+
+
+@pytest.mark.parametrize('shape', BATCH_NORM_SHAPES)
 @pytest.mark.parametrize('dtype', ['float32', 'float64'])
-def test_batch_norm_kernels_split_channels_like_one_thread(dtype, one_thread_then_all):
-    """The batch-norm kernels (norm_kernels) run on the same pool, a chunk of
-    channels per thread: statistics, output and all three gradients as one
-    thread's, and as NumPy's two-pass formulas."""
+def test_batch_norm_kernels_split_like_one_thread(dtype, shape, one_thread_then_all):
+    """The batch-norm kernels (norm_kernels) run on the same pool: statistics,
+    output and all three gradients as one thread's, bit for bit, and as
+    NumPy's two-pass formulas in float64."""
     from xgrad._backend import norm_kernels
-    n, c, l = 16, 7, 2347            # 262,864 elements: over PARALLEL_SIZE; 7 channels
-    assert n * c * l >= norm_kernels.PARALLEL_SIZE
+    n, c, l = shape
+    assert n * c * l >= norm_kernels.PARALLEL_SIZE or n * c * l < 100
     rng = numpy.random.default_rng(5)
     x = rng.normal(1, 2, (n, c, l)).astype(dtype)
     gy = rng.normal(0, 1, (n, c, l)).astype(dtype)
