@@ -184,6 +184,34 @@ def test_the_bias_gradient_sums_every_axis_but_the_channels(dtype, shape):
         numpy.testing.assert_allclose(got, exact, rtol=2 * numpy.finfo(dtype).eps, atol=0)
 
 
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_channel_sums_are_the_same_bits_on_every_cpu_path(dtype):
+    """Planes of 1-70 elements (none, some or all in the 32 lanes' tail):
+    sum_channels and sum over (0, 2) give the same bits on every CPU path
+    this machine runs (32 lanes on each)."""
+    rng = numpy.random.default_rng(1)
+    before = native_kernels.cpu_path()
+    xs = [(rng.standard_normal((9, 5, m)) * 10 ** rng.uniform(-3, 3, (1, 5, 1))).astype(dtype)
+          for m in (1, 7, 31, 32, 33, 49, 64, 70)]
+    results = {}
+    try:
+        for path in native_kernels.cpu_paths():
+            native_kernels._select_cpu_path(path)
+            results[path] = [(native_kernels.sum_channels(x).tobytes(),
+                              xgrad.sum(xgrad.array(x), axis=(0, 2)).to_numpy().tobytes())
+                             for x in xs]
+    finally:
+        native_kernels._select_cpu_path(before)
+    first = next(iter(results.values()))
+    assert all(r == first for r in results.values())
+    for x, (channels, _) in zip(xs, first):
+        exact = numpy.array([math.fsum(p.ravel()) for p in numpy.moveaxis(x, 1, 0)
+                             .astype(numpy.float64)])
+        numpy.testing.assert_allclose(numpy.frombuffer(channels, dtype), exact,
+                                      rtol=2 * numpy.finfo(dtype).eps,
+                                      atol=4 * numpy.finfo(dtype).eps * abs(x).sum())
+
+
 def test_sum_channels_leaves_other_arrays_to_numpy():
     for x in (numpy.ones((2, 3), numpy.int32), numpy.ones((2, 3), numpy.float16),
               numpy.ones(3, numpy.float32), [[1.0, 2.0]]):
