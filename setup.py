@@ -26,6 +26,7 @@ MODULES = [
     'xgrad._backend.gemm_kernels',
     'xgrad._backend.operands',
     'xgrad._backend.scatter_kernels',
+    'xgrad._backend.scan_kernels',
     'xgrad._backend.host_cache',
     'xgrad._debug',
     'xgrad._device_cache',

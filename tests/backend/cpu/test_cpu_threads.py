@@ -467,3 +467,38 @@ def test_workers_sleep_once_an_op_is_done():
         start = time.process_time()  # CPU time of every thread of the process
         time.sleep(0.1)
         assert time.process_time() - start < 0.01
+
+
+# scan_kernels.cumsum: (shape, axis) for groups of eight rows with a short
+# last group (inner 1), inner rows split into segments (few outer indices),
+# and many outer indices; each over the pool's PARALLEL_SIZE.
+SCAN_CASES = [((1003, 131), 1), ((3, 40000), 0), ((2, 300, 200), 1), ((70, 50, 40), 2),
+              ((5, 7, 3), 0)]
+
+
+@pytest.mark.parametrize('shape, axis', SCAN_CASES)
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('reverse', [False, True])
+def test_running_sums_are_numpys_bits_at_every_thread_count(shape, axis, dtype, reverse,
+                                                           one_thread_then_all):
+    """cumsum's kernel (and its gradient's, from the end) adds each running
+    sum in NumPy's order: NumPy's bits, NaN, inf and -0.0 included, at any
+    thread count."""
+    from xgrad._backend import scan_kernels
+    rng = numpy.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(dtype)
+    x.flat[[0, 7, 11, x.size - 1]] = [-0.0, numpy.nan, numpy.inf, -0.0]
+    serial, split = one_thread_then_all(lambda: scan_kernels.cumsum(x, axis, reverse))
+    flip = tuple(slice(None, None, -1) if d == axis else slice(None) for d in range(x.ndim))
+    expected = (numpy.cumsum(x[flip], axis=axis)[flip] if reverse
+                else numpy.cumsum(x, axis=axis))
+    assert split.dtype == expected.dtype and split.shape == expected.shape
+    assert split.tobytes() == numpy.ascontiguousarray(expected).tobytes()
+
+
+def test_running_sums_leave_other_arrays_to_numpy():
+    from xgrad._backend import scan_kernels
+    x = numpy.ones((4, 6), numpy.float32)
+    for a, axis in ((x[:, ::2], 0), (x.astype(numpy.float16), 0), (x.astype(numpy.int64), 1),
+                    (x.astype('>f4'), 1), (x, 2), (x, -1), (x.tolist(), 0)):
+        assert scan_kernels.cumsum(a, axis) is None
