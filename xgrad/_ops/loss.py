@@ -130,7 +130,10 @@ class SigmoidCrossEntropy(PyOp):
     """loss = log(1 + exp(-|x|)) + max(x, 0) - x * t where t != -1, else 0;
     gx = gy * (sigmoid(x) - t), 0 where ignored. Any integer label other
     than -1 enters linearly, as in ChainerX and Chainer (0 and 1 are the
-    binary targets)."""
+    binary targets). On the host the first two terms are the softplus
+    kernel's and the gradient's sigmoid the sigmoid kernel's (one pass
+    each instead of NumPy's four), and the ignore mask is skipped when no
+    label is -1 (on the host)."""
     op_name = 'sigmoid_cross_entropy'
 
     def __init__(self, t):
@@ -141,23 +144,45 @@ class SigmoidCrossEntropy(PyOp):
         self.retain_inputs((0,))
         self.dtype = x.dtype
         work = _args.compute_dtype(x.dtype)
-        keep = self.t != -1
-        self.target = (self.t * keep).astype(work)
-        self.keep = keep.astype(work)
         xw = x.astype(work, copy=False)
         xp = _args.module_of(xw)
-        loss = xp.log1p(xp.exp(-xp.abs(xw)))
-        loss += xp.maximum(xw, 0)
+        keep = self.t != -1
+        # (asked on the host only: on a GPU the answer would be a device read)
+        self.ignores = xp is not numpy or not keep.all()
+        self.target = (self.t * keep if self.ignores else self.t).astype(work)
+        self.keep = keep.astype(work)
+        loss = native_kernels.softplus_forward(xw, 1.0) if xp is numpy else None
+        if loss is None:
+            loss = xp.log1p(xp.exp(-xp.abs(xw)))
+            loss += xp.maximum(xw, 0)
         loss -= xw * self.target
-        loss *= self.keep
+        if self.ignores:
+            loss *= self.keep
         return (loss.astype(x.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
+        if xp is numpy_ns:
+            gx = self._host_grad(gys[0], xs[0])
+            if gx is not None:
+                return (gx,)
         x = xp.cast(xs[0], self.target.dtype)
         gy = xp.cast(gys[0], self.target.dtype)
         t = xp.constant(self.target, gy)
         keep = xp.constant(self.keep, gy)
         return (xp.cast(gy * keep * (xp.sigmoid(x) - t), self.dtype),)
+
+    def _host_grad(self, gy, x):
+        """gy * (sigmoid(x) - t) (* keep) by the sigmoid kernel, in place;
+        None for dtypes it does not take."""
+        work = self.target.dtype
+        s = native_kernels.sigmoid_forward(x.astype(work, copy=False))
+        if s is None or s.dtype != work:
+            return None
+        s -= self.target
+        s *= gy
+        if self.ignores:
+            s *= self.keep
+        return s.astype(self.dtype, copy=False)
 
 
 def sigmoid_cross_entropy(x1, x2):
