@@ -213,6 +213,37 @@ def test_huber_loss_closed_form_and_torch():
         numpy.testing.assert_allclose(x.grad.to_numpy(), t.grad.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+@pytest.mark.parametrize('delta', [1.0, 0.3, 1e-3])
+def test_huber_loss_one_pass_kernel_is_the_compositions_bits(dtype, delta):
+    """Plain same-shape arrays take the one-pass kernel, others ChainerX's
+    composition of ops: loss and both gradients alike, bit for bit (sign of
+    zero included), NaN where x1 - x2 is NaN or infinite, and a finite loss
+    past float32's square."""
+    rng = numpy.random.default_rng(4)
+    a = (rng.standard_normal((40, 30)) * 2).astype(dtype)
+    b = rng.standard_normal((40, 30)).astype(dtype)
+    a[0, :8] = [numpy.nan, numpy.inf, -numpy.inf, -0.0, 0.0, delta, -delta, 1e30]
+    b[0, :8] = 0
+    gy = rng.standard_normal((40, 30)).astype(dtype)
+    runs = []
+    for layout in (numpy.ascontiguousarray, numpy.asfortranarray):
+        x1, x2 = xgrad.array(layout(a)).require_grad(), xgrad.array(layout(b)).require_grad()
+        with numpy.errstate(all='ignore'):
+            y = xgrad.huber_loss(x1, x2, delta)
+        y.grad = xgrad.array(gy)
+        y.backward()
+        runs.append([v.to_numpy() for v in (y, x1.grad, x2.grad)])
+    for fused, composed in zip(*runs):
+        nan = numpy.isnan(composed)
+        assert numpy.array_equal(numpy.isnan(fused), nan)
+        assert numpy.array_equal(fused[~nan], composed[~nan])
+        assert numpy.array_equal(numpy.signbit(fused[~nan]), numpy.signbit(composed[~nan]))
+    assert numpy.isnan(runs[0][1][0, :3]).all()
+    t = numpy.dtype(dtype).type  # (the loss's arithmetic is the dtype's)
+    assert runs[0][0][0, 7] == (t(1e30) - t(delta / 2)) * t(delta)
+
+
 def test_huber_loss_bad_input():
     x = xgrad.zeros((2,))
     with pytest.raises(ValueError, match='delta must be positive'):

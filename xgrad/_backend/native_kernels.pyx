@@ -31,6 +31,14 @@ cdef extern from "select_loops.h" nogil:
     void xgrad_compare_select_f64(const double* gy, const double* a, const double* b,
                                   bint b_scalar, double s, int op, double* out,
                                   Py_ssize_t n)
+    void xgrad_huber_f32(const float* x1, const float* x2, float d, float half_d, float* out,
+                         Py_ssize_t n)
+    void xgrad_huber_f64(const double* x1, const double* x2, double d, double half_d,
+                         double* out, Py_ssize_t n)
+    void xgrad_huber_grad_f32(const float* gy, const float* x1, const float* x2, float d,
+                              float* g1, float* g2, Py_ssize_t n)
+    void xgrad_huber_grad_f64(const double* gy, const double* x1, const double* x2, double d,
+                              double* g1, double* g2, Py_ssize_t n)
     void xgrad_select_f32(const cnp.npy_bool* c, const float* a, const float* b, float va,
                           float vb, float* out, Py_ssize_t n)
     void xgrad_select_f64(const cnp.npy_bool* c, const double* a, const double* b,
@@ -1420,6 +1428,70 @@ cdef inline char* _select_data(SelectOperand* a, Py_ssize_t r, Py_ssize_t m,
     if a.kind == 2:
         return NULL
     return a.data + (0 if a.kind == 1 else r * m * item)
+
+
+# -- Huber loss --------------------------------------------------------------
+
+cdef bint _plain_like(object a, cnp.ndarray like):
+    """Whether ``a`` is an aligned, native-order, C-contiguous array of
+    ``like``'s dtype and shape."""
+    return (type(a) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.PyArray_TYPE(like)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)
+            and cnp.PyArray_ISALIGNED(<cnp.ndarray>a)
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a) and _same_shape(<cnp.ndarray>a, like))
+
+
+cpdef object huber_forward(object x1, object x2, double delta):
+    """ChainerX's huber_loss(x1, x2, delta) in one pass (select_loops.h) for
+    plain float32/float64 arrays of one shape and dtype; None for others."""
+    if type(x1) is not cnp.ndarray or not _plain_like(x1, <cnp.ndarray>x1) or not _plain_like(
+            x2, <cnp.ndarray>x1):
+        return None
+    cdef int t = cnp.PyArray_TYPE(<cnp.ndarray>x1)
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+        return None
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>x1),
+                                             cnp.PyArray_DIMS(<cnp.ndarray>x1), t, 0)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(out)
+    cdef void* a = cnp.PyArray_DATA(<cnp.ndarray>x1)
+    cdef void* b = cnp.PyArray_DATA(<cnp.ndarray>x2)
+    cdef void* o = cnp.PyArray_DATA(out)
+    cdef double half = 0.5 * delta  # (rounded to the dtype, as the scalar of a - 0.5 * delta)
+    with nogil:
+        if t == cnp.NPY_FLOAT:
+            xgrad_huber_f32(<float*>a, <float*>b, <float>delta, <float>half, <float*>o, n)
+        else:
+            xgrad_huber_f64(<double*>a, <double*>b, delta, half, <double*>o, n)
+    return out
+
+
+cpdef object huber_grad(object gy, object x1, object x2, double delta):
+    """(gy * clip(x1 - x2, -delta, delta), its negation) in one pass, for
+    plain arrays of one shape and float dtype; None for others."""
+    if type(x1) is not cnp.ndarray or not _plain_like(x1, <cnp.ndarray>x1) or not _plain_like(
+            x2, <cnp.ndarray>x1) or not _plain_like(gy, <cnp.ndarray>x1):
+        return None
+    cdef int t = cnp.PyArray_TYPE(<cnp.ndarray>x1)
+    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+        return None
+    cdef cnp.ndarray g1 = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>x1),
+                                            cnp.PyArray_DIMS(<cnp.ndarray>x1), t, 0)
+    cdef cnp.ndarray g2 = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>x1),
+                                            cnp.PyArray_DIMS(<cnp.ndarray>x1), t, 0)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(g1)
+    cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>gy)
+    cdef void* a = cnp.PyArray_DATA(<cnp.ndarray>x1)
+    cdef void* b = cnp.PyArray_DATA(<cnp.ndarray>x2)
+    cdef void* o1 = cnp.PyArray_DATA(g1)
+    cdef void* o2 = cnp.PyArray_DATA(g2)
+    with nogil:
+        if t == cnp.NPY_FLOAT:
+            xgrad_huber_grad_f32(<float*>pg, <float*>a, <float*>b, <float>delta, <float*>o1,
+                                 <float*>o2, n)
+        else:
+            xgrad_huber_grad_f64(<double*>pg, <double*>a, <double*>b, delta, <double*>o1,
+                                 <double*>o2, n)
+    return g1, g2
 
 
 # -- copies between layouts on the pool ------------------------------------------
