@@ -356,3 +356,23 @@ def test_join_of_mixed_dtypes_promotes_as_chainerx_and_casts_gradients_back(join
     assert h.grad.dtype == numpy.float16 and f.grad.dtype == numpy.float32
     numpy.testing.assert_array_equal(h.grad.to_numpy(), gy.ravel()[:2])
     numpy.testing.assert_array_equal(f.grad.to_numpy(), gy.ravel()[2:4])
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64'])
+@pytest.mark.parametrize('repeats', [1, 2, 3, 7, 8, 9])
+@pytest.mark.parametrize('shape, axis', [((4, 6), 1), ((4, 6), 0), ((3, 5, 2), 1), ((7,), 0)])
+def test_repeat_gradient_is_numpys_sum_of_the_copies(dtype, repeats, shape, axis):
+    """repeat's gradient sums each element's copies with NumPy's bits (short
+    counts add the copies in turn; -0.0, NaN and inf as NumPy's sum gives
+    them), on any axis."""
+    rng = numpy.random.default_rng(repeats)
+    x = xgrad.array(rng.standard_normal(shape).astype(dtype)).require_grad()
+    y = xgrad.repeat(x, repeats, axis=axis)
+    gy = rng.standard_normal(y.shape).astype(dtype)
+    gy.flat[:4] = [-0.0, -0.0, numpy.nan, numpy.inf]
+    y.grad = xgrad.array(gy)
+    y.backward()
+    copies = shape[:axis] + (shape[axis], repeats) + shape[axis + 1:]
+    expected = gy.reshape(copies).sum(axis=axis + 1)
+    assert x.grad.dtype == expected.dtype
+    assert x.grad.to_numpy().tobytes() == expected.tobytes()
