@@ -1300,11 +1300,13 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
     cdef Py_ssize_t ch
     for ch in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
         if s.t == cnp.NPY_FLOAT:
-            (<float*>s.out)[ch] = <float>(xgrad_sum_planes_f32(
-                <float*>s.a + ch * s.m, s.step, s.n * s.m, s.m) / s.p)
+            (<float*>s.out)[ch] = <float>((xgrad_sum_f32(<float*>s.a + ch * s.m, s.m)
+                                           if s.step == 1 else xgrad_sum_planes_f32(
+                <float*>s.a + ch * s.m, s.step, s.n * s.m, s.m)) / s.p)
         else:
-            (<double*>s.out)[ch] = xgrad_sum_planes_f64(
-                <double*>s.a + ch * s.m, s.step, s.n * s.m, s.m) / s.p
+            (<double*>s.out)[ch] = (xgrad_sum_f64(<double*>s.a + ch * s.m, s.m)
+                                    if s.step == 1 else xgrad_sum_planes_f64(
+                <double*>s.a + ch * s.m, s.step, s.n * s.m, s.m)) / s.p
 
 
 # -- where ---------------------------------------------------------------------

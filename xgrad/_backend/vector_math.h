@@ -392,11 +392,13 @@ XGRAD_SUM(double, f64)
 /* The sum of `planes` planes of m elements, `stride` elements apart (a
  * channel's planes in a batch), in double: element i < m - m % 32 of a plane
  * goes to lane i % 32 of 32 running sums kept (in registers) across the
- * planes, the last m % 32 to lanes of a second set; both sets are added in
- * order at the end. One horizontal sum per channel instead of one per plane
- * (xgrad_sum's ordered 16-lane reduction took most of a 14x14 plane's time),
- * four vector chains on AVX-512 (one waited on each add's latency), and the
- * same bits on every CPU path: the same lanes on each. */
+ * planes, the last m % 32 to lanes of a second set; both sets are added
+ * lane by lane, then in a fixed tree at the end. One horizontal sum per
+ * channel instead of one per plane (xgrad_sum's ordered 16-lane reduction
+ * took most of a 14x14 plane's time), four vector chains on AVX-512 (one
+ * waited on each add's latency), and the same bits on every CPU path: the
+ * same lanes and tree on each. For one plane a channel (a row's sum)
+ * xgrad_sum is quicker: _planes_sum_chunk picks. */
 #define XGRAD_SUM_PLANES_AT(isa, ATTR, T, sfx)                                   \
     ATTR static double xgrad_sum_planes_##sfx##_##isa(                           \
             const T* restrict x, ptrdiff_t planes, ptrdiff_t stride, ptrdiff_t m) { \
@@ -408,10 +410,10 @@ XGRAD_SUM(double, f64)
                 for (int l = 0; l < 32; l++) lane[l] += (double)p[i + l];        \
             for (ptrdiff_t i = body; i < m; i++) tail[i - body] += (double)p[i]; \
         }                                                                        \
-        double s = 0;                                                            \
-        for (int l = 0; l < 32; l++) s += lane[l];                               \
-        for (int l = 0; l < 32; l++) s += tail[l];                               \
-        return s;                                                                \
+        for (int l = 0; l < 32; l++) lane[l] += tail[l];                         \
+        for (int w = 16; w >= 1; w /= 2) /* a fixed tree: vector adds */         \
+            for (int l = 0; l < w; l++) lane[l] += lane[l + w];                  \
+        return lane[0];                                                          \
     }
 #define XGRAD_SUM_PLANES(T, sfx)                                                 \
     XGRAD_EACH_PATH(XGRAD_SUM_PLANES_AT, T, sfx)                                 \
