@@ -143,6 +143,7 @@ cdef extern from "vector_math.h" nogil:
     double xgrad_sum_f64(const double*, Py_ssize_t)
     double xgrad_sum_planes_f32(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     double xgrad_sum_planes_f64(const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    int XGRAD_SHORT_ROW
     void xgrad_extremum_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_binary_rows_f32(int, int, const float*, const float*, float*, Py_ssize_t,
                                Py_ssize_t)
@@ -1220,7 +1221,7 @@ cpdef object sum_axes(object x, tuple axes, double divisor=1):
     shape = tuple([cnp.PyArray_DIM(a, k) for k in range(i, j)])
     if j == nd:  # leading axes only: rows added in order, as NumPy's reduce does
         return _column_sums(a, t, outer, kept, shape, divisor)
-    if inner < PLANE_MIN:
+    if inner < PLANE_MIN and outer > 1:  # (rows of any length: scalar sums below 16)
         return None
     return _plane_sums(a, t, outer, kept, inner, shape, divisor)
 
@@ -1298,6 +1299,13 @@ cdef object _plane_sums(cnp.ndarray a, int t, Py_ssize_t outer, Py_ssize_t kept,
 cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
     cdef Span* s = <Span*>ctx
     cdef Py_ssize_t ch
+    if s.step == 1 and s.m < XGRAD_SHORT_ROW:  # short rows: scalar sums in double
+        for ch in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
+            if s.t == cnp.NPY_FLOAT:
+                (<float*>s.out)[ch] = <float>(_short_sum(<float*>s.a + ch * s.m, s.m) / s.p)
+            else:
+                (<double*>s.out)[ch] = _short_sum(<double*>s.a + ch * s.m, s.m) / s.p
+        return
     for ch in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
         if s.t == cnp.NPY_FLOAT:
             (<float*>s.out)[ch] = <float>((xgrad_sum_f32(<float*>s.a + ch * s.m, s.m)
@@ -1307,6 +1315,15 @@ cdef void _planes_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
             (<double*>s.out)[ch] = (xgrad_sum_f64(<double*>s.a + ch * s.m, s.m)
                                     if s.step == 1 else xgrad_sum_planes_f64(
                 <double*>s.a + ch * s.m, s.step, s.n * s.m, s.m)) / s.p
+
+
+cdef inline double _short_sum(const real* x, Py_ssize_t m) noexcept nogil:
+    """x[0] + ... + x[m - 1] in double, in order."""
+    cdef double total = 0
+    cdef Py_ssize_t j
+    for j in range(m):
+        total += x[j]
+    return total
 
 
 # -- where ---------------------------------------------------------------------
