@@ -10,7 +10,8 @@ _timing.py): median per call and the median of the per-round ratios. Before
 timing, each case's input gradients are compared with torch's (relative
 error of the whole gradient, float32). The shapes are those of common
 models (transformer layers, ResNet/MobileNet convolutions, LSTM cells,
-embeddings, language-model heads), not bench/'s other benchmarks' shapes;
+embeddings, language-model heads, a dense layer's batch norm, multi-label
+and robust losses, short rows), not bench/'s other benchmarks' shapes;
 layer norm and GELU run both as xgrad's ops and written from primitives (as
 a user would before 0.5, or in Chainer code). ``--threads 1`` (the
 default) runs both frameworks and NumPy's BLAS on one thread (the script
@@ -152,6 +153,27 @@ CASES = {
     'tanh_sigmoid_gate': ({'a': (256, 2048), 'b': (256, 2048)}, {},
                           lambda X, a, b: X.tanh(a) * X.sigmoid(b),
                           lambda T, a, b: T.tanh(a) * T.sigmoid(b)),
+    'batch_norm_dense': ({'x': (256, 512), 'gamma': (512,), 'beta': (512,)}, {},
+                         lambda X, x, gamma, beta: X.batch_norm(
+                             x, gamma, beta, X.zeros(512), X.ones(512), eps=1e-5, axis=(0,)),
+                         lambda T, x, gamma, beta: T.nn.functional.batch_norm(
+                             x, T.zeros(512), T.ones(512), gamma, beta, True, 0.1, 1e-5)),
+    'conv3x3_groups4': ({'x': (8, 64, 20, 20), 'w': (64, 16, 3, 3)}, {},
+                        lambda X, x, w: X.conv(x, w, None, 1, 1, groups=4),
+                        lambda T, x, w: T.nn.functional.conv2d(x, w, None, 1, 1, groups=4)),
+    'clip_grad_mask': ({'x': (1000, 500)}, {},
+                       lambda X, x: X.clip(x, -0.5, 0.5), lambda T, x: T.clamp(x, -0.5, 0.5)),
+    'sigmoid_xent_multilabel': ({'x': (512, 1000)}, {'t': ((512, 1000), 2)},
+                                lambda X, x, t: X.sigmoid_cross_entropy(x, t),
+                                lambda T, x, t: T.nn.functional.binary_cross_entropy_with_logits(
+                                    x, t.float(), reduction='none')),
+    'huber_loss': ({'x': (512, 1000), 'y': (512, 1000)}, {},
+                   lambda X, x, y: X.huber_loss(x, y, 1.0),
+                   lambda T, x, y: T.nn.functional.huber_loss(x, y, reduction='none')),
+    'sum_short_rows': ({'x': (131072, 3)}, {},
+                       lambda X, x: X.sum(x, axis=1), lambda T, x: T.sum(x, 1)),
+    'cumsum_rows': ({'x': (256, 1000)}, {},
+                    lambda X, x: X.cumsum(x, axis=1), lambda T, x: T.cumsum(x, 1)),
 }
 
 
@@ -168,7 +190,7 @@ CASES['lstm_cell_512'] = CASES['lstm_cell_512'][:3] + (_torch_lstm,)
 def make_case(name, xgrad, torch, rng):
     floats, ints, fx, ft = CASES[name]
     arrays = {k: rng.standard_normal(s).astype(numpy.float32) for k, s in floats.items()}
-    if name in ('batch_norm_train', 'layer_norm_768', 'layer_norm_composed'):
+    if name in ('batch_norm_train', 'batch_norm_dense', 'layer_norm_768', 'layer_norm_composed'):
         arrays['gamma'] = 1 + 0.1 * arrays['gamma']
     for k, s in floats.items():  # weights at He scale, so that outputs stay O(1)
         if k == 'w':
