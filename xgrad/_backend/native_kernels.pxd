@@ -20,6 +20,7 @@ cpdef object divide(object a, object b)
 cpdef object tanh_grad(object gy, object y)
 cpdef object sigmoid_grad(object gy, object y)
 cpdef object relu_grad(object gy, object y)
+cpdef object abs_grad(object gy, object x)
 # compare_select's comparisons: the numbering of select_loops.h's loops.
 cpdef enum CompareOp:
     COMPARE_GE = 0

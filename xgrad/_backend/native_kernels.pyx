@@ -25,6 +25,10 @@ cdef extern from "select_loops.h" nogil:
     void xgrad_relu_grad_f32(const float* gy, const float* y, float* out, Py_ssize_t n)
     void xgrad_relu_grad_f64(const double* gy, const double* y, double* out, Py_ssize_t n)
     void xgrad_relu_grad_scalar_f32(float gy, const float* y, float* out, Py_ssize_t n)
+    void xgrad_abs_grad_f32(const float* gy, const float* x, float* out, Py_ssize_t n)
+    void xgrad_abs_grad_f64(const double* gy, const double* x, double* out, Py_ssize_t n)
+    void xgrad_abs_grad_scalar_f32(float gy, const float* x, float* out, Py_ssize_t n)
+    void xgrad_abs_grad_scalar_f64(double gy, const double* x, double* out, Py_ssize_t n)
     void xgrad_relu_grad_scalar_f64(double gy, const double* y, double* out, Py_ssize_t n)
     void xgrad_compare_select_f32(const float* gy, const float* a, const float* b,
                                   bint b_scalar, float s, int op, float* out, Py_ssize_t n)
@@ -408,6 +412,7 @@ cdef enum Formula:
     RELU_GRAD,                       # b > 0 ? a : 0        (gy, y)
     SQRT_GRAD,                       # a / (2b)             (gy, y)
     SQUARE_GRAD,                     # 2 * a * b            (gy, x)
+    ABS_GRAD,                        # a * sign(b)          (gy, x)
     RELU, NEG                        # f(a)
 
 
@@ -477,6 +482,8 @@ cdef inline real _apply(Formula f, real a, real b) noexcept nogil:
         return a / (b + b)
     if f == SQUARE_GRAD:
         return two * a * b
+    if f == ABS_GRAD:
+        return a * (one if b > 0 else (-one if b < 0 else (b if b != b else 0)))
     return 0
 
 
@@ -492,6 +499,18 @@ cdef void _loop2(Formula f, real* a, bint a_scalar, real* b, bint b_scalar,
             xgrad_relu_grad_f32(a, b, out, n)
         else:
             xgrad_relu_grad_f64(a, b, out, n)
+        return
+    if f == ABS_GRAD and not b_scalar:  # (selects in C, as relu's)
+        if real is float:
+            if a_scalar:
+                xgrad_abs_grad_scalar_f32(a[0], b, out, n)
+            else:
+                xgrad_abs_grad_f32(a, b, out, n)
+        else:
+            if a_scalar:
+                xgrad_abs_grad_scalar_f64(a[0], b, out, n)
+            else:
+                xgrad_abs_grad_f64(a, b, out, n)
         return
     if not a_scalar and not b_scalar:
         if f == MUL:
@@ -1016,6 +1035,12 @@ cpdef object sigmoid_grad(object gy, object y):
     """gy * y * (1 - y)"""
     r = _binary(SIGMOID_GRAD, gy, y)
     return gy * (y * (1 - y)) if r is None else r
+
+
+cpdef object abs_grad(object gy, object x):
+    """gy * sign(x) in one pass (NumPy's sign: 0 at +-0, NaN at NaN)."""
+    r = _binary(ABS_GRAD, gy, x)
+    return gy * numpy.sign(x) if r is None else r
 
 
 cpdef object relu_grad(object gy, object y):

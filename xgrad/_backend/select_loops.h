@@ -24,6 +24,24 @@ static inline void xgrad_relu_grad_##SUFFIX(const T *restrict gy,              \
         out[i] = v > 0 ? g : (T)0;                                             \
     }                                                                          \
 }                                                                              \
+static inline void xgrad_abs_grad_##SUFFIX(const T *restrict gy,               \
+                                           const T *restrict x,                \
+                                           T *restrict out, ptrdiff_t n) {     \
+    for (ptrdiff_t i = 0; i < n; ++i) {  /* gy * sign(x): NumPy's sign */      \
+        T g = gy[i], v = x[i];                                                 \
+        T s = (T)(v > 0) - (T)(v < 0);  /* comparisons as numbers: no branch */ \
+        out[i] = g * (v != v ? v : s);                                         \
+    }                                                                          \
+}                                                                              \
+static inline void xgrad_abs_grad_scalar_##SUFFIX(T g, const T *restrict x,    \
+                                                  T *restrict out,            \
+                                                  ptrdiff_t n) {              \
+    for (ptrdiff_t i = 0; i < n; ++i) {                                        \
+        T v = x[i];                                                            \
+        T s = (T)(v > 0) - (T)(v < 0);                                         \
+        out[i] = g * (v != v ? v : s);                                         \
+    }                                                                          \
+}                                                                              \
 static inline void xgrad_relu_grad_scalar_##SUFFIX(T g, const T *restrict y,  \
                                                    T *restrict out,           \
                                                    ptrdiff_t n) {             \

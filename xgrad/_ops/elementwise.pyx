@@ -134,7 +134,7 @@ cdef class Absolute(_Unary):
         return np_absolute(x) if not on_gpu(x) else _gpu_unary('absolute', x)
 
     cdef object _grad(self, xp, gy, x, y):
-        return gy * xp.sign(x)
+        return K.abs_grad(gy, x) if xp is NP else gy * xp.sign(x)
 
 
 cdef class Exp(_Unary):
