@@ -28,7 +28,7 @@ import math
 
 import numpy
 
-from xgrad._backend import cuda, cudnn, norm_kernels
+from xgrad._backend import cuda, cudnn, native_kernels, norm_kernels
 from xgrad._errors import XgradError
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
@@ -360,11 +360,19 @@ class FixedBatchNorm(PyOp):
         gamma, beta, mean, var = [a.reshape(lay.keep).astype(work, copy=False)
                                   for a in (gamma, beta, mean, var)]
         scale = gamma / _args.module_of(var).sqrt(var + self.eps)
+        if lay.ncl is not None and type(x) is numpy.ndarray and x.dtype == work:
+            # the channel scale by native_kernels' plane loops, split over the pool
+            y = native_kernels.multiply(x.reshape(lay.ncl), scale.reshape(lay.ncl[1], 1))
+            y += (beta - mean * scale).reshape(lay.ncl[1], 1)
+            return (y.reshape(lay.shape),)
         y = lay.view(x) * lay.per_row(scale)
         y += lay.per_row(beta - mean * scale)
         return (y.reshape(lay.shape).astype(x.dtype, copy=False),)
 
     def grads(self, xp, targets, gys, xs, ys):
+        if (xp is numpy_ns and self.lay.ncl is not None and xs[0].dtype == self.work
+                and self.work.char in 'fd'):
+            return self._native_grads(targets, gys[0], *xs)
         lay = self.lay
         axes = lay.merged_axes
         x = xp.reshape(xp.cast(xs[0], self.work), lay.merged)
@@ -388,6 +396,35 @@ class FixedBatchNorm(PyOp):
             else:
                 g = gdot * gamma * (inv_std * inv_std * inv_std) * -0.5
             out.append(xp.cast(xp.reshape(g, self.shapes[t]), self.dtypes[t]))
+        return tuple(out)
+
+
+    def _native_grads(self, targets, gy, x, gamma, mean, var):
+        """The per-channel sums of gy and gy * (x - mean) by batch norm's
+        kernel (one pass, in double; NumPy took a temporary for each
+        product and a reduce over (N, L)), gx a per-channel scale of gy."""
+        lay, work = self.lay, self.work
+        gamma, mean, var = [a.reshape(-1).astype(work, copy=False) for a in (gamma, mean, var)]
+        inv_std = 1 / numpy.sqrt(var + work.type(self.eps))
+        gy = gy.astype(work, copy=False)
+        # (an inv_std of ones: the kernel's "ggamma" is then the plain sum)
+        _, gdot, gsum = norm_kernels.batch_norm_backward(
+            gy.reshape(lay.ncl), x.reshape(lay.ncl), mean, numpy.ones_like(mean), gamma,
+            need_gx=False)
+        out = []
+        for t in targets:
+            if t == 0:
+                scale = (gamma * inv_std).reshape(lay.ncl[1], 1)
+                g = native_kernels.multiply(gy.reshape(lay.ncl), scale)
+            elif t == 1:
+                g = gdot * inv_std
+            elif t == 2:
+                g = gsum
+            elif t == 3:
+                g = -(gsum * gamma * inv_std)
+            else:
+                g = gdot * gamma * (inv_std * inv_std * inv_std) * -0.5
+            out.append(g.reshape(self.shapes[t]).astype(self.dtypes[t], copy=False))
         return tuple(out)
 
 
