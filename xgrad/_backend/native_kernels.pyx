@@ -1485,57 +1485,71 @@ cdef bint _plain_like(object a, cnp.ndarray like):
             and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a) and _same_shape(<cnp.ndarray>a, like))
 
 
-cpdef object huber_forward(object x1, object x2, double delta):
-    """ChainerX's huber_loss(x1, x2, delta) in one pass (select_loops.h) for
-    plain float32/float64 arrays of one shape and dtype; None for others."""
+cdef struct HuberJob:
+    int t
+    double delta
+    char* gy
+    char* x1
+    char* x2
+    char* out    # the loss, or the gradient to x1
+    char* out2   # the gradient to x2 (NULL: the forward)
+    Py_ssize_t n, chunk, item
+
+
+cdef void _huber_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    cdef HuberJob* j = <HuberJob*>ctx
+    cdef Py_ssize_t i0 = c * j.chunk, k = min(j.chunk, j.n - i0), o = i0 * j.item
+    cdef double half = 0.5 * j.delta  # (rounded to the dtype, as the scalar of a - 0.5 * delta)
+    if j.out2 == NULL:
+        if j.t == cnp.NPY_FLOAT:
+            xgrad_huber_f32(<float*>(j.x1 + o), <float*>(j.x2 + o), <float>j.delta,
+                            <float>half, <float*>(j.out + o), k)
+        else:
+            xgrad_huber_f64(<double*>(j.x1 + o), <double*>(j.x2 + o), j.delta, half,
+                            <double*>(j.out + o), k)
+    elif j.t == cnp.NPY_FLOAT:
+        xgrad_huber_grad_f32(<float*>(j.gy + o), <float*>(j.x1 + o), <float*>(j.x2 + o),
+                             <float>j.delta, <float*>(j.out + o), <float*>(j.out2 + o), k)
+    else:
+        xgrad_huber_grad_f64(<double*>(j.gy + o), <double*>(j.x1 + o), <double*>(j.x2 + o),
+                             j.delta, <double*>(j.out + o), <double*>(j.out2 + o), k)
+
+
+cdef object _huber(object gy, object x1, object x2, double delta):
+    """huber_forward (gy None) or huber_grad's job, split over the pool."""
     if type(x1) is not cnp.ndarray or not _plain_like(x1, <cnp.ndarray>x1) or not _plain_like(
-            x2, <cnp.ndarray>x1):
+            x2, <cnp.ndarray>x1) or (gy is not None and not _plain_like(gy, <cnp.ndarray>x1)):
         return None
     cdef int t = cnp.PyArray_TYPE(<cnp.ndarray>x1)
     if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
         return None
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>x1),
                                              cnp.PyArray_DIMS(<cnp.ndarray>x1), t, 0)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(out)
-    cdef void* a = cnp.PyArray_DATA(<cnp.ndarray>x1)
-    cdef void* b = cnp.PyArray_DATA(<cnp.ndarray>x2)
-    cdef void* o = cnp.PyArray_DATA(out)
-    cdef double half = 0.5 * delta  # (rounded to the dtype, as the scalar of a - 0.5 * delta)
-    with nogil:
-        if t == cnp.NPY_FLOAT:
-            xgrad_huber_f32(<float*>a, <float*>b, <float>delta, <float>half, <float*>o, n)
-        else:
-            xgrad_huber_f64(<double*>a, <double*>b, delta, half, <double*>o, n)
-    return out
+    cdef cnp.ndarray out2 = None
+    cdef HuberJob j
+    j.t, j.delta, j.n, j.item = t, delta, cnp.PyArray_SIZE(out), cnp.PyArray_ITEMSIZE(out)
+    j.x1, j.x2 = <char*>cnp.PyArray_DATA(<cnp.ndarray>x1), <char*>cnp.PyArray_DATA(<cnp.ndarray>x2)
+    j.out, j.out2, j.gy = <char*>cnp.PyArray_DATA(out), NULL, NULL
+    if gy is not None:
+        out2 = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(out), cnp.PyArray_DIMS(out), t, 0)
+        j.gy, j.out2 = <char*>cnp.PyArray_DATA(<cnp.ndarray>gy), <char*>cnp.PyArray_DATA(out2)
+    if j.n:
+        with nogil:
+            _split_units(_huber_chunk, &j, j.n, _threads_for(j.n, GRAIN_ARITHMETIC), &j.chunk)
+    return out if gy is None else (out, out2)
+
+
+cpdef object huber_forward(object x1, object x2, double delta):
+    """ChainerX's huber_loss(x1, x2, delta) in one pass (select_loops.h) for
+    plain float32/float64 arrays of one shape and dtype, split over the
+    pool; None for others."""
+    return _huber(None, x1, x2, delta)
 
 
 cpdef object huber_grad(object gy, object x1, object x2, double delta):
     """(gy * clip(x1 - x2, -delta, delta), its negation) in one pass, for
     plain arrays of one shape and float dtype; None for others."""
-    if type(x1) is not cnp.ndarray or not _plain_like(x1, <cnp.ndarray>x1) or not _plain_like(
-            x2, <cnp.ndarray>x1) or not _plain_like(gy, <cnp.ndarray>x1):
-        return None
-    cdef int t = cnp.PyArray_TYPE(<cnp.ndarray>x1)
-    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
-        return None
-    cdef cnp.ndarray g1 = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>x1),
-                                            cnp.PyArray_DIMS(<cnp.ndarray>x1), t, 0)
-    cdef cnp.ndarray g2 = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>x1),
-                                            cnp.PyArray_DIMS(<cnp.ndarray>x1), t, 0)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(g1)
-    cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>gy)
-    cdef void* a = cnp.PyArray_DATA(<cnp.ndarray>x1)
-    cdef void* b = cnp.PyArray_DATA(<cnp.ndarray>x2)
-    cdef void* o1 = cnp.PyArray_DATA(g1)
-    cdef void* o2 = cnp.PyArray_DATA(g2)
-    with nogil:
-        if t == cnp.NPY_FLOAT:
-            xgrad_huber_grad_f32(<float*>pg, <float*>a, <float*>b, <float>delta, <float*>o1,
-                                 <float*>o2, n)
-        else:
-            xgrad_huber_grad_f64(<double*>pg, <double*>a, <double*>b, delta, <double*>o1,
-                                 <double*>o2, n)
-    return g1, g2
+    return _huber(gy, x1, x2, delta)
 
 
 # -- copies between layouts on the pool ------------------------------------------

@@ -247,6 +247,7 @@ def batch_norm_backward(gy, x, mean, inv_std, gamma, bint need_gx=True):
 
 cdef enum:
     SHORT_ROWS = 16       # L below this: by columns
+    COLUMN_PARALLEL_SIZE = 1 << 16  # (a row block is a task: finer than channels)
     BLOCK_ELEMENTS = 1 << 15
     MIN_BLOCK_ROWS = 16   # (so that the partials stay under 1/8 of x)
     SEGMENT = 1024        # columns a task takes
@@ -356,7 +357,7 @@ cdef double* _column_job(ColumnJob* j, x) except NULL:
     j.rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(j.w, 1))
     j.blocks = (j.n + j.rows - 1) // j.rows
     j.segments = (j.w + SEGMENT - 1) // SEGMENT
-    j.parallel = n * j.w >= PARALLEL_SIZE and pool_threads() >= 2
+    j.parallel = n * j.w >= COLUMN_PARALLEL_SIZE and pool_threads() >= 2
     j.x, j.gy, j.out = _data(x), NULL, NULL
     xgrad_vector_set_path(vector_path())
     cdef double* buf = <double*>PyMem_Malloc((j.blocks * 2 + 4) * j.w * sizeof(double))

@@ -194,10 +194,12 @@ class SigmoidCrossEntropy(PyOp):
         self.target = (self.t * keep if self.ignores else self.t).astype(work)
         self.keep = keep.astype(work)
         loss = native_kernels.softplus_forward(xw, 1.0) if xp is numpy else None
-        if loss is None:
+        if loss is not None:  # (the rest by the pool's loops too)
+            loss = native_kernels.subtract(loss, native_kernels.multiply(xw, self.target))
+        else:
             loss = xp.log1p(xp.exp(-xp.abs(xw)))
             loss += xp.maximum(xw, 0)
-        loss -= xw * self.target
+            loss -= xw * self.target
         if self.ignores:
             loss *= self.keep
         return (loss.astype(x.dtype, copy=False),)
@@ -214,14 +216,13 @@ class SigmoidCrossEntropy(PyOp):
         return (xp.cast(gy * keep * (xp.sigmoid(x) - t), self.dtype),)
 
     def _host_grad(self, gy, x):
-        """gy * (sigmoid(x) - t) (* keep) by the sigmoid kernel, in place;
-        None for dtypes it does not take."""
+        """gy * (sigmoid(x) - t) (* keep) by the sigmoid kernel and the pool's
+        arithmetic; None for dtypes it does not take."""
         work = self.target.dtype
         s = native_kernels.sigmoid_forward(x.astype(work, copy=False))
         if s is None or s.dtype != work:
             return None
-        s -= self.target
-        s *= gy
+        s = native_kernels.multiply(native_kernels.subtract(s, self.target), gy)
         if self.ignores:
             s *= self.keep
         return s.astype(self.dtype, copy=False)
