@@ -215,17 +215,18 @@ def test_huber_loss_closed_form_and_torch():
 
 @pytest.mark.parametrize('dtype', ['float32', 'float64'])
 @pytest.mark.parametrize('delta', [1.0, 0.3, 1e-3])
-def test_huber_loss_one_pass_kernel_is_the_compositions_bits(dtype, delta):
+@pytest.mark.parametrize('shape', [(40, 30), (600, 500)])  # (the second split over threads)
+def test_huber_loss_one_pass_kernel_is_the_compositions_bits(dtype, delta, shape):
     """Plain same-shape arrays take the one-pass kernel, others ChainerX's
     composition of ops: loss and both gradients alike, bit for bit (sign of
     zero included), NaN where x1 - x2 is NaN or infinite, and a finite loss
     past float32's square."""
     rng = numpy.random.default_rng(4)
-    a = (rng.standard_normal((40, 30)) * 2).astype(dtype)
-    b = rng.standard_normal((40, 30)).astype(dtype)
+    a = (rng.standard_normal(shape) * 2).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
     a[0, :8] = [numpy.nan, numpy.inf, -numpy.inf, -0.0, 0.0, delta, -delta, 1e30]
     b[0, :8] = 0
-    gy = rng.standard_normal((40, 30)).astype(dtype)
+    gy = rng.standard_normal(shape).astype(dtype)
     runs = []
     for layout in (numpy.ascontiguousarray, numpy.asfortranarray):
         x1, x2 = xgrad.array(layout(a)).require_grad(), xgrad.array(layout(b)).require_grad()
