@@ -16,6 +16,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import math
 import os
 import typing
 
@@ -239,6 +240,14 @@ def _groups_choice(kernel, xshape, wshape, geom, outsize, work, rules, threads, 
         per.algorithm == 'flip' and kernel == 'conv_transpose'
         and _flipped_winograd(x1, w1, one, outsize, work, rules))
     if forced != 'groups' and not (planned and min(sides) >= rules.groups_min_channels):
+        return None
+    # a group's multiply-adds: channels both sides, taps, and the positions
+    # of the side the taps run over (conv_transpose's input, else the output)
+    positions = xshape[2:] if kernel == 'conv_transpose' else outsize[2:] if (
+        kernel == 'grad_weight') else outsize
+    products = xshape[0] * sides[0] * sides[1] * math.prod(geom.ksize) * math.prod(positions)
+    if (forced != 'groups' and threads > 1
+            and products < threads * rules.groups_min_products_per_thread):
         return None
     return Choice('groups', '{} groups of {}->{} channels ({}+ each side), one {} convolution '
                   'a group: {}'.format(g, sides[0], sides[1], rules.groups_min_channels,
