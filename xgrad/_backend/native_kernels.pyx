@@ -25,11 +25,11 @@ cdef extern from "select_loops.h" nogil:
     void xgrad_relu_grad_f32(const float* gy, const float* y, float* out, Py_ssize_t n)
     void xgrad_relu_grad_f64(const double* gy, const double* y, double* out, Py_ssize_t n)
     void xgrad_relu_grad_scalar_f32(float gy, const float* y, float* out, Py_ssize_t n)
+    void xgrad_relu_grad_scalar_f64(double gy, const double* y, double* out, Py_ssize_t n)
     void xgrad_abs_grad_f32(const float* gy, const float* x, float* out, Py_ssize_t n)
     void xgrad_abs_grad_f64(const double* gy, const double* x, double* out, Py_ssize_t n)
     void xgrad_abs_grad_scalar_f32(float gy, const float* x, float* out, Py_ssize_t n)
     void xgrad_abs_grad_scalar_f64(double gy, const double* x, double* out, Py_ssize_t n)
-    void xgrad_relu_grad_scalar_f64(double gy, const double* y, double* out, Py_ssize_t n)
     void xgrad_compare_select_f32(const float* gy, const float* a, const float* b,
                                   bint b_scalar, float s, int op, float* out, Py_ssize_t n)
     void xgrad_compare_select_f64(const double* gy, const double* a, const double* b,
