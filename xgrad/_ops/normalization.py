@@ -379,24 +379,14 @@ class FixedBatchNorm(PyOp):
         gamma, mean, var = [_per_channel(xp, a, lay, self.work) for a in xs[1:]]
         gy = xp.reshape(xp.cast(gys[0], self.work), lay.merged)
         inv_std = 1 / xp.sqrt(var + self.eps)
+        gsum = gdot = None
         if 2 in targets or 3 in targets:
             gsum = xp.sum(gy, axis=axes, keepdims=True)
         if 1 in targets or 4 in targets:
             gdot = xp.sum(gy * (x - mean), axis=axes, keepdims=True)
-        out = []
-        for t in targets:
-            if t == 0:
-                g = gy * (gamma * inv_std)
-            elif t == 1:
-                g = gdot * inv_std
-            elif t == 2:
-                g = gsum
-            elif t == 3:
-                g = -(gsum * gamma * inv_std)
-            else:
-                g = gdot * gamma * (inv_std * inv_std * inv_std) * -0.5
-            out.append(xp.cast(xp.reshape(g, self.shapes[t]), self.dtypes[t]))
-        return tuple(out)
+        return tuple(xp.cast(xp.reshape(_fixed_gradient(
+            t, lambda: gy * (gamma * inv_std), gdot, gsum, gamma, inv_std), self.shapes[t]),
+            self.dtypes[t]) for t in targets)
 
 
     def _native_grads(self, targets, gy, x, gamma, mean, var):
@@ -411,21 +401,26 @@ class FixedBatchNorm(PyOp):
         _, gdot, gsum = norm_kernels.batch_norm_backward(
             gy.reshape(lay.ncl), x.reshape(lay.ncl), mean, numpy.ones_like(mean), gamma,
             need_gx=False)
-        out = []
-        for t in targets:
-            if t == 0:
-                scale = (gamma * inv_std).reshape(lay.ncl[1], 1)
-                g = native_kernels.multiply(gy.reshape(lay.ncl), scale)
-            elif t == 1:
-                g = gdot * inv_std
-            elif t == 2:
-                g = gsum
-            elif t == 3:
-                g = -(gsum * gamma * inv_std)
-            else:
-                g = gdot * gamma * (inv_std * inv_std * inv_std) * -0.5
-            out.append(g.reshape(self.shapes[t]).astype(self.dtypes[t], copy=False))
-        return tuple(out)
+        def gx():
+            return native_kernels.multiply(gy.reshape(lay.ncl),
+                                           (gamma * inv_std).reshape(lay.ncl[1], 1))
+        return tuple(_fixed_gradient(t, gx, gdot, gsum, gamma, inv_std).reshape(
+            self.shapes[t]).astype(self.dtypes[t], copy=False) for t in targets)
+
+
+def _fixed_gradient(t, gx, gdot, gsum, gamma, inv_std):
+    """fixed_batch_norm's gradient to input t (x, gamma, beta, mean, var)
+    from the per-channel sums gsum = sum(gy) and gdot = sum(gy (x - mean));
+    ``gx`` computes x's."""
+    if t == 0:
+        return gx()
+    if t == 1:
+        return gdot * inv_std
+    if t == 2:
+        return gsum
+    if t == 3:
+        return -(gsum * gamma * inv_std)
+    return gdot * gamma * (inv_std * inv_std * inv_std) * -0.5
 
 
 def fixed_batch_norm(x, gamma, beta, mean, var, eps=2e-5, axis=None):
