@@ -151,6 +151,10 @@ cdef extern from "vector_math.h" nogil:
     void xgrad_extremum_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_binary_rows_f32(int, int, const float*, const float*, float*, Py_ssize_t,
                                Py_ssize_t)
+    void xgrad_binary_planes_f32(int, int, const float*, const float*, float*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void xgrad_binary_planes_f64(int, int, const double*, const double*, double*, Py_ssize_t,
+                                 Py_ssize_t, Py_ssize_t, Py_ssize_t)
     void xgrad_binary_rows_f64(int, int, const double*, const double*, double*, Py_ssize_t,
                                Py_ssize_t)
     void xgrad_extremum_rows_f64(const double*, double*, Py_ssize_t, Py_ssize_t, int)
@@ -606,6 +610,38 @@ cdef inline void _run2(int t, Formula f, void* pa, bint sa, void* pb, bint sb,
         _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
 
 
+cdef object _compact_broadcast(object v, object like):
+    """The elements behind ``v``, a broadcast view (stride 0 along some axes
+    of length > 1: the gradient of a sum or mean over them) of the plain
+    array ``like``'s shape and dtype, as a C-contiguous view with those axes
+    of length 1, for the row and plane loops; None otherwise (NumPy then
+    copies each element through its buffered loop, on one thread)."""
+    if type(v) is not cnp.ndarray or type(like) is not cnp.ndarray:
+        return None
+    cdef cnp.ndarray a = <cnp.ndarray>v
+    cdef int i, nd = cnp.PyArray_NDIM(a)
+    if (cnp.PyArray_TYPE(a) != cnp.PyArray_TYPE(<cnp.ndarray>like) or nd > 32
+            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>like)
+            or not _same_shape(a, <cnp.ndarray>like)):
+        return None
+    key = []
+    cdef bint found = False
+    for i in range(nd):
+        if cnp.PyArray_STRIDE(a, i) == 0 and cnp.PyArray_DIM(a, i) > 1:
+            key.append(_FIRST)
+            found = True
+        else:
+            key.append(_ALL)
+    if not found:
+        return None
+    small = a[tuple(key)]
+    return small if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>small) else None
+
+
+cdef object _FIRST = slice(0, 1)
+cdef object _ALL = slice(None)
+
+
 cdef bint _number_of(object v, int t, double* value) noexcept:
     """Whether NumPy computes ``array_of_t op v`` in dtype ``t`` with v cast
     to ``t``: a NumPy scalar of that dtype, or a Python float (an op's scalar
@@ -638,6 +674,10 @@ cdef object _binary(Formula f, object a, object b):
     cdef int ta = _kind(a, &na, &sa)
     cdef int tb = _kind(b, &nb, &sb)
     cdef double number
+    if (ta < 0) != (tb < 0):  # one side a broadcast view (a mean's gradient) of the other's shape?
+        small = _compact_broadcast(b if ta >= 0 else a, a if ta >= 0 else b)
+        if small is not None:
+            return _binary(f, small, b) if ta < 0 else _binary(f, a, small)
     if ta >= 0 and tb < 0 and _number_of(b, ta, &number):
         return _binary_number(f, <cnp.ndarray>a, na, sa, number, False, ta)
     if tb >= 0 and ta < 0 and _number_of(a, tb, &number):
@@ -836,8 +876,18 @@ cdef object _binary_planes(Formula f, cnp.ndarray a, Py_ssize_t na,
 cdef void _planes_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
     cdef Span* s = <Span*>ctx
     cdef Py_ssize_t p, inner = s.step // s.item
+    cdef Py_ssize_t p0 = c * s.chunk, p1 = min((c + 1) * s.chunk, s.n)
     cdef char* value
-    for p in range(c * s.chunk, min((c + 1) * s.chunk, s.n)):
+    cdef Formula f = <Formula>s.f
+    if f == MUL or f == ADD or f == SUB or f == DIV:  # (per CPU path)
+        if s.t == cnp.NPY_FLOAT:
+            xgrad_binary_planes_f32(<int>f, s.flag, <float*>s.b, <float*>s.a, <float*>s.out,
+                                    p0, p1, inner, s.m)
+        else:
+            xgrad_binary_planes_f64(<int>f, s.flag, <double*>s.b, <double*>s.a,
+                                    <double*>s.out, p0, p1, inner, s.m)
+        return
+    for p in range(p0, p1):
         value = s.a + (p % s.m) * s.item
         if s.flag:
             _run2(s.t, <Formula>s.f, value, True, s.b + p * s.step, False, s.out + p * s.step,
@@ -921,7 +971,13 @@ cdef object _binary_broadcast_only(Formula f, object a, object b):
     cdef Py_ssize_t na = 0, nb = 0
     cdef bint sa = False, sb = False
     cdef int ta = _kind(a, &na, &sa)
-    if ta < 0 or sa or _kind(b, &nb, &sb) != ta or sb or na == nb:
+    cdef int tb = _kind(b, &nb, &sb)
+    if (ta < 0) != (tb < 0):  # a broadcast view of the other's shape (see _binary)
+        small = _compact_broadcast(b if ta >= 0 else a, a if ta >= 0 else b)
+        if small is not None:
+            return (_binary_broadcast_only(f, small, b) if ta < 0
+                    else _binary_broadcast_only(f, a, small))
+    if ta < 0 or sa or tb != ta or sb or na == nb:
         return None
     if f == MUL or f == ADD or f == SUB or f == DIV:
         found = _binary_rows(f, <cnp.ndarray>a, na, <cnp.ndarray>b, nb, ta)

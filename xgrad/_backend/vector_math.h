@@ -457,6 +457,42 @@ XGRAD_SUM_PLANES(double, f64)
 XGRAD_BINARY_ROWS(float, f32)
 XGRAD_BINARY_ROWS(double, f64)
 
+/* out[p, j] = big[p, j] op values[p % period] (values[..] op big[p, j] if
+ * `value_first`) for planes p0 to p1 of m contiguous elements, op 0-3 as
+ * above: a channel's bias or scale over its planes, a row's mean or std
+ * over its row; per CPU path (native_kernels' generic loop is SSE2's). */
+#define XGRAD_PLANES_LOOP(T, EXPR)                                                  \
+    for (ptrdiff_t p = p0; p < p1; p++) {                                        \
+        const T v_ = values[p % period];                                         \
+        const T* restrict b_ = big + p * m;                                      \
+        T* restrict o_ = out + p * m;                                            \
+        XGRAD_SIMD                                                               \
+        for (ptrdiff_t j = 0; j < m; j++) o_[j] = (EXPR);                        \
+    }
+#define XGRAD_BINARY_PLANES_AT(isa, ATTR, T, sfx)                                \
+    ATTR static void xgrad_binary_planes_##sfx##_##isa(                          \
+            int op, int value_first, const T* restrict big,                      \
+            const T* restrict values, T* restrict out, ptrdiff_t p0,             \
+            ptrdiff_t p1, ptrdiff_t m, ptrdiff_t period) {                       \
+        if (op == 0) { XGRAD_PLANES_LOOP(T, b_[j] * v_) }                           \
+        else if (op == 1) { XGRAD_PLANES_LOOP(T, b_[j] + v_) }                      \
+        else if (op == 2 && !value_first) { XGRAD_PLANES_LOOP(T, b_[j] - v_) }      \
+        else if (op == 2) { XGRAD_PLANES_LOOP(T, v_ - b_[j]) }                      \
+        else if (!value_first) { XGRAD_PLANES_LOOP(T, b_[j] / v_) }                 \
+        else { XGRAD_PLANES_LOOP(T, v_ / b_[j]) }                                   \
+    }
+#define XGRAD_BINARY_PLANES(T, sfx)                                              \
+    XGRAD_EACH_PATH(XGRAD_BINARY_PLANES_AT, T, sfx)                              \
+    static void xgrad_binary_planes_##sfx(int op, int value_first, const T* big, \
+                                          const T* values, T* out, ptrdiff_t p0, \
+                                          ptrdiff_t p1, ptrdiff_t m,             \
+                                          ptrdiff_t period) {                    \
+        XGRAD_CALL(xgrad_binary_planes_##sfx,                                    \
+                   (op, value_first, big, values, out, p0, p1, m, period));      \
+    }
+XGRAD_BINARY_PLANES(float, f32)
+XGRAD_BINARY_PLANES(double, f64)
+
 /* The maximum (minimum if `minimum`) of each of `rows` rows of m >= 1
  * elements, NaN where a row holds one (NumPy's amax/amin). A max-reduction
  * across the lanes, NaN tracked beside it: exact in any order, so the

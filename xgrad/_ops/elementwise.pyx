@@ -534,6 +534,10 @@ cdef class Divide(_Binary):
         return K.divide(a, b)
 
     cdef object _grad(self, xp, int p, gy, a, b, y):
+        if xp is NP:  # (the same formulas by the pool's loops: NumPy's are one thread)
+            if p == 0:
+                return K.divide(gy, b)
+            return K.divide(K.multiply(K.negative(K.divide(gy, b)), a), b)
         if p == 0:
             return gy / b
         return -(gy / b) * a / b

@@ -125,6 +125,29 @@ def test_a_row_operand_along_a_batch(on_cpu_path, path, big, small, name, ours, 
         _same(ours(b, a), ufunc(b, a))
 
 
+@pytest.mark.parametrize('path', ['sse2', 'avx2', 'avx512'])
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('name, ours, ufunc', ARITHMETIC, ids=[a[0] for a in ARITHMETIC])
+@pytest.mark.parametrize('big, small', PLANES[:3] + ROWS[:2] + [((64, 1, 300), (1, 7, 1))],
+                         ids=str)
+def test_a_broadcast_view_of_the_others_shape(on_cpu_path, path, big, small, name, ours,
+                                              ufunc, dtype, threads):
+    """An operand that is a broadcast view of the other's shape (stride 0:
+    the gradient of a mean or sum) takes the row and plane loops through its
+    own elements, on either side and at every size: NumPy's values bit for
+    bit, inf and NaN included; a view with negative strides too."""
+    on_cpu_path(path)
+    a = _values(big, dtype, 1)
+    a.reshape(-1)[:3] = [numpy.inf, numpy.nan, 0.0]
+    b = _values(small, dtype, 2) + 7
+    for own in (b, b[..., ::-1]):
+        view = numpy.broadcast_to(own, numpy.broadcast_shapes(big, small))
+        full = numpy.broadcast_to(a, view.shape).copy()
+        with numpy.errstate(all='ignore'):
+            _same(ours(full, view), ufunc(full, view))
+            _same(ours(view, full), ufunc(view, full))
+
+
 @pytest.mark.parametrize('number', [1e300, -3.5e38, 3.4028235e38])
 def test_a_float_beyond_float32_is_numpys(number):
     """NumPy 1.x computes float32 * 1e300 in float64, NumPy 2.x warns of the
