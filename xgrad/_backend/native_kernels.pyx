@@ -610,6 +610,19 @@ cdef inline void _run2(int t, Formula f, void* pa, bint sa, void* pb, bint sb,
         _loop2[double](f, <double*>pa, sa, <double*>pb, sb, <double*>po, n)
 
 
+cdef tuple _compacted(object a, object b, int ta, int tb):
+    """(a, b) with the operand that _kind refused (``ta``/``tb`` < 0)
+    replaced by _compact_broadcast's view of it, when the other is plain;
+    None when there is no such operand."""
+    if (ta < 0) == (tb < 0):
+        return None
+    if ta < 0:
+        small = _compact_broadcast(a, b)
+        return None if small is None else (small, b)
+    small = _compact_broadcast(b, a)
+    return None if small is None else (a, small)
+
+
 cdef object _compact_broadcast(object v, object like):
     """The elements behind ``v``, a broadcast view (stride 0 along some axes
     of length > 1: the gradient of a sum or mean over them) of the plain
@@ -674,10 +687,9 @@ cdef object _binary(Formula f, object a, object b):
     cdef int ta = _kind(a, &na, &sa)
     cdef int tb = _kind(b, &nb, &sb)
     cdef double number
-    if (ta < 0) != (tb < 0):  # one side a broadcast view (a mean's gradient) of the other's shape?
-        small = _compact_broadcast(b if ta >= 0 else a, a if ta >= 0 else b)
-        if small is not None:
-            return _binary(f, small, b) if ta < 0 else _binary(f, a, small)
+    pair = _compacted(a, b, ta, tb)
+    if pair is not None:
+        return _binary(f, pair[0], pair[1])
     if ta >= 0 and tb < 0 and _number_of(b, ta, &number):
         return _binary_number(f, <cnp.ndarray>a, na, sa, number, False, ta)
     if tb >= 0 and ta < 0 and _number_of(a, tb, &number):
@@ -972,11 +984,9 @@ cdef object _binary_broadcast_only(Formula f, object a, object b):
     cdef bint sa = False, sb = False
     cdef int ta = _kind(a, &na, &sa)
     cdef int tb = _kind(b, &nb, &sb)
-    if (ta < 0) != (tb < 0):  # a broadcast view of the other's shape (see _binary)
-        small = _compact_broadcast(b if ta >= 0 else a, a if ta >= 0 else b)
-        if small is not None:
-            return (_binary_broadcast_only(f, small, b) if ta < 0
-                    else _binary_broadcast_only(f, a, small))
+    pair = _compacted(a, b, ta, tb)
+    if pair is not None:
+        return _binary_broadcast_only(f, pair[0], pair[1])
     if ta < 0 or sa or tb != ta or sb or na == nb:
         return None
     if f == MUL or f == ADD or f == SUB or f == DIV:

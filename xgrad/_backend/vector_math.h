@@ -429,6 +429,15 @@ XGRAD_SUM_PLANES(double, f64)
  * scale row repeated along a batch, vectorised on the path's width (the
  * generic loops of native_kernels.pyx are compiled for SSE2 alone: a row
  * multiply over (512, 512) float32 took 1.8x torch's time). */
+/* LOOP(T, B op S) for op 0-3 (*, +, -, /), S op B for - and / where
+ * `s_first`: one plain loop per form, the test outside it. */
+#define XGRAD_ARITHMETIC(LOOP, T, B, S, s_first)                                 \
+    if (op == 0) { LOOP(T, B * S) }                                              \
+    else if (op == 1) { LOOP(T, B + S) }                                         \
+    else if (op == 2 && !(s_first)) { LOOP(T, B - S) }                           \
+    else if (op == 2) { LOOP(T, S - B) }                                         \
+    else if (!(s_first)) { LOOP(T, B / S) }                                      \
+    else { LOOP(T, S / B) }
 #define XGRAD_ROWS_LOOP(T, EXPR)                                                    \
     for (ptrdiff_t r = 0; r < rows; r++) {                                       \
         const T* restrict b_ = big + r * m;                                      \
@@ -440,12 +449,7 @@ XGRAD_SUM_PLANES(double, f64)
     ATTR static void xgrad_binary_rows_##sfx##_##isa(                            \
             int op, int row_first, const T* restrict big, const T* restrict row, \
             T* restrict out, ptrdiff_t rows, ptrdiff_t m) {                      \
-        if (op == 0) { XGRAD_ROWS_LOOP(T, b_[j] * row[j]) }                         \
-        else if (op == 1) { XGRAD_ROWS_LOOP(T, b_[j] + row[j]) }                    \
-        else if (op == 2 && !row_first) { XGRAD_ROWS_LOOP(T, b_[j] - row[j]) }      \
-        else if (op == 2) { XGRAD_ROWS_LOOP(T, row[j] - b_[j]) }                    \
-        else if (!row_first) { XGRAD_ROWS_LOOP(T, b_[j] / row[j]) }                 \
-        else { XGRAD_ROWS_LOOP(T, row[j] / b_[j]) }                                 \
+        XGRAD_ARITHMETIC(XGRAD_ROWS_LOOP, T, b_[j], row[j], row_first)           \
     }
 #define XGRAD_BINARY_ROWS(T, sfx)                                                \
     XGRAD_EACH_PATH(XGRAD_BINARY_ROWS_AT, T, sfx)                                \
@@ -474,12 +478,7 @@ XGRAD_BINARY_ROWS(double, f64)
             int op, int value_first, const T* restrict big,                      \
             const T* restrict values, T* restrict out, ptrdiff_t p0,             \
             ptrdiff_t p1, ptrdiff_t m, ptrdiff_t period) {                       \
-        if (op == 0) { XGRAD_PLANES_LOOP(T, b_[j] * v_) }                           \
-        else if (op == 1) { XGRAD_PLANES_LOOP(T, b_[j] + v_) }                      \
-        else if (op == 2 && !value_first) { XGRAD_PLANES_LOOP(T, b_[j] - v_) }      \
-        else if (op == 2) { XGRAD_PLANES_LOOP(T, v_ - b_[j]) }                      \
-        else if (!value_first) { XGRAD_PLANES_LOOP(T, b_[j] / v_) }                 \
-        else { XGRAD_PLANES_LOOP(T, v_ / b_[j]) }                                   \
+        XGRAD_ARITHMETIC(XGRAD_PLANES_LOOP, T, b_[j], v_, value_first)          \
     }
 #define XGRAD_BINARY_PLANES(T, sfx)                                              \
     XGRAD_EACH_PATH(XGRAD_BINARY_PLANES_AT, T, sfx)                              \
@@ -493,15 +492,16 @@ XGRAD_BINARY_ROWS(double, f64)
 XGRAD_BINARY_PLANES(float, f32)
 XGRAD_BINARY_PLANES(double, f64)
 
-/* The maximum (minimum if `minimum`) of each of `rows` rows of m >= 1
- * elements, NaN where a row holds one (NumPy's amax/amin). A max-reduction
- * across the lanes, NaN tracked beside it: exact in any order, so the
- * result is the same on every path and with any split of the rows. */
 /* Rows shorter than this take scalar loops (the extrema, the row sums of
  * native_kernels' _planes_sum_chunk): a vector pass's horizontal reduction
  * cost more than the row (NumPy's reduce over (131072, 2): 1.3 ms, 3.7x
  * torch's). */
 #define XGRAD_SHORT_ROW 16
+
+/* The maximum (minimum if `minimum`) of each of `rows` rows of m >= 1
+ * elements, NaN where a row holds one (NumPy's amax/amin). A max-reduction
+ * across the lanes, NaN tracked beside it: exact in any order, so the
+ * result is the same on every path and with any split of the rows. */
 
 #define XGRAD_EXTREMUM_AT(isa, ATTR, T, sfx)                                     \
     ATTR static void xgrad_extremum_rows_##sfx##_##isa(                          \
