@@ -57,7 +57,10 @@ cdef struct GemmJob:
     Py_ssize_t m, n, k, ldc
     xgrad_matrix a, b
     float* c
-    Py_ssize_t a_step, b_step, c_step  # between the products of a batch, in elements
+    # Between the products of a batch, in elements: a stack of up to two
+    # batch axes, product ``item`` at (item // inner, item % inner).
+    Py_ssize_t inner
+    Py_ssize_t a_outer, b_outer, c_outer, a_step, b_step, c_step
     int acc
     bint by_columns
     Py_ssize_t per_part  # columns or rows a part
@@ -70,11 +73,12 @@ cdef void _gemm_part(void* ctx, Py_ssize_t part) noexcept nogil:
     cdef Py_ssize_t item = part // job.item_parts
     cdef Py_ssize_t lo = part % job.item_parts * job.per_part
     cdef Py_ssize_t hi
+    cdef Py_ssize_t outer = item // job.inner, inner = item % job.inner
     cdef xgrad_matrix a = job.a, b = job.b
-    cdef float* c = job.c + item * job.c_step
+    cdef float* c = job.c + outer * job.c_outer + inner * job.c_step
     cdef int ok
-    a.data = a.data + item * job.a_step
-    b.data = b.data + item * job.b_step
+    a.data = a.data + outer * job.a_outer + inner * job.a_step
+    b.data = b.data + outer * job.b_outer + inner * job.b_step
     if job.by_columns:
         hi = min(lo + job.per_part, job.n)
         b.data = b.data + lo * b.cs
@@ -164,7 +168,9 @@ def declines(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k):
 
 def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     """out = a @ b, or out += a @ b with ``accumulate``, for matrices or for
-    stacks of them (3-D, the same number in each, no broadcasting); True
+    stacks of them (3-D, or 4-D: two batch axes of any strides, as
+    attention's (batch, heads, rows, columns) views; the same shape in each,
+    broadcast operands as strides of 0); True
     when done, False (nothing written) where this GEMM does not run (see
     the module's docstring). ``any_shape``: also the products it declines
     for speed (tiles a quarter padding or more, short sums), where calling
@@ -174,15 +180,19 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     if shape.kernel == NULL or type(out) is not cnp.ndarray:
         return False
     cdef int nd = (<cnp.ndarray>out).ndim
-    if nd not in (2, 3) or not (_float32_operand(a, nd) and _float32_operand(b, nd)
-                                and _float32_operand(out, nd)):
+    if nd not in (2, 3, 4) or not (_float32_operand(a, nd) and _float32_operand(b, nd)
+                                   and _float32_operand(out, nd)):
         return False
     cdef cnp.ndarray av = a, bv = b, cv = out
-    cdef int r = nd - 2  # the row axis
-    cdef Py_ssize_t batch = cv.shape[0] if nd == 3 else 1
+    cdef int r = nd - 2, i  # the row axis
+    cdef Py_ssize_t batch = 1
+    for i in range(r):
+        batch *= cv.shape[i]
+        if av.shape[i] != cv.shape[i] or bv.shape[i] != cv.shape[i]:
+            raise ValueError('sgemm: shapes {} @ {} -> {} do not match'.format(
+                a.shape, b.shape, out.shape))
     cdef Py_ssize_t m = av.shape[r], k = av.shape[r + 1], n = bv.shape[r + 1]
-    if (bv.shape[r] != k or cv.shape[r] != m or cv.shape[r + 1] != n
-            or (nd == 3 and (av.shape[0] != batch or bv.shape[0] != batch))):
+    if bv.shape[r] != k or cv.shape[r] != m or cv.shape[r + 1] != n:
         raise ValueError('sgemm: shapes {} @ {} -> {} do not match'.format(
             a.shape, b.shape, out.shape))
     if m == 0 or n == 0 or batch == 0:  # (empty arrays may have strides of 0)
@@ -195,6 +205,9 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
         return False  # tiles a quarter padding or more, or too short a sum
     if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
         return False
+    for i in range(r):
+        if cv.shape[i] > 1 and cv.strides[i] == 0:
+            return False  # (products writing one matrix)
     cdef GemmJob job
     job.shape = shape
     job.m, job.n, job.k = m, n, k
@@ -204,9 +217,13 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     job.b.rs, job.b.cs = bv.strides[r] // 4, bv.strides[r + 1] // 4
     job.c = <float*>cnp.PyArray_DATA(cv)
     job.ldc = cv.strides[r] // 4
-    job.a_step = av.strides[0] // 4 if nd == 3 else 0
-    job.b_step = bv.strides[0] // 4 if nd == 3 else 0
-    job.c_step = cv.strides[0] // 4 if nd == 3 else 0
+    job.inner = cv.shape[r - 1] if r else 1
+    job.a_step = av.strides[r - 1] // 4 if r else 0
+    job.b_step = bv.strides[r - 1] // 4 if r else 0
+    job.c_step = cv.strides[r - 1] // 4 if r else 0
+    job.a_outer = av.strides[0] // 4 if r == 2 else 0
+    job.b_outer = bv.strides[0] // 4 if r == 2 else 0
+    job.c_outer = cv.strides[0] // 4 if r == 2 else 0
     job.acc = accumulate
     job.failed = 0
     with nogil:

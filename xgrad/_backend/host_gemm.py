@@ -30,7 +30,6 @@ caller calls sgemm itself.
 import contextlib
 import ctypes
 import functools
-import math
 
 import numpy
 
@@ -156,28 +155,44 @@ def forced(own):
         _forced = before
 
 
-def _batch_view(x, lead, rows, cols):
-    """``x`` broadcast to ``lead + (rows, cols)`` as a 3-D view whose batch
-    axis has one stride, or None where its leading axes do not merge so."""
-    if x.ndim == 3 and x.shape[0] == lead[0] and len(lead) == 1:
-        return x  # (already one: no views to build)
-    x = numpy.broadcast_to(x, lead + (rows, cols))
-    step = None
-    expected = None
-    for size, stride in zip(reversed(lead), reversed(x.strides[:len(lead)])):
+def _stack_axes(views):
+    """The batch axes of ``views`` (operands of one shape lead + (rows,
+    cols)) merged where every view steps through them as through one axis,
+    axes of size 1 dropped: a list of (size, strides of each view)."""
+    axes = []
+    for i in range(views[0].ndim - 2):
+        size = views[0].shape[i]
         if size == 1:
             continue
-        if step is None:
-            step, expected = stride, stride * size
-        elif stride != expected:
-            return None
+        strides = tuple(v.strides[i] for v in views)
+        if axes and all(s * size == o for s, o in zip(strides, axes[-1][1])):
+            axes[-1] = (axes[-1][0] * size, strides)  # (outer steps over whole inner runs)
         else:
-            expected = stride * size
-    batch = 1
-    for size in lead:
-        batch *= size
-    return numpy.lib.stride_tricks.as_strided(
-        x, (batch, rows, cols), (step or 0,) + x.strides[-2:], writeable=False)
+            axes.append((size, strides))
+    return axes
+
+
+def _stacked_sgemm(a, b, out, accumulate, any_shape):
+    """sgemm over matmul's stack of products (``a`` and ``b`` broadcast to
+    ``out``'s leading axes): the batch axes merged where they can be, the
+    inner two (at most) in gemm_kernels' 3-D or 4-D stacks, any further
+    outer ones looped here. False, nothing written, where sgemm declines
+    (its reasons are the operands' dtype, strides and shape: the same for
+    every sub-stack, so only the first can decline)."""
+    lead = out.shape[:-2]
+    m, n = out.shape[-2:]
+    k = a.shape[-1]
+    views = (numpy.broadcast_to(a, lead + (m, k)), numpy.broadcast_to(b, lead + (k, n)), out)
+    axes = _stack_axes(views)
+    sizes = tuple(size for size, _ in axes)
+    merged = [numpy.lib.stride_tricks.as_strided(
+        v, sizes + v.shape[-2:], tuple(strides[i] for _, strides in axes) + v.strides[-2:],
+        writeable=v is out) for i, v in enumerate(views)]
+    for index in numpy.ndindex(*sizes[:-2]):
+        if not gemm_kernels.sgemm(merged[0][index], merged[1][index], merged[2][index],
+                                  accumulate, any_shape):
+            return False
+    return True
 
 
 def matmul(a, b, out=None, accumulate=False, prefer_own=False):
@@ -207,17 +222,10 @@ def matmul(a, b, out=None, accumulate=False, prefer_own=False):
             raise ValueError('matmul: accumulate needs out')
         lead = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         out = numpy.empty(lead + (m, n), numpy.float32)
-    lead = out.shape[:-2]
     if out.ndim == 2:
         ok = gemm_kernels.sgemm(a, b, out, accumulate, any_shape)
     else:
-        av = _batch_view(a, lead, m, k)
-        bv = _batch_view(b, lead, k, n)
-        # (a 3-D out as it is, rows padded apart or not; more axes merged)
-        stack = out if out.ndim == 3 else (
-            out.reshape((math.prod(lead), m, n)) if out.flags.c_contiguous else None)
-        ok = (av is not None and bv is not None and stack is not None
-              and gemm_kernels.sgemm(av, bv, stack, accumulate, any_shape))
+        ok = _stacked_sgemm(a, b, out, accumulate, any_shape)
     return out if ok else _numpy_matmul(a, b, out, accumulate)
 
 

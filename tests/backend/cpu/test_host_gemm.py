@@ -233,3 +233,69 @@ def test_with_more_threads_large_products_never_reach_the_blas(monkeypatch):
     b = numpy.ones((8, 2048), numpy.float32)   # k = 8: declined for speed alone
     numpy.testing.assert_array_equal(host_gemm.matmul(a, b), 8)
     assert reached == []
+
+
+def _heads(rng, batch, heads, rows, cols):
+    """Attention's (batch, heads, rows, cols) view of a (batch * rows, heads
+    * cols) projection: its batch axes do not merge into one stride."""
+    flat = rng.standard_normal((batch, rows, heads * cols)).astype(numpy.float32)
+    return flat.reshape(batch, rows, heads, cols).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize('case', ['q @ k.T', 'p @ v', 'five axes', 'broadcast', 'out view'])
+def test_stacks_whose_batch_axes_do_not_merge_run_on_sgemm(monkeypatch, case):
+    """Under the one-pool rule a stack of products whose batch axes have
+    unrelated strides (attention's heads of a projection) runs on xgrad's
+    sgemm too, two batch axes a call, further ones looped: with NumPy's
+    BLAS, its threads spun beside xgrad's pool (a Transformer block's step
+    at 2 threads took 1.8x its time)."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    reached = _blas_calls(monkeypatch)
+    monkeypatch.setattr(host_gemm, '_forced', host_gemm.decide('avx512', 'SkylakeX', True, 2))
+    rng = numpy.random.default_rng(7)
+    q = _heads(rng, 3, 4, 40, 24)
+    out = None
+    if case == 'q @ k.T':
+        a, b = q, _heads(rng, 3, 4, 36, 24).transpose(0, 1, 3, 2)
+    elif case == 'p @ v':
+        a, b = rng.standard_normal((3, 4, 40, 36)).astype(numpy.float32), _heads(rng, 3, 4, 36, 24)
+    elif case == 'five axes':  # (2, 3, heads 4) batch axes, none merging
+        x = rng.standard_normal((2, 40, 3, 4, 24)).astype(numpy.float32)
+        a = x.transpose(0, 2, 3, 1, 4)
+        b = rng.standard_normal((4, 24, 3, 2, 30)).astype(numpy.float32).transpose(3, 2, 0, 1, 4)
+    elif case == 'broadcast':  # one weight under the heads' stack
+        a, b = q, rng.standard_normal((1, 4, 24, 30)).astype(numpy.float32)
+    else:  # into a view of a larger buffer, (batch, rows, heads, cols) order
+        a, b = q, _heads(rng, 3, 4, 24, 48)
+        buffer = numpy.full((3, 40, 4, 50), numpy.nan, numpy.float32)
+        out = buffer[..., :48].transpose(0, 2, 1, 3)
+    expected = numpy.matmul(a.astype(numpy.float64), b.astype(numpy.float64))
+    tol = dict(rtol=1e-5, atol=1e-5 * abs(expected).max())
+    result = host_gemm.matmul(a, b, out=out)
+    numpy.testing.assert_allclose(result, expected, **tol)
+    start = rng.standard_normal(expected.shape).astype(numpy.float32)
+    acc = start.copy()
+    assert host_gemm.matmul(a, b, out=acc, accumulate=True) is acc
+    numpy.testing.assert_allclose(acc, expected + start, **tol)
+    assert reached == []
+    if out is not None:
+        assert result is out and numpy.isnan(buffer[..., 48:]).all()
+
+
+def test_sgemm_takes_two_batch_axes_and_refuses_an_out_that_repeats_a_product():
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    rng = numpy.random.default_rng(8)
+    a = _heads(rng, 2, 3, 16, 32)
+    b = rng.standard_normal((2, 3, 32, 48)).astype(numpy.float32)
+    out = numpy.empty((2, 3, 16, 48), numpy.float32)
+    assert gemm_kernels.sgemm(a, b, out)
+    expected = numpy.matmul(a.astype(numpy.float64), b)
+    numpy.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5 * abs(expected).max())
+    repeated = numpy.broadcast_to(numpy.zeros((1, 3, 16, 48), numpy.float32), out.shape)
+    repeated = numpy.lib.stride_tricks.as_strided(repeated, writeable=True)
+    assert gemm_kernels.sgemm(a, b, repeated) is False
+    assert not repeated.any()
+    with pytest.raises(ValueError, match='do not match'):
+        gemm_kernels.sgemm(a, b[:1], numpy.empty((2, 3, 16, 48), numpy.float32))
