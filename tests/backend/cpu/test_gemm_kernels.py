@@ -200,3 +200,23 @@ def test_split_over_threads_matches_one_thread(path):
         finally:
             K.set_thread_limit(0)
         assert numpy.array_equal(split, alone)
+
+
+@pytest.mark.parametrize('m, k, n', [(16, 1024, 96), (20, 650, 260), (70, 37, 64), (8, 16, 32),
+                                     (130, 300, 1100), (40, 9 + 256, 70)])
+def test_a_column_major_b_gives_the_row_major_ones_bits(path, m, k, n):
+    """A linear layer's W^T: B's columns contiguous, packed by transposed
+    8 x 8 tiles (ragged depths and a partial last panel element by element).
+    Packing only moves values: the products are those of the same B with
+    its rows contiguous, bit for bit."""
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    rng = numpy.random.default_rng(9)
+    a = rng.standard_normal((m, k), dtype=numpy.float32)
+    w = rng.standard_normal((n, k), dtype=numpy.float32)
+    column_major = numpy.empty((m, n), numpy.float32)
+    row_major = numpy.empty((m, n), numpy.float32)
+    assert gemm_kernels.sgemm(a, w.T, column_major, False, True)
+    assert gemm_kernels.sgemm(a, numpy.ascontiguousarray(w.T), row_major, False, True)
+    numpy.testing.assert_array_equal(column_major, row_major)
+    _check(a, w.T, column_major, a.astype(numpy.float64) @ w.T.astype(numpy.float64))
