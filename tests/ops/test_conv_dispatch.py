@@ -11,6 +11,7 @@ import xgrad
 from xgrad._backend import gemm_kernels, native_kernels
 from xgrad._ops import convolution
 from xgrad._ops._conv import dispatch, thresholds
+from xgrad._ops._conv.geometry import Geometry
 from xgrad.testing import force_conv_algorithm
 
 from ._conv_dispatch_grid import conv_cases
@@ -160,6 +161,11 @@ TABLE = [
      {'stride': 2, 'pad': 3}, 'im2col', 'col2im', 'im2col'),
     ('1x1, 64->128, 16x16, batch 8', (8, 64, 16, 16), (128, 64, 1, 1), {},
      'pointwise', 'pointwise', 'pointwise'),
+    ('1x1, 2048->512, 2x2, batch 16', (16, 2048, 2, 2), (512, 2048, 1, 1), {},
+     {'sse2': 'pointwise', 'avx2': 'im2col', 'avx512': 'im2col'},
+     {'sse2': 'pointwise', 'avx2': 'col2im', 'avx512': 'col2im'}, 'im2col'),
+    ('1x1, 64->64, 4x4, batch 32', (32, 64, 4, 4), (64, 64, 1, 1), {},
+     'pointwise', 'pointwise', 'im2col'),
     ('1x1 stride 2, 64->128, 16x16, batch 8', (8, 64, 16, 16), (128, 64, 1, 1),
      {'stride': 2}, 'im2col', 'col2im', 'im2col'),
     ('3x3 dilate 2, 64->64, 16x16, batch 8', (8, 64, 16, 16), (64, 64, 3, 3),
@@ -327,3 +333,21 @@ def test_the_kernels_hand_their_preference_to_host_gemm(monkeypatch, transposed)
         dw = rng.standard_normal(w.shape)
         expected = numpy.sum(ref(x64, dw, stride=2, pad=1) * gy)
         numpy.testing.assert_allclose(numpy.sum(gw.to_numpy() * dw), expected, rtol=1e-4)
+
+
+def test_a_pointwise_convolution_on_a_small_map_says_why_it_takes_im2col():
+    """ResNet-50's last 1x1 convolutions at 64x64 input: 2x2 maps, whose
+    per-sample products of 4 columns would fill an eighth of AVX-512's
+    32-column tiles; on a path without tiles of our own (the BLAS's) the
+    per-sample GEMMs stay."""
+    x, w = (16, 2048, 2, 2), (512, 2048, 1, 1)
+    found = xgrad.conv_algorithm(x, w, cpu_path='avx512', threads=1)
+    assert found.algorithm == 'im2col'
+    assert found.reason.startswith('1x1 window on 4 positions a sample, per-sample GEMMs in '
+                                   '32-column tiles cost more than one GEMM over the batch')
+    one = Geometry((1, 1), (1, 1), (0, 0), (1, 1), 1)
+    assert dispatch._pointwise_pays(x, 512, one, (2, 2), thresholds.for_path('avx512')) is False
+    assert dispatch._pointwise_pays(x, 512, one, (2, 2), thresholds.for_path('sse2')) is True
+    # (not a 1x1 window: the question does not arise)
+    three = Geometry((3, 3), (1, 1), (1, 1), (1, 1), 1)
+    assert not dispatch._pointwise_pays(x, 512, three, (2, 2), thresholds.for_path('sse2'))

@@ -89,6 +89,14 @@ class Thresholds:
     # columns) for our kernel's 32-wide tiles.
     own_gemm_grad_weight_min_columns: int = 32
 
+    # 1x1 convolutions (and their input gradients) as per-sample GEMMs of
+    # (O, C) by (C, positions), each computed in tiles this many columns
+    # wide (1: no padding to count, as on the BLAS), or as im2col's one GEMM
+    # over the batch's positions plus the two transposing copies, each
+    # element copied costing about as long as this many multiply-adds.
+    gemm_tile_columns: int = 32
+    pointwise_copy_cost: int = 64
+
     # Grouped convolutions run group by group (each a group-1 convolution)
     # where a group's shapes get a planned algorithm and it has this many
     # channels each side (fewer: the grouped im2col's products won).
@@ -108,9 +116,11 @@ THRESHOLDS = {
     # the forward product of 64+ output channels faster.
     'avx2': dataclasses.replace(
         _AVX512, tap_tile_rows=6, tap_partial_tile_cost=2.0, tap_marginal=(0.8, 16, 64, 64),
-        input_phases_transposed_float32=False, own_gemm_forward_max_rows=64),
+        input_phases_transposed_float32=False, own_gemm_forward_max_rows=64,
+        gemm_tile_columns=16),
     # No GEMM kernel of ours: no tap groups, every product on the BLAS.
-    'sse2': dataclasses.replace(_AVX512, tap_tile_rows=None, own_gemm=False),
+    'sse2': dataclasses.replace(_AVX512, tap_tile_rows=None, own_gemm=False,
+                                gemm_tile_columns=1),
 }
 THRESHOLDS['generic'] = THRESHOLDS['sse2']  # (a build without per-path kernels)
 
