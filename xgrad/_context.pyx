@@ -15,7 +15,7 @@ cimport cython
 
 import threading
 
-from xgrad._errors import BackpropModeError, ContextError, XgradError
+from xgrad._errors import BackpropModeError, ContextError, XgradError, describe
 from xgrad import _device as _device_module
 
 
@@ -571,7 +571,9 @@ cdef BackpropId _resolve_bp(backprop_id, Context context):
     if isinstance(backprop_id, BackpropId):
         return <BackpropId>backprop_id
     raise TypeError('incompatible function arguments: backprop_id must be a '
-                    'BackpropId or None, not {!r}'.format(backprop_id))
+                    'BackpropId or None, not {}{}'.format(describe(backprop_id), (
+                        ' (a gradient to start from goes to xgrad.backward([y], '
+                        'grad_outputs=[gy]))' if hasattr(backprop_id, 'shape') else '')))
 
 
 def _recover_device(backend_name, device_index):

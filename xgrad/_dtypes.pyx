@@ -307,3 +307,19 @@ def scalar_of(scalar, dtype):
     """``scalar`` ready to meet an array of ``dtype`` in a NumPy call so
     that the result keeps ``dtype`` on NumPy 1.x and 2.x (see scalar_for)."""
     return scalar_for(scalar, numpy.dtype(dtype))
+
+
+def dtype_arg(dtype, op=None):
+    """A dtype argument as a NumPy dtype: what ``numpy.dtype`` takes, but not
+    an array (``numpy.dtype`` reads an array's ``dtype`` attribute, so
+    ``x.astype(y)`` would have cast to y's dtype where NumPy refuses).
+    DtypeError naming ``op`` otherwise."""
+    from xgrad._errors import DtypeError, describe
+    if not isinstance(dtype, (numpy.dtype, type, str)) and hasattr(dtype, 'shape'):
+        raise DtypeError('{}{} is not a dtype'.format(
+            '' if op is None else op + ': ', describe(dtype)))
+    try:
+        return numpy.dtype(dtype)
+    except TypeError:
+        raise DtypeError('{}{} is not a dtype'.format(
+            '' if op is None else op + ': ', describe(dtype))) from None

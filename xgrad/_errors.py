@@ -7,6 +7,8 @@ where ChainerX raises it.
 """
 
 import builtins
+import numbers
+import reprlib
 
 
 class XgradError(Exception):
@@ -79,3 +81,19 @@ class DistributedError(XgradError):
     """Data-parallel training (``xgrad.distributed``) cannot go on: ranks that
     disagree on their parameters, a collective that did not complete in
     time (a rank died or never joined), or arguments it cannot take."""
+
+
+def describe(value):
+    """``value`` as an error message names it: an array by its type, shape
+    and dtype (its repr can run to megabytes: conv's stride given an array
+    printed 49,000 characters), anything else by a repr of at most 80."""
+    shape, dtype = getattr(value, 'shape', None), getattr(value, 'dtype', None)
+    if isinstance(shape, tuple) and dtype is not None and not isinstance(value, numbers.Number):
+        return 'an array ({}.{}) of shape {} and dtype {}'.format(
+            type(value).__module__.split('.')[0], type(value).__name__, shape, dtype)
+    return _SHORT.repr(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlist = _SHORT.maxtuple = 8

@@ -152,3 +152,58 @@ def test_wrong_shape_grad_inputs_names_grad_inputs():
         xgrad.grad([x * 2], [x], grad_inputs=[numpy.ones(3)])
     gx, = xgrad.grad([x * 2], [x], grad_inputs=[xgrad.ones((3,))])
     numpy.testing.assert_array_equal(gx.to_numpy(), [3, 3, 3])
+
+
+BIG = xgrad.zeros((300, 300))  # (its repr alone runs to thousands of characters)
+
+
+@pytest.mark.parametrize('call, error, match', [
+    (lambda: BIG.backward(BIG), TypeError,
+     r'backprop_id must be a BackpropId or None, not an array \(xgrad.ndarray\) of shape '
+     r'\(300, 300\) and dtype float32 \(a gradient to start from goes to xgrad.backward'),
+    (lambda: xgrad.grad([BIG], [BIG], backprop_id=numpy.ones(3)), TypeError,
+     r'not an array \(numpy.ndarray\) of shape \(3,\) and dtype float64'),
+    (lambda: BIG.astype(BIG), xgrad.DtypeError, r'astype: an array \(xgrad.ndarray\) of shape'),
+    (lambda: xgrad.array([1.0], dtype=numpy.ones(2)), xgrad.DtypeError,
+     r'an array \(numpy.ndarray\) of shape \(2,\) and dtype float64 is not a dtype'),
+    (lambda: xgrad.zeros((2,), dtype=BIG), xgrad.DtypeError, 'is not a dtype'),
+    (lambda: xgrad.reshape(BIG, BIG), TypeError,
+     r'reshape: newshape must be an int or a sequence of ints, not an array'),
+    (lambda: xgrad.transpose(BIG, BIG), TypeError, r'transpose: axes must be ints, not an array'),
+    (lambda: xgrad.conv(xgrad.zeros((1, 1, 4, 4)), xgrad.zeros((1, 1, 3, 3)), stride=BIG),
+     TypeError, r'conv: stride must be an int or a tuple of ints, not an array'),
+    (lambda: xgrad.conv(BIG, BIG, stride=BIG), TypeError, r'conv: stride must be an int'),
+], ids=['backward', 'grad', 'astype', 'array', 'zeros', 'reshape', 'transpose', 'conv',
+        'conv_2d_x'])
+def test_an_array_where_something_else_belongs_is_named_by_shape_not_printed(call, error,
+                                                                             match):
+    """A mistaken array argument (y.backward(gy), as in PyTorch) is named by
+    its type, shape and dtype: its repr in the message printed up to 49,000
+    characters (conv's stride); and numpy.dtype(an array) reads its dtype,
+    so astype(y) had cast to y's dtype where NumPy refuses."""
+    with pytest.raises(error, match=match) as info:
+        call()
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize('call, name', [
+    (lambda: xgrad.reshape(xgrad.zeros((2, 6)), (2.7, 6)), 'reshape: newshape'),
+    (lambda: xgrad.reshape(xgrad.zeros((2, 6)), (True, 12)), 'reshape: newshape'),
+    (lambda: xgrad.broadcast_to(xgrad.zeros((3,)), (2.0, 3)), 'broadcast_to: shape'),
+    (lambda: xgrad.sum_to(xgrad.zeros((2, 3)), (1.5, 3)), 'sum_to: shape'),
+], ids=['reshape_float', 'reshape_bool', 'broadcast_to', 'sum_to'])
+def test_a_shape_of_floats_is_refused_not_truncated(call, name):
+    """As NumPy (operator.index): reshape to (2.7, 6) had given shape (2, 6)."""
+    with pytest.raises(TypeError, match=name + ' must be an int or a sequence of ints'):
+        call()
+
+
+def test_shapes_take_what_numpy_takes():
+    a = xgrad.zeros((2, 6))
+    assert xgrad.reshape(a, (numpy.int64(3), 4)).shape == (3, 4)
+    assert xgrad.reshape(a, numpy.array([4, 3])).shape == (4, 3)
+    assert xgrad.reshape(a, xgrad.array(12)).shape == (12,)  # a 0-d integer array
+    assert xgrad.reshape(a, [-1]).shape == (12,)
+    assert xgrad.broadcast_to(xgrad.zeros((3,)), numpy.int32(3)).shape == (3,)
+    assert a.astype(numpy.float16).dtype == numpy.float16
+    assert a.astype('float64').dtype == numpy.float64

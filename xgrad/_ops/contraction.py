@@ -10,6 +10,7 @@ Operands of different dtypes promote as in NumPy.
 
 import numpy
 
+from xgrad._errors import describe
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import matmul_raw
@@ -67,7 +68,7 @@ def _contracted_axes(axes, a, b):
         axes_a, axes_b = axes
     except (TypeError, ValueError):
         raise TypeError('tensordot: axes must be an int or a pair of axis sequences, '
-                        'not {!r}'.format(axes)) from None
+                        'not {}'.format(describe(axes))) from None
     out = []
     for name, ax, x in (('axes[0]', axes_a, a), ('axes[1]', axes_b, b)):
         ax = [ax] if isinstance(ax, (int, numpy.integer)) else ax

@@ -27,10 +27,7 @@ def default_dtype(dtype):
     """``dtype`` as a NumPy dtype (None: the default float dtype)."""
     if dtype is None:
         return DEFAULT_FLOAT
-    try:
-        return numpy.dtype(dtype)
-    except TypeError:
-        raise DtypeError('{!r} is not a dtype'.format(dtype)) from None
+    return _dtypes.dtype_arg(dtype)
 
 
 def _device(device):
@@ -44,7 +41,7 @@ def array(object, dtype=None, copy=True, device=None):
     obj = object
     if isinstance(obj, _core.ndarray):
         out = obj.copy() if copy else obj
-        if dtype is not None and numpy.dtype(dtype) != out.dtype:
+        if dtype is not None and _dtypes.dtype_arg(dtype) != out.dtype:
             out = out.astype(dtype, copy=False)
         if device is not None and _device(device) is not out.device:
             out = out.to_device(_device(device))

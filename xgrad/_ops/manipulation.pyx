@@ -20,9 +20,10 @@ from xgrad._function_node cimport apply1, apply_to_device
 from xgrad._grad_table cimport IndexedGradient
 from xgrad._ops._op cimport Op
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
-from xgrad._ops.reduction cimport normalize_axes
+from xgrad._ops.reduction cimport as_shape, normalize_axes
 from xgrad._ops._xp import cast as _cast
-from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError
+from xgrad._dtypes import dtype_arg
+from xgrad._errors import DimensionError, DtypeError, IndexError as XgradIndexError, describe
 
 
 # NumPy 2.1+ says whether a reshape needs a copy (copy=False raises)
@@ -287,13 +288,7 @@ def reshape(a, newshape):
     """The same data with shape ``newshape`` (one entry may be -1)."""
     cdef ndarray x = as_array(a, 'a')
     cdef Reshape op = Reshape.__new__(Reshape)
-    if isinstance(newshape, (int, numpy.integer)):
-        newshape = (newshape,)
-    try:
-        op.shape = tuple([int(n) for n in newshape])
-    except TypeError:
-        raise TypeError('reshape: newshape must be an int or a sequence of ints, '
-                        'not {}'.format(type(newshape).__name__)) from None
+    op.shape = as_shape(newshape, 'reshape', 'newshape')
     return apply1(op, x)
 
 
@@ -315,7 +310,7 @@ def transpose(a, axes=None):
         for i in items:
             if isinstance(i, (bool, numpy.bool_)) or not isinstance(
                     i, (int, numpy.integer)):
-                raise TypeError('transpose: axes must be ints, not {!r}'.format(i))
+                raise TypeError('transpose: axes must be ints, not {}'.format(describe(i)))
         if len(items) != ndim:
             raise DimensionError('transpose: axes {} do not match an array with {} '
                                  'dimensions'.format(axes, ndim))
@@ -383,10 +378,7 @@ def astype(a, dtype, copy=True):
     """Cast to ``dtype``; ``astype(a.dtype, copy=False)`` returns ``a`` itself."""
     cdef ndarray x = as_array(a, 'a')
     cdef AsType op
-    try:
-        dtype = numpy.dtype(dtype)
-    except TypeError:
-        raise DtypeError('astype: {!r} is not a dtype'.format(dtype)) from None
+    dtype = dtype_arg(dtype, 'astype')
     if dtype == x._data.dtype:
         return x if not copy else apply1(Copy.__new__(Copy), x)
     op = AsType.__new__(AsType)

@@ -29,7 +29,7 @@ import math
 import numpy
 
 from xgrad._backend import cuda, cudnn, native_kernels, norm_kernels
-from xgrad._errors import XgradError
+from xgrad._errors import XgradError, describe
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
@@ -536,7 +536,7 @@ def layer_norm(x, gamma, beta, eps=1e-5):
         raise _args.DimensionError('{}: beta has shape {}, gamma {}: they must match'.format(
             op, beta.shape, gamma.shape))
     if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
-        raise ValueError('{}: eps must be a number > 0, not {!r}'.format(op, eps))
+        raise ValueError('{}: eps must be a number > 0, not {}'.format(op, describe(eps)))
     _args.same_device([x, gamma, beta], op)
     d = math.prod(gamma.shape)
     r = math.prod(x.shape[:x.ndim - k])

@@ -20,6 +20,7 @@ import numbers
 
 import numpy
 
+from xgrad._errors import describe
 from xgrad._ops import _args, _lapack
 from xgrad._ops._op import PyOp
 from xgrad._ops._singular import require_distinct, require_nonzero
@@ -175,7 +176,7 @@ def _norm_axes(axis, ndim):
                         '{}'.format(type(axis).__name__)) from None
     if len(items) not in (1, 2):
         raise ValueError('norm: axis must name 1 (vector norm) or 2 (matrix norm) '
-                         'axes, not {!r}'.format(axis))
+                         'axes, not {}'.format(describe(axis)))
     axes = tuple(_args.normalize_axis(a, ndim, 'norm: axis') for a in items)
     if len(set(axes)) != len(axes):
         raise _args.DimensionError('norm: axis {!r} repeats an axis'.format(axis))

@@ -6,6 +6,8 @@
 loop for every binary op with broadcasting.
 """
 
+import operator
+
 import numpy
 
 from xgrad._array cimport ndarray
@@ -15,7 +17,7 @@ from xgrad._dtypes cimport math_dtype
 from xgrad._ops.elementwise cimport as_array, as_result, on_gpu, raw_module
 from xgrad._backend.native_kernels cimport (sum_to as native_sum_to, broadcast_view, sum_all,
                                             sum_axes)
-from xgrad._errors import DimensionError, DtypeError
+from xgrad._errors import DimensionError, DtypeError, describe
 from xgrad._backend import cuda
 
 cdef object _add_reduce(x, axes, bint keepdims):
@@ -175,20 +177,32 @@ _INT64_MIN = int(numpy.iinfo(numpy.int64).min)
 _INT64_MAX = int(numpy.iinfo(numpy.int64).max)
 
 
-cdef tuple _as_shape(object shape):
-    if isinstance(shape, (int, numpy.integer)):
-        out = (int(shape),)
-    else:
-        try:
-            out = tuple([int(n) for n in shape])
-        except TypeError:
-            raise TypeError('shape must be an int or a sequence of ints, not {}'.format(
-                type(shape).__name__)) from None
+cdef tuple as_shape(object shape, str op, str name='shape'):
+    """``shape``, an int or a sequence of ints (what ``operator.index``
+    takes, as NumPy: not floats, which int() would have cut), as a tuple of
+    Python ints; TypeError naming ``op``, the argument and what it got."""
+    cdef list out = []
+    try:
+        if isinstance(shape, (bool, numpy.bool_)):
+            raise TypeError(shape)
+        if not isinstance(shape, (tuple, list)):
+            try:
+                out.append(operator.index(shape))  # (an int, or a 0-d integer array)
+            except (TypeError, DimensionError):
+                pass
+        if not out:
+            for n in shape:
+                if isinstance(n, (bool, numpy.bool_)):
+                    raise TypeError(n)
+                out.append(operator.index(n))
+    except (TypeError, DimensionError):
+        raise TypeError('{}: {} must be an int or a sequence of ints, not {}'.format(
+            op, name, describe(shape))) from None
     for n in out:
         if not _INT64_MIN <= n <= _INT64_MAX:
-            raise DimensionError('shape {} has a length out of the int64 range'.format(
-                shape))
-    return out
+            raise DimensionError('{}: {} {} has a length out of the int64 range'.format(
+                op, name, tuple(out)))
+    return tuple(out)
 
 
 cdef bint _reduces_to(tuple src, tuple dst):
@@ -228,7 +242,7 @@ def sum_to(a, shape):
     """Sum ``a`` down to ``shape``, the reverse of broadcasting to ``a.shape``."""
     cdef ndarray x = as_array(a, 'a')
     cdef SumTo op
-    shape = _as_shape(shape)
+    shape = as_shape(shape, 'sum_to')
     if x._data.shape == shape:
         return x
     if not _reduces_to(x._data.shape, shape):
@@ -243,7 +257,7 @@ def broadcast_to(array, shape):
     """A read-only broadcast view of ``array`` with ``shape``."""
     cdef ndarray x = as_array(array, 'array')
     cdef BroadcastTo op
-    shape = _as_shape(shape)
+    shape = as_shape(shape, 'broadcast_to')
     if x._data.shape == shape:
         return x.view()
     op = BroadcastTo.__new__(BroadcastTo)

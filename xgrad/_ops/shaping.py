@@ -29,6 +29,7 @@ import numpy
 
 from xgrad import _core
 from xgrad._backend import native_kernels
+from xgrad._errors import describe
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns, tri_mask
@@ -283,7 +284,7 @@ def _sections(op, indices_or_sections):
     if isinstance(v, (list, tuple)) and all(_args.is_int(i) for i in v):
         return [int(i) for i in v]
     raise TypeError('{}: indices_or_sections must be an int or a sequence of ints, '
-                    'not {!r}'.format(op, indices_or_sections))
+                    'not {}'.format(op, describe(indices_or_sections)))
 
 
 def _split(op, ary, indices_or_sections, axis, min_ndim=0):
@@ -457,8 +458,8 @@ def _repeats(repeats, length):
                         .format(type(repeats).__name__))
     r = numpy.asarray(repeats)
     if r.dtype.kind not in 'iu' and not (r.size == 0 and r.dtype.kind == 'f'):
-        raise TypeError('repeat: repeats must be an int or a sequence of ints, not {!r}'
-                        .format(repeats))
+        raise TypeError('repeat: repeats must be an int or a sequence of ints, not {}'
+                        .format(describe(repeats)))
     if r.ndim > 1:
         raise _args.DimensionError('repeat: repeats must be an int or a 1-d sequence, '
                                    'not of shape {}'.format(r.shape))

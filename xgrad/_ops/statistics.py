@@ -18,6 +18,7 @@ import warnings
 import numpy
 
 from xgrad._backend import cuda, native_kernels, scan_kernels
+from xgrad._errors import describe
 from xgrad._ops import _args
 from xgrad._ops._op import PyOp
 from xgrad._ops._xp import numpy_ns
@@ -163,7 +164,7 @@ def _moment(op, cls):
         axes = _axes(op, axis, a.ndim)
         if isinstance(ddof, bool) or not isinstance(ddof, (int, numpy.integer)) or ddof < 0:
             raise (ValueError if isinstance(ddof, (int, numpy.integer)) else TypeError)(
-                '{}: ddof must be a non-negative int, not {!r}'.format(op, ddof))
+                '{}: ddof must be a non-negative int, not {}'.format(op, describe(ddof)))
         return _args.apply(cls(axes, bool(keepdims), ddof=int(ddof)), a)
     reduce.__name__ = reduce.__qualname__ = op
     return reduce

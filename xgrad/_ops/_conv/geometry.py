@@ -9,6 +9,7 @@ import itertools
 from numpy.lib.stride_tricks import as_strided
 
 from xgrad._backend import cuda
+from xgrad._errors import describe
 from xgrad._ops import _args
 
 Geometry = collections.namedtuple('Geometry', 'ksize stride pad dilate groups')
@@ -30,14 +31,14 @@ def spatial_tuple(value, n, name, op, minimum, too_small=ValueError):
         except TypeError:
             raise TypeError('{}: {} must be an int or a tuple of ints, not {}'.format(
                 op, name, type(value).__name__)) from None
+        for v in values:
+            if not _args.is_int(v):
+                raise TypeError('{}: {} must be an int or a tuple of ints, not {}'.format(
+                    op, name, describe(value)))
         if len(values) != n:
             raise _args.DimensionError(
                 '{}: {} {} has {} entries, but the input has {} spatial '
                 'dimensions'.format(op, name, values, len(values), n))
-        for v in values:
-            if not _args.is_int(v):
-                raise TypeError('{}: {} must be an int or a tuple of ints, not {!r}'.format(
-                    op, name, value))
         values = tuple(int(v) for v in values)
     for v in values:
         _args.fits_int64(v, name, op)
