@@ -55,6 +55,12 @@ MODULES = [
 # kernels differed in the last bits on AVX-512 only). Explicit FMA
 # intrinsics (sgemm.h) still fuse.
 COMMON_FLAGS = ['-O3', '-ffp-contract=off']
+# x86-64: no MMX registers. GCC 12 moved the SSE2 path's extremum lanes
+# through %mm0 without an EMMS after them, which leaves the x87 unit in MMX
+# state: x87 code that ran next in the process (OpenBLAS's LAPACK SVD) then
+# failed to converge on finite matrices. The kernels use no MMX intrinsics.
+if platform.machine().lower() in ('x86_64', 'amd64'):
+    COMMON_FLAGS.append('-mno-mmx')
 
 # The backward pass uses C++ containers (a heap of ops) from Cython.
 CPP_MODULES = {'xgrad._backward'}
