@@ -40,8 +40,16 @@ static ptrdiff_t dw_phases_size(const dw_geometry* g) {
     return g->sh * g->sw * g->hq * g->wq;
 }
 
-/* Elements left free past each buffer of the work space. */
+/* Elements left free past each buffer of the work space (zeros: the work
+ * space is calloc'ed, and what the kernels write there is finite). */
 #define DW_SLACK 64
+/* The forward stencil goes in blocks of this many elements (64 bytes of
+ * float: one AVX-512 vector, two AVX2, four SSE2), past the end of a plane
+ * into the slack; at most DW_SLACK. */
+#define DW_BLOCK 16
+static ptrdiff_t dw_blocks(ptrdiff_t len) {
+    return (len + DW_BLOCK - 1) / DW_BLOCK * DW_BLOCK;
+}
 
 /* The weight gradient's partial sums (DW_LANES of a dot product) are
  * added into double sums after at most this many terms each. */
