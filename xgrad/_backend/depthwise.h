@@ -43,22 +43,38 @@ static ptrdiff_t dw_phases_size(const dw_geometry* g) {
 /* Elements left free past each buffer of the work space (zeros: the work
  * space is calloc'ed, and what the kernels write there is finite). */
 #define DW_SLACK 64
-/* The forward stencil goes in blocks of this many elements (64 bytes of
- * float: one AVX-512 vector, two AVX2, four SSE2), past the end of a plane
- * into the slack; at most DW_SLACK. */
-#define DW_BLOCK 16
-static ptrdiff_t dw_blocks(ptrdiff_t len) {
-    return (len + DW_BLOCK - 1) / DW_BLOCK * DW_BLOCK;
-}
 
 /* The weight gradient's partial sums (DW_LANES of a dot product) are
  * added into double sums after at most this many terms each. */
 #define DW_FLUSH_TERMS 256
 
+/* The stencils go in blocks of this many elements (64 bytes of float: one
+ * AVX-512 vector, two AVX2, four SSE2), past the end of a plane into the
+ * slack; at most DW_SLACK. */
+#define DW_BLOCK 16
+static ptrdiff_t dw_blocks(ptrdiff_t len) {
+    return (len + DW_BLOCK - 1) / DW_BLOCK * DW_BLOCK;
+}
+
+/* The largest of the taps' offsets. */
+static ptrdiff_t dw_max_offset(const dw_geometry* g) {
+    ptrdiff_t most = 0;
+    for (ptrdiff_t t = 0; t < g->kh * g->kw; t++)
+        if (g->offsets[t] > most) most = g->offsets[t];
+    return most;
+}
+
 /* Elements of work space a thread needs: the phases, then one output
- * plane (rows wq apart). */
+ * plane (rows wq apart); for the input gradient's gather at stride 1
+ * (dw_gather), the output plane with dw_max_offset zeros before it and
+ * zeros after it up to the phases' size in whole blocks. */
 static ptrdiff_t dw_work_size(const dw_geometry* g) {
-    return dw_phases_size(g) + DW_SLACK + g->oh * g->wq + DW_SLACK;
+    const ptrdiff_t plane = g->oh * g->wq, gather = dw_blocks(dw_phases_size(g));
+    if (g->sh != 1 || g->sw != 1)  /* (no gather; with its space the strided input
+                                    * gradient ran 15% slower, (16, 144, 56, 56)) */
+        return dw_phases_size(g) + DW_SLACK + plane + DW_SLACK;
+    return dw_phases_size(g) + DW_SLACK + dw_max_offset(g) + (plane > gather ? plane : gather)
+           + DW_SLACK;
 }
 
 #define DW_T float
