@@ -179,6 +179,8 @@ def _stacked_sgemm(a, b, out, accumulate, any_shape):
     outer ones looped here. False, nothing written, where sgemm declines
     (its reasons are the operands' dtype, strides and shape: the same for
     every sub-stack, so only the first can decline)."""
+    if a.ndim == b.ndim == out.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
+        return gemm_kernels.sgemm(a, b, out, accumulate, any_shape)  # (no views to build)
     lead = out.shape[:-2]
     m, n = out.shape[-2:]
     k = a.shape[-1]
