@@ -66,8 +66,8 @@ static ptrdiff_t dw_max_offset(const dw_geometry* g) {
 
 /* Elements of work space a thread needs: the phases, then one output
  * plane (rows wq apart); for the input gradient's gather at stride 1
- * (dw_gather), the output plane with dw_max_offset zeros before it and
- * zeros after it up to the phases' size in whole blocks. */
+ * (dw_backward_gather), the output plane with dw_max_offset zeros before
+ * it and zeros after it up to the phases' size in whole blocks. */
 static ptrdiff_t dw_work_size(const dw_geometry* g) {
     const ptrdiff_t plane = g->oh * g->wq, gather = dw_blocks(dw_phases_size(g));
     if (g->sh != 1 || g->sw != 1)  /* (no gather; with its space the strided input

@@ -69,24 +69,25 @@ DW_ATTR static void DW_FN(dw_merge)(const DW_T* ph, DW_T* x, const dw_geometry* 
     }
 }
 
-/* out[p] = sum over taps t of w[t] src[p + offsets[t]] for p < len, the
- * taps in order. A block of DW_BLOCK positions at a time, its sums kept in
- * registers over all the taps and stored once: one pass over out a tap
- * loaded and stored out's partial sums again for each tap (half the
- * forward's time on 8x8 planes). len is rounded up to whole blocks: the
- * slack past the phases and past out holds the rest, computed and
+/* out[p] = sum over taps t of w[t] src[p + direction offsets[t]] for p <
+ * len, the taps in order: direction 1 is conv's stencil; -1 its adjoint at
+ * stride 1 (dw_backward_gather). A block of DW_BLOCK positions at a time,
+ * its sums kept in registers over all the taps and stored once: one pass
+ * over out a tap loaded and stored out's partial sums again for each tap
+ * (half the forward's time on 8x8 planes). len is rounded up to whole
+ * blocks: the slack past src and past out holds the rest, computed and
  * dropped. */
 DW_ATTR static void DW_FN(dw_stencil)(const DW_T* src, const ptrdiff_t* offsets,
-                                      ptrdiff_t taps, const DW_T* w, DW_T* out,
-                                      ptrdiff_t len) {
+                                      ptrdiff_t direction, ptrdiff_t taps, const DW_T* w,
+                                      DW_T* out, ptrdiff_t len) {
     const ptrdiff_t whole = dw_blocks(len);
     for (ptrdiff_t p = 0; p < whole; p += DW_BLOCK) {
         DW_T acc[DW_BLOCK];
-        const DW_T* s = src + offsets[0] + p;
+        const DW_T* s = src + direction * offsets[0] + p;
         const DW_T w0 = w[0];
         for (int l = 0; l < DW_BLOCK; l++) acc[l] = (DW_T)0 + w0 * s[l];
         for (ptrdiff_t t = 1; t < taps; t++) {
-            const DW_T* st = src + offsets[t] + p;
+            const DW_T* st = src + direction * offsets[t] + p;
             const DW_T wt = w[t];
             for (int l = 0; l < DW_BLOCK; l++) acc[l] += wt * st[l];
         }
@@ -108,7 +109,7 @@ DW_ATTR static void DW_FN(dw_forward)(const DW_T* x, const DW_T* w, const DW_T* 
         DW_FN(dw_split)(x + plane * g->h * g->w, ph, g);
         for (ptrdiff_t m = 0; m < g->m; m++) {
             const ptrdiff_t o = c * g->m + m;
-            DW_FN(dw_stencil)(ph, g->offsets, kk, w + o * kk, ext, len);
+            DW_FN(dw_stencil)(ph, g->offsets, 1, kk, w + o * kk, ext, len);
             DW_T* dst = y + (plane * g->m + m) * oh * ow;
             const DW_T bias = b ? b[o] : 0;
             for (ptrdiff_t r = 0; r < oh; r++, dst += ow) {
@@ -135,35 +136,14 @@ DW_ATTR static void DW_FN(dw_widen)(const DW_T* gy, DW_T* ext, const dw_geometry
     for (ptrdiff_t i = 0; i < tail; i++) end[i] = 0;
 }
 
-/* At stride 1, the padded plane of gx (its one phase) from one widened
- * plane of gy, ext, with dw_max_offset zeros before it and zeros past it:
- * position q gets the sum over taps t in order of w[t] ext[q -
- * offsets[t]], a block of DW_BLOCK positions at a time in registers (the
- * adjoint of dw_stencil as a gather). Where a tap does not reach q it adds
- * a product with one of the zeros, which changes no bits of a sum that
- * starts at +0: this is dw_backward's scatter sum, bit for bit, where the
- * weights are finite. */
-DW_ATTR static void DW_FN(dw_gather)(const DW_T* ext, const ptrdiff_t* offsets,
-                                     ptrdiff_t taps, const DW_T* w, DW_T* ph,
-                                     ptrdiff_t total) {
-    const ptrdiff_t whole = dw_blocks(total);
-    for (ptrdiff_t q = 0; q < whole; q += DW_BLOCK) {
-        DW_T acc[DW_BLOCK];
-        const DW_T* s = ext + q - offsets[0];
-        const DW_T w0 = w[0];
-        for (int l = 0; l < DW_BLOCK; l++) acc[l] = (DW_T)0 + w0 * s[l];
-        for (ptrdiff_t t = 1; t < taps; t++) {
-            const DW_T* st = ext + q - offsets[t];
-            const DW_T wt = w[t];
-            for (int l = 0; l < DW_BLOCK; l++) acc[l] += wt * st[l];
-        }
-        for (int l = 0; l < DW_BLOCK; l++) ph[q + l] = acc[l];
-    }
-}
-
-/* dw_backward by dw_gather: planes lo..hi of gx, M = 1, stride 1. (Its own
- * function: inlined into dw_backward, it slowed the scatter loop there by
- * 10-15%.) */
+/* dw_backward at stride 1 with M = 1: planes lo..hi of gx. Each plane of
+ * gy is widened with dw_max_offset zeros before it and zeros past it, and
+ * the padded plane of gx is dw_stencil backwards over it: position q gets
+ * the sum over taps t in order of w[t] ext[q - offsets[t]]. Where a tap
+ * does not reach q it adds a product with one of the zeros, which changes
+ * no bits of a sum that starts at +0: this is dw_backward's scatter sum,
+ * bit for bit, where the weights are finite. (Its own function: inlined
+ * into dw_backward, it slowed the scatter loop there by 10-15%.) */
 __attribute__((noinline)) DW_ATTR static void DW_FN(dw_backward_gather)(
         const DW_T* gy, const DW_T* w, DW_T* gx, const dw_geometry* g, ptrdiff_t lo,
         ptrdiff_t hi, DW_T* work) {
@@ -174,7 +154,7 @@ __attribute__((noinline)) DW_ATTR static void DW_FN(dw_backward_gather)(
     DW_T* ext = work + total + DW_SLACK + dw_max_offset(g);
     for (ptrdiff_t plane = lo; plane < hi; plane++) {
         DW_FN(dw_widen)(gy + plane * g->oh * g->ow, ext, g, dw_blocks(total) - len);
-        DW_FN(dw_gather)(ext, g->offsets, kk, w + plane % g->c * kk, ph, total);
+        DW_FN(dw_stencil)(ext, g->offsets, -1, kk, w + plane % g->c * kk, ph, total);
         DW_FN(dw_merge)(ph, gx + plane * g->h * g->w, g);
     }
 }
@@ -184,10 +164,10 @@ __attribute__((noinline)) DW_ATTR static void DW_FN(dw_backward_gather)(
  * past each row) and each tap t in order, w[c M + m, t] gy added to the
  * phases at offsets[t] (where the tap read x), then dw_merge. With one
  * plane of gy a plane of gx (M = 1), stride 1 and finite weights, by
- * dw_gather instead (one thread: (32, 128, 8, 8) 3x3 0.46 -> 0.34 ms,
+ * dw_backward_gather instead (one thread: (32, 128, 8, 8) 3x3 0.46 -> 0.34 ms,
  * (64, 96, 28, 28) 5.0 -> 4.0; at stride 2 the phases' two or so taps a
  * position made a gather slower, (16, 144, 56, 56) 4.5 -> 6.9). work: the
- * phases, one widened plane (for dw_gather, after its zeros). */
+ * phases, one widened plane (for dw_backward_gather, after its zeros). */
 DW_ATTR static void DW_FN(dw_backward)(const DW_T* gy, const DW_T* w, DW_T* gx,
                                        const dw_geometry* g, ptrdiff_t lo, ptrdiff_t hi,
                                        DW_T* work) {
