@@ -314,12 +314,11 @@ def dtype_arg(dtype, op=None):
     an array (``numpy.dtype`` reads an array's ``dtype`` attribute, so
     ``x.astype(y)`` would have cast to y's dtype where NumPy refuses).
     DtypeError naming ``op`` otherwise."""
+    if isinstance(dtype, (numpy.dtype, type, str)) or not hasattr(dtype, 'shape'):
+        try:
+            return numpy.dtype(dtype)
+        except TypeError:
+            pass
     from xgrad._errors import DtypeError, describe
-    if not isinstance(dtype, (numpy.dtype, type, str)) and hasattr(dtype, 'shape'):
-        raise DtypeError('{}{} is not a dtype'.format(
-            '' if op is None else op + ': ', describe(dtype)))
-    try:
-        return numpy.dtype(dtype)
-    except TypeError:
-        raise DtypeError('{}{} is not a dtype'.format(
-            '' if op is None else op + ': ', describe(dtype))) from None
+    raise DtypeError('{}{} is not a dtype'.format('' if op is None else op + ': ',
+                                                  describe(dtype)))
