@@ -12,7 +12,9 @@ products have 4 columns, took 1.7x the BLAS's time; 9 rows of 8-row tiles
 use the BLAS. The convolution products that OpenBLAS runs slowly take it
 (xgrad/_ops/convolution.py says which).
 
-``sgemm_blocks(a, b, out, blocks)`` runs a list of sub-block products of
+``sgemm_sum(a, b, out)`` sums a stack of products into one matrix (the
+per-sample products of a weight gradient). ``sgemm_blocks(a, b, out,
+blocks)`` runs a list of sub-block products of
 three matrices in one call: the convolution over tap groups
 (xgrad/_ops/_tap_groups.py), a few to a few hundred blocks a product.
 """
@@ -61,6 +63,9 @@ cdef struct GemmJob:
     # batch axes, product ``item`` at (item // inner, item % inner).
     Py_ssize_t inner
     Py_ssize_t a_outer, b_outer, c_outer, a_step, b_step, c_step
+    # Products summed into each C (sgemm_sum), ``a_term`` and ``b_term``
+    # elements apart; 1 otherwise.
+    Py_ssize_t terms, a_term, b_term
     int acc
     bint by_columns
     Py_ssize_t per_part  # columns or rows a part
@@ -77,19 +82,29 @@ cdef void _gemm_part(void* ctx, Py_ssize_t part) noexcept nogil:
     cdef xgrad_matrix a = job.a, b = job.b
     cdef float* c = job.c + outer * job.c_outer + inner * job.c_step
     cdef int ok
+    cdef Py_ssize_t term
     a.data = a.data + outer * job.a_outer + inner * job.a_step
     b.data = b.data + outer * job.b_outer + inner * job.b_step
     if job.by_columns:
         hi = min(lo + job.per_part, job.n)
         b.data = b.data + lo * b.cs
-        ok = xgrad_sgemm_run(job.shape, job.m, hi - lo, job.k, a, b, c + lo, job.ldc, job.acc)
+        c = c + lo
     else:
         hi = min(lo + job.per_part, job.m)
         a.data = a.data + lo * a.rs
-        ok = xgrad_sgemm_run(job.shape, hi - lo, job.n, job.k, a, b, c + lo * job.ldc,
-                             job.ldc, job.acc)
-    if not ok:
-        job.failed = 1
+        c = c + lo * job.ldc
+    for term in range(job.terms):  # (each part sums its terms in order)
+        if job.by_columns:
+            ok = xgrad_sgemm_run(job.shape, job.m, hi - lo, job.k, a, b, c, job.ldc,
+                                 job.acc or term > 0)
+        else:
+            ok = xgrad_sgemm_run(job.shape, hi - lo, job.n, job.k, a, b, c, job.ldc,
+                                 job.acc or term > 0)
+        if not ok:
+            job.failed = 1
+            return
+        a.data = a.data + job.a_term
+        b.data = b.data + job.b_term
 
 
 cdef inline Py_ssize_t _round_up(Py_ssize_t v, Py_ssize_t step) noexcept nogil:
@@ -117,7 +132,7 @@ cdef void _run_split(GemmJob* job, Py_ssize_t batch) noexcept nogil:
     where there are enough of them, else by rows."""
     cdef Py_ssize_t m = job.m, n = job.n
     cdef Py_ssize_t threads = min(<Py_ssize_t>pool_threads(),
-                                  max(1, batch * m * n * job.k // SPLIT_GRAIN))
+                                  max(1, batch * job.terms * m * n * job.k // SPLIT_GRAIN))
     # parts of each product: enough for every thread when the batch is short
     cdef Py_ssize_t parts = max(1, threads // batch), item
     job.by_columns = n >= parts * job.shape.nr or m < parts * job.shape.mr
@@ -162,6 +177,12 @@ def declines(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k):
     cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
     if shape.kernel == NULL:
         return True
+    return _declined(shape, m, n, k)
+
+
+cdef bint _declined(xgrad_sgemm_shape shape, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k):
+    """Tiles a quarter padding or more, or too short a sum (the module's
+    docstring): where the BLAS runs the product faster."""
     return bool(m and n and (4 * m < 3 * _round_up(m, shape.mr)
                              or 4 * n < 3 * _round_up(n, shape.nr) or k < MIN_DEPTH))
 
@@ -199,10 +220,8 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
         return True
     if not cnp.PyArray_ISWRITEABLE(cv) or (n > 1 and cv.strides[r + 1] != 4):
         return False
-    if not any_shape and m and n and (
-            4 * m < 3 * _round_up(m, shape.mr) or 4 * n < 3 * _round_up(n, shape.nr)
-            or k < MIN_DEPTH):
-        return False  # tiles a quarter padding or more, or too short a sum
+    if not any_shape and _declined(shape, m, n, k):
+        return False
     if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
         return False
     for i in range(r):
@@ -224,6 +243,7 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     job.a_outer = av.strides[0] // 4 if r == 2 else 0
     job.b_outer = bv.strides[0] // 4 if r == 2 else 0
     job.c_outer = cv.strides[0] // 4 if r == 2 else 0
+    job.terms, job.a_term, job.b_term = 1, 0, 0
     job.acc = accumulate
     job.failed = 0
     with nogil:
@@ -231,6 +251,60 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     if job.failed:
         raise MemoryError('sgemm: cannot allocate packing scratch for a ({}, {}) @ ({}, {}) '
                           'product'.format(m, k, k, n))
+    return True
+
+
+def sgemm_sum(a, b, out, bint accumulate=False, bint any_shape=False):
+    """out = a[0] @ b[0] + a[1] @ b[1] + ... (out += with ``accumulate``) for
+    stacks ``a`` (batch, m, k) and ``b`` (batch, k, n) and a matrix ``out``
+    (m, n): a weight gradient's per-sample products summed as they are
+    computed, without a (batch, m, n) stack or operands copied to put the
+    batch beside the sum's axis. Split over the pool by blocks of ``out``
+    (as sgemm's products), each block summing the terms in order: one
+    thread's bits at any thread count. True when done, False (nothing
+    written) where sgemm would not run (see sgemm)."""
+    cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
+    if shape.kernel == NULL or type(out) is not cnp.ndarray:
+        return False
+    if not (_float32_operand(a, 3) and _float32_operand(b, 3) and _float32_operand(out, 2)):
+        return False
+    cdef cnp.ndarray av = a, bv = b, cv = out
+    cdef Py_ssize_t terms = av.shape[0]
+    cdef Py_ssize_t m = av.shape[1], k = av.shape[2], n = bv.shape[2]
+    if (bv.shape[0] != terms or bv.shape[1] != k or cv.shape[0] != m or cv.shape[1] != n):
+        raise ValueError('sgemm_sum: shapes {} @ {} -> {} do not match'.format(
+            a.shape, b.shape, out.shape))
+    if not cnp.PyArray_ISWRITEABLE(cv) or (n > 1 and cv.strides[1] != 4):
+        return False
+    if m == 0 or n == 0:
+        return True
+    if terms == 0 or k == 0:  # an empty sum
+        if not accumulate:
+            out.fill(0)
+        return True
+    if not any_shape and _declined(shape, m, n, k):
+        return False
+    if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
+        return False
+    cdef GemmJob job
+    job.shape = shape
+    job.m, job.n, job.k = m, n, k
+    job.a.data = <const float*>cnp.PyArray_DATA(av)
+    job.a.rs, job.a.cs = av.strides[1] // 4, av.strides[2] // 4
+    job.b.data = <const float*>cnp.PyArray_DATA(bv)
+    job.b.rs, job.b.cs = bv.strides[1] // 4, bv.strides[2] // 4
+    job.c = <float*>cnp.PyArray_DATA(cv)
+    job.ldc = cv.strides[0] // 4
+    job.inner = 1
+    job.a_step = job.b_step = job.c_step = job.a_outer = job.b_outer = job.c_outer = 0
+    job.terms, job.a_term, job.b_term = terms, av.strides[0] // 4, bv.strides[0] // 4
+    job.acc = accumulate
+    job.failed = 0
+    with nogil:
+        _run_split(&job, 1)
+    if job.failed:
+        raise MemoryError('sgemm_sum: cannot allocate packing scratch for ({}, {}) @ ({}, {}) '
+                          'products'.format(m, k, k, n))
     return True
 
 

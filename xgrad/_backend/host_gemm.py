@@ -23,8 +23,8 @@ runs, as before, unless the caller's own thresholds measured xgrad's sgemm
 faster for its product (``prefer_own``: convolution's im2col and col2im
 products, per xgrad/_ops/_conv/dispatch.py). ``choice()`` says which and
 why; ``python -m xgrad info`` prints it. Every host float32 product of the
-convolutions, matmul, linear and dot goes through ``matmul`` here: no
-caller calls sgemm itself.
+convolutions, matmul, linear and dot goes through ``matmul`` (or
+``matmul_sum``) here: no caller calls sgemm itself.
 """
 
 import contextlib
@@ -229,6 +229,26 @@ def matmul(a, b, out=None, accumulate=False, prefer_own=False):
     else:
         ok = _stacked_sgemm(a, b, out, accumulate, any_shape)
     return out if ok else _numpy_matmul(a, b, out, accumulate)
+
+
+def matmul_sum(a, b, out, accumulate=False):
+    """``out[...] = (a @ b).sum(axis=0)`` (with ``accumulate``, ``out +=``)
+    for stacks ``a`` (t, m, k) and ``b`` (t, k, n) of host arrays into the
+    matrix ``out`` (m, n): by xgrad's sgemm_sum, which sums the t products
+    as it computes them, where ``choice()`` says so and it takes the
+    operands; else by NumPy, through a (t, m, n) stack."""
+    found = choice()
+    if (found.own and type(a) is _NDARRAY and type(b) is _NDARRAY and a.dtype is _FLOAT32
+            and b.dtype is _FLOAT32 and a.ndim == b.ndim == 3
+            and a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] > SMALL_PRODUCT
+            and gemm_kernels.sgemm_sum(a, b, out, accumulate, found.one_pool)):
+        return out
+    total = numpy.matmul(a, b).sum(axis=0)
+    if accumulate:
+        out += total
+    else:
+        out[...] = total
+    return out
 
 
 def _stack_size(a, b):

@@ -510,11 +510,10 @@ def conv_grad_weight_kernel(x, gy, wshape, dtype, geom, columns=None, choice=Non
         # per-sample products summed: an (n, g, o/g, c/g) intermediate instead
         # of copies of both operands with the batch moved beside the positions
         xm = _contiguous_for_im2col(x).astype(work, copy=False).reshape(n, g, cg, ll)
-        if (xp is numpy and host_gemm.choice().own  # (summed as computed: no (n, ...) stack)
-                and og * cg * ll > host_gemm.SMALL_PRODUCT):
-            gw = numpy.zeros((g, og, cg), work)
-            for i in range(n):
-                host_gemm.matmul(gym[i], xm[i].swapaxes(1, 2), out=gw, accumulate=True)
+        if xp is numpy:  # (summed as computed where sgemm runs: no (n, ...) stack)
+            gw = numpy.empty((g, og, cg), work)
+            for j in range(g):
+                host_gemm.matmul_sum(gym[:, j], xm[:, j].swapaxes(1, 2), out=gw[j])
         else:
             gw = _matmul(xp, gym, xm.swapaxes(2, 3)).sum(axis=0)
         return gw.reshape(wshape).astype(dtype, copy=False)

@@ -220,3 +220,78 @@ def test_a_column_major_b_gives_the_row_major_ones_bits(path, m, k, n):
     assert gemm_kernels.sgemm(a, numpy.ascontiguousarray(w.T), row_major, False, True)
     numpy.testing.assert_array_equal(column_major, row_major)
     _check(a, w.T, column_major, a.astype(numpy.float64) @ w.T.astype(numpy.float64))
+
+
+@pytest.mark.parametrize('terms, m, k, n', [(5, 24, 17, 100), (3, 64, 300, 40), (9, 128, 64, 128),
+                                            (2, 20, 600, 1100), (1, 8, 16, 32)])
+def test_sum_of_products_matches_float64(path, terms, m, k, n):
+    """sgemm_sum: a pointwise convolution's weight gradient, gy[i] (m, k)
+    times x[i]^T (k, n) (a transposed view) summed over the samples."""
+    rng = numpy.random.default_rng(terms * 100 + m)
+    a = rng.standard_normal((terms, m, k), dtype=numpy.float32)
+    b = rng.standard_normal((terms, n, k), dtype=numpy.float32).transpose(0, 2, 1)
+    out = numpy.full((m, n), numpy.nan, numpy.float32)
+    done = gemm_kernels.sgemm_sum(a, b, out)
+    assert done is (gemm_kernels.available() and not _mostly_padding(path, m, k, n))
+    if not done:
+        assert numpy.isnan(out).all()
+        return
+    a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
+    scale = (numpy.abs(a64) @ numpy.abs(b64)).sum(axis=0)
+    bound = (terms * k + 2) * numpy.finfo(numpy.float32).eps * scale + 1e-30
+    assert numpy.all(numpy.abs(out - (a64 @ b64).sum(axis=0)) <= bound)
+    before = out.copy()
+    assert gemm_kernels.sgemm_sum(a, b, out, accumulate=True)
+    assert numpy.all(numpy.abs(out - 2 * before) <= 2 * bound)
+
+
+def test_sum_of_products_is_the_loop_of_accumulated_products_bit_for_bit(path):
+    """Each element is summed term by term, each term in k order, by one
+    thread, whatever the thread count: the bits of a loop of accumulating
+    sgemm calls on one thread."""
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    rng = numpy.random.default_rng(11)
+    for terms, m, k, n in [(32, 128, 64, 128), (16, 512, 96, 48), (4, 64, 700, 256)]:
+        a = rng.standard_normal((terms, m, k), dtype=numpy.float32)
+        b = rng.standard_normal((terms, n, k), dtype=numpy.float32).transpose(0, 2, 1)
+        split = numpy.empty((m, n), numpy.float32)
+        assert gemm_kernels.sgemm_sum(a, b, split)
+        K.set_thread_limit(1)
+        try:
+            loop = numpy.empty((m, n), numpy.float32)
+            for i in range(terms):
+                assert gemm_kernels.sgemm(a[i], b[i], loop, accumulate=i > 0)
+            alone = numpy.empty((m, n), numpy.float32)
+            assert gemm_kernels.sgemm_sum(a, b, alone)
+        finally:
+            K.set_thread_limit(0)
+        numpy.testing.assert_array_equal(split, loop)
+        numpy.testing.assert_array_equal(alone, loop)
+
+
+def test_sum_of_no_products(path):
+    if not gemm_kernels.available():
+        pytest.skip('no micro-kernel on ' + path)
+    out = numpy.ones((8, 32), numpy.float32)
+    empty_a, empty_b = numpy.empty((0, 8, 16), numpy.float32), numpy.empty((0, 16, 32), numpy.float32)
+    assert gemm_kernels.sgemm_sum(empty_a, empty_b, out, accumulate=True)
+    assert (out == 1).all()
+    assert gemm_kernels.sgemm_sum(empty_a, empty_b, out)
+    assert (out == 0).all()
+
+
+def test_sum_of_products_declines_and_refuses_as_sgemm_does(path):
+    rng = numpy.random.default_rng(12)
+    a = rng.standard_normal((3, 8, 16), dtype=numpy.float32)
+    b = rng.standard_normal((3, 16, 32), dtype=numpy.float32)
+    out = numpy.zeros((8, 32), numpy.float32)
+    assert gemm_kernels.sgemm_sum(a.astype(numpy.float64), b, out) is False
+    assert gemm_kernels.sgemm_sum(a[:, ::-1], b, out) is False  # a negative stride
+    assert gemm_kernels.sgemm_sum(a, b, numpy.zeros((8, 64), numpy.float32)[:, ::2]) is False
+    assert (out == 0).all()
+    if gemm_kernels.available():
+        with pytest.raises(ValueError, match='do not match'):
+            gemm_kernels.sgemm_sum(a, b[:2], out)
+        with pytest.raises(ValueError, match='do not match'):
+            gemm_kernels.sgemm_sum(a, b, numpy.zeros((8, 33), numpy.float32))

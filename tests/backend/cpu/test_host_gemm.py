@@ -299,3 +299,32 @@ def test_sgemm_takes_two_batch_axes_and_refuses_an_out_that_repeats_a_product():
     assert not repeated.any()
     with pytest.raises(ValueError, match='do not match'):
         gemm_kernels.sgemm(a, b[:1], numpy.empty((2, 3, 16, 48), numpy.float32))
+
+
+@pytest.mark.parametrize('own', [True, False])
+@pytest.mark.parametrize('terms, m, k, n', [(32, 128, 64, 128), (4, 16, 8, 40), (7, 64, 49, 96)])
+def test_matmul_sum_matches_numpy(terms, m, k, n, own):
+    """The sum of a stack of products into one matrix (a pointwise
+    convolution's weight gradient), by sgemm_sum or by NumPy."""
+    rng = numpy.random.default_rng(terms + m)
+    a = rng.standard_normal((terms, m, k)).astype(numpy.float32)
+    b = rng.standard_normal((terms, n, k)).astype(numpy.float32).transpose(0, 2, 1)
+    expected = numpy.matmul(a.astype(numpy.float64), b.astype(numpy.float64)).sum(axis=0)
+    tol = dict(rtol=1e-5, atol=1e-5 * abs(expected).max())
+    out = numpy.full((m, n), numpy.nan, numpy.float32)
+    with host_gemm.forced(own):
+        assert host_gemm.matmul_sum(a, b, out) is out
+        numpy.testing.assert_allclose(out, expected, **tol)
+        host_gemm.matmul_sum(a, b, out, accumulate=True)
+    numpy.testing.assert_allclose(out, 2 * expected, **tol)
+
+
+def test_matmul_sum_runs_on_sgemm_where_the_choice_is_own(monkeypatch):
+    if not gemm_kernels.available():
+        pytest.skip('no sgemm kernel on this CPU path')
+    monkeypatch.setattr(host_gemm.numpy, 'matmul', None)  # (any NumPy product would fail)
+    a = numpy.ones((32, 128, 64), numpy.float32)
+    out = numpy.empty((128, 128), numpy.float32)
+    with host_gemm.forced(True):
+        host_gemm.matmul_sum(a, a.transpose(0, 2, 1), out)
+    numpy.testing.assert_array_equal(out, 32 * 64)
