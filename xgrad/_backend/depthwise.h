@@ -52,6 +52,13 @@ static ptrdiff_t dw_phases_size(const dw_geometry* g) {
  * AVX-512 vector, two AVX2, four SSE2), past the end of a plane into the
  * slack; at most DW_SLACK. */
 #define DW_BLOCK 16
+#define DW_GROUP 4  /* blocks a step of dw_stencil where there are as many */
+/* One block as a vector (GCC's vector extension: one AVX-512 register, two
+ * AVX2, four SSE2), at any element alignment. */
+typedef float dw_block_f32 __attribute__((vector_size(DW_BLOCK * sizeof(float)), aligned(4),
+                                          may_alias));
+typedef double dw_block_f64 __attribute__((vector_size(DW_BLOCK * sizeof(double)),
+                                           aligned(8), may_alias));
 static ptrdiff_t dw_blocks(ptrdiff_t len) {
     return (len + DW_BLOCK - 1) / DW_BLOCK * DW_BLOCK;
 }

@@ -13,11 +13,17 @@
 #define DW_CAT3(a, b, c) a##_##b##_##c
 #define DW_NAME3(a, b, c) DW_CAT3(a, b, c)
 #define DW_FN(name) DW_NAME3(name, DW_SFX, DW_ISA)
+#define DW_CAT2(a, b) a##_##b
+#define DW_NAME2(a, b) DW_CAT2(a, b)
+#define DW_BLOCK_T DW_NAME2(dw_block, DW_SFX)
 
 /* The plane x (h, w) padded and split into the phases of the stride:
  * phase (a, b) holds rows r and columns q of the padded plane's row
- * r sh + a and column q sw + b (zeros outside x), hq x wq of them. */
-DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* g) {
+ * r sh + a and column q sw + b (zeros outside x), hq x wq of them. The
+ * zeros are the same for every plane of a geometry: with `zeros` 0 only
+ * x's values are written, over a previous call's phases (on 8x8 planes
+ * the zeros' short rows had cost as much as the values). */
+DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* g, int zeros) {
     const ptrdiff_t hq = g->hq, wq = g->wq, sw = g->sw;
     for (ptrdiff_t a = 0; a < g->sh; a++)
         for (ptrdiff_t b = 0; b < sw; b++) {
@@ -30,16 +36,19 @@ DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* 
             for (ptrdiff_t r = 0; r < hq; r++, dst += wq) {
                 const ptrdiff_t iy = r * g->sh + a - g->ph;
                 if (iy < 0 || iy >= g->h) {
-                    for (ptrdiff_t q = 0; q < wq; q++) dst[q] = 0;
+                    if (zeros)
+                        for (ptrdiff_t q = 0; q < wq; q++) dst[q] = 0;
                     continue;
                 }
                 const DW_T* src = x + iy * g->w + b - g->pw;
-                for (ptrdiff_t q = 0; q < lo; q++) dst[q] = 0;
+                if (zeros)
+                    for (ptrdiff_t q = 0; q < lo; q++) dst[q] = 0;
                 if (sw == 1)
                     for (ptrdiff_t q = lo; q < hi; q++) dst[q] = src[q];
                 else
                     for (ptrdiff_t q = lo; q < hi; q++) dst[q] = src[q * sw];
-                for (ptrdiff_t q = hi; q < wq; q++) dst[q] = 0;
+                if (zeros)
+                    for (ptrdiff_t q = hi; q < wq; q++) dst[q] = 0;
             }
         }
 }
@@ -81,7 +90,26 @@ DW_ATTR static void DW_FN(dw_stencil)(const DW_T* src, const ptrdiff_t* offsets,
                                       ptrdiff_t direction, ptrdiff_t taps, const DW_T* w,
                                       DW_T* out, ptrdiff_t len) {
     const ptrdiff_t whole = dw_blocks(len);
-    for (ptrdiff_t p = 0; p < whole; p += DW_BLOCK) {
+    ptrdiff_t p = 0;
+    /* DW_GROUP blocks at once: each tap's adds to one block wait for the
+     * previous tap's (a chain of taps x the add's latency); the group's
+     * blocks are independent chains (8x8 planes, 3x3: 0.35 -> 0.2 ms, the
+     * same bits) */
+    for (; p + DW_GROUP * DW_BLOCK <= whole; p += DW_GROUP * DW_BLOCK) {
+        DW_BLOCK_T acc[DW_GROUP];
+        const DW_T* s = src + direction * offsets[0] + p;
+        const DW_T w0 = w[0];
+        for (int i = 0; i < DW_GROUP; i++)
+            acc[i] = (DW_T)0 + w0 * *(const DW_BLOCK_T*)(s + i * DW_BLOCK);
+        for (ptrdiff_t t = 1; t < taps; t++) {
+            const DW_T* st = src + direction * offsets[t] + p;
+            const DW_T wt = w[t];
+            for (int i = 0; i < DW_GROUP; i++)
+                acc[i] += wt * *(const DW_BLOCK_T*)(st + i * DW_BLOCK);
+        }
+        for (int i = 0; i < DW_GROUP; i++) *(DW_BLOCK_T*)(out + p + i * DW_BLOCK) = acc[i];
+    }
+    for (; p < whole; p += DW_BLOCK) {
         DW_T acc[DW_BLOCK];
         const DW_T* s = src + direction * offsets[0] + p;
         const DW_T w0 = w[0];
@@ -106,7 +134,7 @@ DW_ATTR static void DW_FN(dw_forward)(const DW_T* x, const DW_T* w, const DW_T* 
     DW_T* ext = work + dw_phases_size(g) + DW_SLACK;
     for (ptrdiff_t plane = lo; plane < hi; plane++) {
         const ptrdiff_t c = plane % g->c;
-        DW_FN(dw_split)(x + plane * g->h * g->w, ph, g);
+        DW_FN(dw_split)(x + plane * g->h * g->w, ph, g, plane == lo);
         for (ptrdiff_t m = 0; m < g->m; m++) {
             const ptrdiff_t o = c * g->m + m;
             DW_FN(dw_stencil)(ph, g->offsets, 1, kk, w + o * kk, ext, len);
@@ -295,7 +323,7 @@ DW_ATTR static void DW_FN(dw_grad_weight)(const DW_T* x, const DW_T* gy, DW_T* g
                 terms = 0;
             }
             terms += lanes / DW_LANES;
-            DW_FN(dw_split)(xp, ph, g);
+            DW_FN(dw_split)(xp, ph, g, c == lo && n == 0);
             for (ptrdiff_t m = 0; m < g->m; m++) {
                 /* zeros up to a whole number of lanes: no scalar tail (the
                  * phases' values past len, or the slack's zeros, times 0) */
@@ -317,3 +345,6 @@ DW_ATTR static void DW_FN(dw_grad_weight)(const DW_T* x, const DW_T* gy, DW_T* g
 #undef DW_CAT3
 #undef DW_NAME3
 #undef DW_FN
+#undef DW_CAT2
+#undef DW_NAME2
+#undef DW_BLOCK_T
