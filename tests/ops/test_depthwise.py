@@ -150,6 +150,34 @@ def test_thread_counts_give_identical_results(dtype):
         numpy.testing.assert_array_equal(one, three)
 
 
+@pytest.mark.parametrize('stride, pad', [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2),
+                                         (3, 1), ((2, 1), (1, 2))])
+def test_each_plane_is_computed_as_if_alone(stride, pad):
+    """The kernels keep a plane's padded copy between the planes of a
+    thread's chunk and write only the next plane's values into it (at column
+    strides 1 and 2): each sample's output and input gradient must be those
+    of the sample alone, bit for bit, whatever the planes before it held
+    (infinities and NaN in the first sample here)."""
+    x = data((3, 5, 9, 10), 1, 'float32')
+    x[0] = numpy.inf
+    x[0, :, ::2] = numpy.nan
+    w = data((10, 1, 3, 3), 2, 'float32')
+    kw = dict(stride=stride, pad=pad, groups=5)
+    with force_conv_algorithm('depthwise'):
+        y = xgrad.conv(xgrad.array(x), xgrad.array(w), **kw).to_numpy()
+        gy = data(y.shape, 3, 'float32')
+        gy[0] = numpy.inf
+        gx = xgrad.conv_transpose(xgrad.array(gy), xgrad.array(w), outsize=x.shape[2:],
+                                  **kw).to_numpy()
+        for i in (1, 2):
+            alone = xgrad.conv(xgrad.array(x[i:i + 1]), xgrad.array(w), **kw).to_numpy()
+            numpy.testing.assert_array_equal(y[i:i + 1], alone)
+            alone = xgrad.conv_transpose(xgrad.array(gy[i:i + 1]), xgrad.array(w),
+                                         outsize=x.shape[2:], **kw).to_numpy()
+            numpy.testing.assert_array_equal(gx[i:i + 1], alone)
+    numpy.testing.assert_allclose(y[1:], reference_conv(x[1:], w, **kw), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_layouts(layout):
     """Transposed, strided, unaligned... x, w and gy: the same values as the

@@ -3,7 +3,9 @@
  * (DW_ISA, DW_ATTR).
  *
  * Every function works on whole planes of one channel. An input plane is
- * copied, padded, into its stride's phases (dw_split): then tap t of
+ * copied, padded, into its stride's phases (dw_split; for the planes after
+ * a thread's first at column strides 1 and 2, only its values, by
+ * dw_split_next: the zeros are the same for every plane): then tap t of
  * output position p (rows wq apart) reads the phases at p + offsets[t],
  * so each tap is one contiguous loop over the plane that the compiler
  * vectorizes, whatever the stride and dilation (positions past ow in a
@@ -19,11 +21,8 @@
 
 /* The plane x (h, w) padded and split into the phases of the stride:
  * phase (a, b) holds rows r and columns q of the padded plane's row
- * r sh + a and column q sw + b (zeros outside x), hq x wq of them. The
- * zeros are the same for every plane of a geometry: with `zeros` 0 only
- * x's values are written, over a previous call's phases (on 8x8 planes
- * the zeros' short rows had cost as much as the values). */
-DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* g, int zeros) {
+ * r sh + a and column q sw + b (zeros outside x), hq x wq of them. */
+DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* g) {
     const ptrdiff_t hq = g->hq, wq = g->wq, sw = g->sw;
     for (ptrdiff_t a = 0; a < g->sh; a++)
         for (ptrdiff_t b = 0; b < sw; b++) {
@@ -36,21 +35,119 @@ DW_ATTR static void DW_FN(dw_split)(const DW_T* x, DW_T* ph, const dw_geometry* 
             for (ptrdiff_t r = 0; r < hq; r++, dst += wq) {
                 const ptrdiff_t iy = r * g->sh + a - g->ph;
                 if (iy < 0 || iy >= g->h) {
-                    if (zeros)
-                        for (ptrdiff_t q = 0; q < wq; q++) dst[q] = 0;
+                    for (ptrdiff_t q = 0; q < wq; q++) dst[q] = 0;
                     continue;
                 }
                 const DW_T* src = x + iy * g->w + b - g->pw;
-                if (zeros)
-                    for (ptrdiff_t q = 0; q < lo; q++) dst[q] = 0;
+                for (ptrdiff_t q = 0; q < lo; q++) dst[q] = 0;
                 if (sw == 1)
                     for (ptrdiff_t q = lo; q < hi; q++) dst[q] = src[q];
                 else
                     for (ptrdiff_t q = lo; q < hi; q++) dst[q] = src[q * sw];
-                if (zeros)
-                    for (ptrdiff_t q = hi; q < wq; q++) dst[q] = 0;
+                for (ptrdiff_t q = hi; q < wq; q++) dst[q] = 0;
             }
         }
+}
+
+/* dw_split at stride 1 over phases that already hold a previous plane's
+ * split: only x's values are written (the zeros around them are the same
+ * for every plane; rewriting them took a quarter of the forward's time
+ * on 8x8 planes, three library calls a row). */
+DW_ATTR static void DW_FN(dw_split_values)(const DW_T* x, DW_T* ph, const dw_geometry* g) {
+    const ptrdiff_t wq = g->wq;
+    const ptrdiff_t rows = g->h < g->hq - g->ph ? g->h : g->hq - g->ph;
+    const ptrdiff_t cols = g->w < wq - g->pw ? g->w : wq - g->pw;
+    DW_T* dst = ph + g->ph * wq + g->pw;
+    for (ptrdiff_t iy = 0; iy < rows; iy++, dst += wq, x += g->w)
+        for (ptrdiff_t q = 0; q < cols; q++) dst[q] = x[q];
+}
+
+/* dw_split_values at column stride 2: each of x's rows goes to its row
+ * of the two column phases, element by element (dw_split's strided copy
+ * loops cost more than the values on small planes). */
+DW_ATTR static void DW_FN(dw_split_values_2)(const DW_T* x, DW_T* ph, const dw_geometry* g) {
+    const ptrdiff_t hq = g->hq, wq = g->wq, plane = hq * wq, w = g->w;
+    const ptrdiff_t cols = w < 2 * wq - g->pw ? w : 2 * wq - g->pw;
+    for (ptrdiff_t iy = 0; iy < g->h; iy++, x += w) {
+        const ptrdiff_t py = iy + g->ph, r = py / g->sh;
+        if (r >= hq)
+            continue;
+        DW_T* even = ph + (py % g->sh) * 2 * plane + r * wq;  /* column phase 0 */
+        DW_T* odd = even + plane;
+        ptrdiff_t ix = 0;
+        if (g->pw & 1 && cols > 0)  /* x's first column is in the odd phase */
+            odd[g->pw >> 1] = x[ix++];
+        /* then pairs: x's columns ix, ix + 1 are q's in the even and odd phases */
+        for (ptrdiff_t q = (ix + g->pw) >> 1; ix + 1 < cols; ix += 2, q++) {
+            even[q] = x[ix];
+            odd[q] = x[ix + 1];
+        }
+        if (ix < cols)
+            even[(ix + g->pw) >> 1] = x[ix];
+    }
+}
+
+/* Whether the phases in a work space that holds a previous plane's split
+ * (not `first`) take the next by the values alone: at column stride 1
+ * and 2 (other strides rewrite the zeros too, by dw_split). */
+static int DW_FN(dw_split_kept)(const dw_geometry* g, int first) {
+    return !first && (g->sw == 1 || g->sw == 2);
+}
+
+/* The next plane x into the phases ph: dw_split, or only its values over
+ * the previous plane's split (not `first`). */
+DW_ATTR static void DW_FN(dw_split_next)(const DW_T* x, DW_T* ph, const dw_geometry* g,
+                                         int first) {
+    if (!DW_FN(dw_split_kept)(g, first))
+        DW_FN(dw_split)(x, ph, g);
+    else if (g->sw == 1 && g->sh == 1)
+        DW_FN(dw_split_values)(x, ph, g);
+    else if (g->sw == 2)
+        DW_FN(dw_split_values_2)(x, ph, g);
+    else
+        DW_FN(dw_split)(x, ph, g);
+}
+
+/* dw_merge at stride 1: x's rows from the one phase (zeros past it). */
+DW_ATTR static void DW_FN(dw_merge_unit)(const DW_T* ph, DW_T* x, const dw_geometry* g) {
+    const ptrdiff_t w = g->w, wq = g->wq;
+    const ptrdiff_t cols = w < wq - g->pw ? w : wq - g->pw;
+    for (ptrdiff_t iy = 0; iy < g->h; iy++, x += w) {
+        const ptrdiff_t r = iy + g->ph;
+        ptrdiff_t ix = 0;
+        if (r < g->hq) {
+            const DW_T* src = ph + r * wq + g->pw;
+            for (; ix < cols; ix++) x[ix] = src[ix];
+        }
+        for (; ix < w; ix++) x[ix] = 0;
+    }
+}
+
+/* dw_merge at column stride 2: each of x's rows from its rows of the two
+ * column phases, in pairs (dw_merge's strided loops cost more than the
+ * values on small planes); zeros past the phases. */
+DW_ATTR static void DW_FN(dw_merge_2)(const DW_T* ph, DW_T* x, const dw_geometry* g) {
+    const ptrdiff_t hq = g->hq, wq = g->wq, plane = hq * wq, w = g->w;
+    const ptrdiff_t cols = w < 2 * wq - g->pw ? w : 2 * wq - g->pw;
+    for (ptrdiff_t iy = 0; iy < g->h; iy++, x += w) {
+        const ptrdiff_t py = iy + g->ph, r = py / g->sh;
+        ptrdiff_t ix = 0;
+        if (r < hq) {
+            const DW_T* even = ph + (py % g->sh) * 2 * plane + r * wq;
+            const DW_T* odd = even + plane;
+            if (g->pw & 1 && cols > 0)
+                x[ix++] = odd[g->pw >> 1];
+            for (ptrdiff_t q = (ix + g->pw) >> 1; ix + 1 < cols; ix += 2, q++) {
+                x[ix] = even[q];
+                x[ix + 1] = odd[q];
+            }
+            if (ix < cols) {
+                x[ix] = even[(ix + g->pw) >> 1];
+                ix++;
+            }
+        }
+        for (; ix < w; ix++) x[ix] = 0;
+    }
 }
 
 /* dw_split's adjoint where each position of x is one of the phases': x
@@ -134,7 +231,7 @@ DW_ATTR static void DW_FN(dw_forward)(const DW_T* x, const DW_T* w, const DW_T* 
     DW_T* ext = work + dw_phases_size(g) + DW_SLACK;
     for (ptrdiff_t plane = lo; plane < hi; plane++) {
         const ptrdiff_t c = plane % g->c;
-        DW_FN(dw_split)(x + plane * g->h * g->w, ph, g, plane == lo);
+        DW_FN(dw_split_next)(x + plane * g->h * g->w, ph, g, plane == lo);
         for (ptrdiff_t m = 0; m < g->m; m++) {
             const ptrdiff_t o = c * g->m + m;
             DW_FN(dw_stencil)(ph, g->offsets, 1, kk, w + o * kk, ext, len);
@@ -152,16 +249,19 @@ DW_ATTR static void DW_FN(dw_forward)(const DW_T* x, const DW_T* w, const DW_T* 
 }
 
 /* One output plane gy (oh, ow) copied into rows wq apart, zeros past ow
- * and from len on for `tail` elements. */
+ * and from len on for `tail` elements. The zeros are the same for every
+ * plane: with `zeros` 0 only gy's values are written (over a previous
+ * call's with the same tail). */
 DW_ATTR static void DW_FN(dw_widen)(const DW_T* gy, DW_T* ext, const dw_geometry* g,
-                                    ptrdiff_t tail) {
+                                    ptrdiff_t tail, int zeros) {
     for (ptrdiff_t r = 0; r < g->oh; r++) {
         for (ptrdiff_t q = 0; q < g->ow; q++) ext[r * g->wq + q] = gy[r * g->ow + q];
-        if (r + 1 < g->oh)
+        if (zeros && r + 1 < g->oh)
             for (ptrdiff_t q = g->ow; q < g->wq; q++) ext[r * g->wq + q] = 0;
     }
     DW_T* end = ext + (g->oh - 1) * g->wq + g->ow;
-    for (ptrdiff_t i = 0; i < tail; i++) end[i] = 0;
+    if (zeros)
+        for (ptrdiff_t i = 0; i < tail; i++) end[i] = 0;
 }
 
 /* dw_backward at stride 1 with M = 1: planes lo..hi of gx. Each plane of
@@ -181,9 +281,9 @@ __attribute__((noinline)) DW_ATTR static void DW_FN(dw_backward_gather)(
     /* (the zeros before ext are never written) */
     DW_T* ext = work + total + DW_SLACK + dw_max_offset(g);
     for (ptrdiff_t plane = lo; plane < hi; plane++) {
-        DW_FN(dw_widen)(gy + plane * g->oh * g->ow, ext, g, dw_blocks(total) - len);
+        DW_FN(dw_widen)(gy + plane * g->oh * g->ow, ext, g, dw_blocks(total) - len, plane == lo);
         DW_FN(dw_stencil)(ext, g->offsets, -1, kk, w + plane % g->c * kk, ph, total);
-        DW_FN(dw_merge)(ph, gx + plane * g->h * g->w, g);
+        DW_FN(dw_merge_unit)(ph, gx + plane * g->h * g->w, g);
     }
 }
 
@@ -218,7 +318,8 @@ DW_ATTR static void DW_FN(dw_backward)(const DW_T* gy, const DW_T* w, DW_T* gx,
         for (ptrdiff_t i = 0; i < total; i++) ph[i] = 0;
         for (ptrdiff_t m = 0; m < m_count; m++) {
             const DW_T* wm = w + (c * m_count + m) * kk;
-            DW_FN(dw_widen)(gy + (plane * m_count + m) * g->oh * g->ow, ext, g, 0);
+            DW_FN(dw_widen)(gy + (plane * m_count + m) * g->oh * g->ow, ext, g, 0,
+                            plane == lo && m == 0);
             for (ptrdiff_t t = 0; t < kk; t++) {
                 DW_T* dst = ph + g->offsets[t];
                 const DW_T wt = wm[t];
@@ -233,7 +334,10 @@ DW_ATTR static void DW_FN(dw_backward)(const DW_T* gy, const DW_T* w, DW_T* gx,
                 }
             }
         }
-        DW_FN(dw_merge)(ph, gx + plane * g->h * g->w, g);
+        if (g->sw == 2)
+            DW_FN(dw_merge_2)(ph, gx + plane * g->h * g->w, g);
+        else
+            DW_FN(dw_merge)(ph, gx + plane * g->h * g->w, g);
     }
 }
 
@@ -323,11 +427,12 @@ DW_ATTR static void DW_FN(dw_grad_weight)(const DW_T* x, const DW_T* gy, DW_T* g
                 terms = 0;
             }
             terms += lanes / DW_LANES;
-            DW_FN(dw_split)(xp, ph, g, c == lo && n == 0);
+            DW_FN(dw_split_next)(xp, ph, g, c == lo && n == 0);
             for (ptrdiff_t m = 0; m < g->m; m++) {
                 /* zeros up to a whole number of lanes: no scalar tail (the
                  * phases' values past len, or the slack's zeros, times 0) */
-                DW_FN(dw_widen)(gy + (plane * g->m + m) * g->oh * g->ow, ext, g, lanes - len);
+                DW_FN(dw_widen)(gy + (plane * g->m + m) * g->oh * g->ow, ext, g, lanes - len,
+                                c == lo && n == 0 && m == 0);
                 for (ptrdiff_t t = 0; t < kk; t++) {
                     if (finite)
                         DW_FN(dw_dot_lanes)(ext, ph + g->offsets[t], lanes,
