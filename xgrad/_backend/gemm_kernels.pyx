@@ -117,6 +117,16 @@ cdef bint _float32_operand(object x, int ndim):
             and cnp.PyArray_ISALIGNED(<cnp.ndarray>x))
 
 
+cdef bint _takes(xgrad_sgemm_shape shape, object a, object b, object out, int operand_ndim,
+                 int out_ndim):
+    """Whether this path has a micro-kernel and ``a``, ``b`` (``operand_ndim``
+    axes) and ``out`` (``out_ndim``) are aligned float32 NumPy arrays: what
+    every entry here takes before looking at shapes and strides."""
+    return (shape.kernel != NULL and type(out) is cnp.ndarray
+            and _float32_operand(a, operand_ndim) and _float32_operand(b, operand_ndim)
+            and _float32_operand(out, out_ndim))
+
+
 cdef bint _plain_strides(cnp.ndarray x):
     """Non-negative strides in whole elements (what sgemm.h's operands take)."""
     cdef int i
@@ -198,11 +208,8 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
     the BLAS costs more (host_gemm: its threads would spin beside ours).
     ``out`` must not overlap ``a`` or ``b``."""
     cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
-    if shape.kernel == NULL or type(out) is not cnp.ndarray:
-        return False
-    cdef int nd = (<cnp.ndarray>out).ndim
-    if nd not in (2, 3, 4) or not (_float32_operand(a, nd) and _float32_operand(b, nd)
-                                   and _float32_operand(out, nd)):
+    cdef int nd = out.ndim if type(out) is cnp.ndarray else 0
+    if nd not in (2, 3, 4) or not _takes(shape, a, b, out, nd, nd):
         return False
     cdef cnp.ndarray av = a, bv = b, cv = out
     cdef int r = nd - 2, i  # the row axis
@@ -264,9 +271,7 @@ def sgemm_sum(a, b, out, bint accumulate=False, bint any_shape=False):
     thread's bits at any thread count. True when done, False (nothing
     written) where sgemm would not run (see sgemm)."""
     cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
-    if shape.kernel == NULL or type(out) is not cnp.ndarray:
-        return False
-    if not (_float32_operand(a, 3) and _float32_operand(b, 3) and _float32_operand(out, 2)):
+    if not _takes(shape, a, b, out, 3, 2):
         return False
     cdef cnp.ndarray av = a, bv = b, cv = out
     cdef Py_ssize_t terms = av.shape[0]
@@ -365,9 +370,7 @@ def sgemm_blocks(a, b, out, blocks):
     ``out`` not contiguous). A block outside the operands raises
     ValueError."""
     cdef xgrad_sgemm_shape shape = xgrad_sgemm_shape_for(vector_path())
-    if shape.kernel == NULL or type(out) is not cnp.ndarray:
-        return False
-    if not (_float32_operand(a, 2) and _float32_operand(b, 2) and _float32_operand(out, 2)):
+    if not _takes(shape, a, b, out, 2, 2):
         return False
     cdef cnp.ndarray av = a, bv = b, cv = out
     if not cnp.PyArray_ISWRITEABLE(cv) or (cv.shape[1] > 1 and cv.strides[1] != 4):
