@@ -91,6 +91,7 @@ picks one) and a markdown table beside it.
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import resource
@@ -324,6 +325,13 @@ def _images(rng, n, size, classes):
             't': rng.integers(0, classes, n).astype(numpy.int64)}
 
 
+def _batch_norm(ops, P, S, h, name):
+    """Batch norm of h with the parameters and running statistics _Builder.bn
+    made under ``name``."""
+    return ops.batch_norm(h, P[name + '.gamma'], P[name + '.beta'], S[name + '.mean'],
+                          S[name + '.var'])
+
+
 RESNET_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # planes, blocks, stride
 
 
@@ -353,7 +361,7 @@ def resnet50_loss(ops, P, S, I):
     def conv_bn(h, name, stride=1, pad=0, relu=True, bn=None):
         h = ops.conv(h, P[name + '.w'], None, stride, pad)
         bn = bn or name.replace('conv', 'bn')
-        h = ops.batch_norm(h, P[bn + '.gamma'], P[bn + '.beta'], S[bn + '.mean'], S[bn + '.var'])
+        h = _batch_norm(ops, P, S, h, bn)
         return ops.relu(h) if relu else h
 
     h = conv_bn(I['x'], 'conv1', 2, 3)
@@ -391,10 +399,7 @@ def vgg16_data(rng, batch, size=32, classes=10):
 
 
 def vgg16_loss(ops, P, S, I):
-    def bn(h, name):
-        return ops.batch_norm(h, P[name + '.gamma'], P[name + '.beta'], S[name + '.mean'],
-                              S[name + '.var'])
-
+    bn = functools.partial(_batch_norm, ops, P, S)
     h, k = I['x'], 0
     for v in VGG_CONFIG:
         if v == 'M':
@@ -529,7 +534,7 @@ def mobilenet_data(rng, batch, size=32, classes=10):
     b.bn('b0', 32)
     c = 32
     for k, (o, _) in enumerate(MOBILENET_BLOCKS):
-        b.params['dw{}.w'.format(k)] = _he(rng, (c, 1, 3, 3))
+        b.conv('dw{}'.format(k), c, 1, 3)  # depthwise: one input channel a group
         b.bn('dwb{}'.format(k), c)
         b.conv('pw{}'.format(k), o, c, 1)
         b.bn('pwb{}'.format(k), o)
@@ -539,10 +544,7 @@ def mobilenet_data(rng, batch, size=32, classes=10):
 
 
 def mobilenet_loss(ops, P, S, I):
-    def bn(h, name):
-        return ops.batch_norm(h, P[name + '.gamma'], P[name + '.beta'], S[name + '.mean'],
-                              S[name + '.var'])
-
+    bn = functools.partial(_batch_norm, ops, P, S)
     h = ops.relu(bn(ops.conv(I['x'], P['c0.w'], None, 1, 1), 'b0'))
     for k, (_, stride) in enumerate(MOBILENET_BLOCKS):
         h = ops.relu(bn(ops.conv(h, P['dw{}.w'.format(k)], None, stride, 1, groups=h.shape[1]),
@@ -574,10 +576,7 @@ def dcgan_data(rng, batch, nz=100, ch=256):
 
 
 def dcgan_loss(ops, P, S, I):
-    def bn(h, name):
-        return ops.batch_norm(h, P[name + '.gamma'], P[name + '.beta'], S[name + '.mean'],
-                              S[name + '.var'])
-
+    bn = functools.partial(_batch_norm, ops, P, S)
     z = I['z']
     ch = P['l0.w'].shape[0] // 16
     h = ops.relu(bn(ops.reshape(ops.linear(z, P['l0.w'], P['l0.b']), (z.shape[0], ch, 4, 4)),

@@ -62,28 +62,45 @@ DW_ATTR static void DW_FN(dw_split_values)(const DW_T* x, DW_T* ph, const dw_geo
         for (ptrdiff_t q = 0; q < cols; q++) dst[q] = x[q];
 }
 
-/* dw_split_values at column stride 2: each of x's rows goes to its row
- * of the two column phases, element by element (dw_split's strided copy
- * loops cost more than the values on small planes). */
+/* Between x's first `cols` columns (one row) and their rows of the two
+ * column phases at column stride 2 (`even`: phase 0, `odd`: phase 1),
+ * in pairs: into the phases with `into_phases`, else back into x. Inlined
+ * with a constant direction (one plain loop each way: the strided copy
+ * loops of dw_split and dw_merge cost more than the values on small
+ * planes). */
+__attribute__((always_inline)) DW_ATTR static inline void DW_FN(dw_row_pairs)(
+        DW_T* x, DW_T* even, DW_T* odd, ptrdiff_t cols, ptrdiff_t pw, const int into_phases) {
+#define DW_MOVE(xv, pv) do { if (into_phases) (pv) = (xv); else (xv) = (pv); } while (0)
+    ptrdiff_t ix = 0;
+    if (pw & 1 && cols > 0) {  /* x's first column is in the odd phase */
+        DW_MOVE(x[0], odd[pw >> 1]);
+        ix = 1;
+    }
+    for (ptrdiff_t q = (ix + pw) >> 1; ix + 1 < cols; ix += 2, q++) {
+        DW_MOVE(x[ix], even[q]);
+        DW_MOVE(x[ix + 1], odd[q]);
+    }
+    if (ix < cols)
+        DW_MOVE(x[ix], even[(ix + pw) >> 1]);
+#undef DW_MOVE
+}
+
+/* The columns of x (w of them) that the phases hold at column stride 2. */
+static ptrdiff_t DW_FN(dw_pair_columns)(const dw_geometry* g) {
+    return g->w < 2 * g->wq - g->pw ? g->w : 2 * g->wq - g->pw;
+}
+
+/* dw_split_values at column stride 2: each of x's rows into its rows of
+ * the two column phases (dw_row_pairs). */
 DW_ATTR static void DW_FN(dw_split_values_2)(const DW_T* x, DW_T* ph, const dw_geometry* g) {
-    const ptrdiff_t hq = g->hq, wq = g->wq, plane = hq * wq, w = g->w;
-    const ptrdiff_t cols = w < 2 * wq - g->pw ? w : 2 * wq - g->pw;
-    for (ptrdiff_t iy = 0; iy < g->h; iy++, x += w) {
+    const ptrdiff_t hq = g->hq, wq = g->wq, plane = hq * wq, cols = DW_FN(dw_pair_columns)(g);
+    for (ptrdiff_t iy = 0; iy < g->h; iy++, x += g->w) {
         const ptrdiff_t py = iy + g->ph, r = py / g->sh;
         if (r >= hq)
             continue;
-        DW_T* even = ph + (py % g->sh) * 2 * plane + r * wq;  /* column phase 0 */
-        DW_T* odd = even + plane;
-        ptrdiff_t ix = 0;
-        if (g->pw & 1 && cols > 0)  /* x's first column is in the odd phase */
-            odd[g->pw >> 1] = x[ix++];
-        /* then pairs: x's columns ix, ix + 1 are q's in the even and odd phases */
-        for (ptrdiff_t q = (ix + g->pw) >> 1; ix + 1 < cols; ix += 2, q++) {
-            even[q] = x[ix];
-            odd[q] = x[ix + 1];
-        }
-        if (ix < cols)
-            even[(ix + g->pw) >> 1] = x[ix];
+        DW_T* even = ph + (py % g->sh) * 2 * plane + r * wq;
+        /* (x is only read: into_phases) */
+        DW_FN(dw_row_pairs)((DW_T*)x, even, even + plane, cols, g->pw, 1);
     }
 }
 
@@ -116,27 +133,18 @@ DW_ATTR static void DW_FN(dw_merge_unit)(const DW_T* ph, DW_T* x, const dw_geome
 }
 
 /* dw_merge at column stride 2: each of x's rows from its rows of the two
- * column phases, in pairs (dw_merge's strided loops cost more than the
- * values on small planes); zeros past the phases. */
+ * column phases (dw_row_pairs); zeros past the phases. */
 DW_ATTR static void DW_FN(dw_merge_2)(const DW_T* ph, DW_T* x, const dw_geometry* g) {
     const ptrdiff_t hq = g->hq, wq = g->wq, plane = hq * wq, w = g->w;
-    const ptrdiff_t cols = w < 2 * wq - g->pw ? w : 2 * wq - g->pw;
+    const ptrdiff_t cols = DW_FN(dw_pair_columns)(g);
     for (ptrdiff_t iy = 0; iy < g->h; iy++, x += w) {
         const ptrdiff_t py = iy + g->ph, r = py / g->sh;
         ptrdiff_t ix = 0;
         if (r < hq) {
-            const DW_T* even = ph + (py % g->sh) * 2 * plane + r * wq;
-            const DW_T* odd = even + plane;
-            if (g->pw & 1 && cols > 0)
-                x[ix++] = odd[g->pw >> 1];
-            for (ptrdiff_t q = (ix + g->pw) >> 1; ix + 1 < cols; ix += 2, q++) {
-                x[ix] = even[q];
-                x[ix + 1] = odd[q];
-            }
-            if (ix < cols) {
-                x[ix] = even[(ix + g->pw) >> 1];
-                ix++;
-            }
+            /* (the phases are only read: not into_phases) */
+            DW_T* even = (DW_T*)ph + (py % g->sh) * 2 * plane + r * wq;
+            DW_FN(dw_row_pairs)(x, even, even + plane, cols, g->pw, 0);
+            ix = cols > 0 ? cols : 0;
         }
         for (; ix < w; ix++) x[ix] = 0;
     }
@@ -165,6 +173,18 @@ DW_ATTR static void DW_FN(dw_merge)(const DW_T* ph, DW_T* x, const dw_geometry* 
             for (ptrdiff_t ix = q * sw + b - g->pw; ix < g->w; ix += sw) row[ix] = 0;
         }
     }
+}
+
+/* A plane of gx from its phases: dw_merge, or at stride 1 (dw_merge_unit)
+ * and column stride 2 (dw_merge_2) their plain loops (dw_split_next's
+ * counterpart). */
+DW_ATTR static void DW_FN(dw_merge_next)(const DW_T* ph, DW_T* x, const dw_geometry* g) {
+    if (g->sw == 1 && g->sh == 1)
+        DW_FN(dw_merge_unit)(ph, x, g);
+    else if (g->sw == 2)
+        DW_FN(dw_merge_2)(ph, x, g);
+    else
+        DW_FN(dw_merge)(ph, x, g);
 }
 
 /* out[p] = sum over taps t of w[t] src[p + direction offsets[t]] for p <
@@ -277,7 +297,7 @@ __attribute__((noinline)) DW_ATTR static void DW_FN(dw_backward_gather)(
     for (ptrdiff_t plane = lo; plane < hi; plane++) {
         DW_FN(dw_widen)(gy + plane * g->oh * g->ow, ext, g, dw_blocks(total) - len, plane == lo);
         DW_FN(dw_stencil)(ext, g->offsets, -1, kk, w + plane % g->c * kk, ph, total);
-        DW_FN(dw_merge_unit)(ph, gx + plane * g->h * g->w, g);
+        DW_FN(dw_merge_next)(ph, gx + plane * g->h * g->w, g);
     }
 }
 
@@ -328,10 +348,7 @@ DW_ATTR static void DW_FN(dw_backward)(const DW_T* gy, const DW_T* w, DW_T* gx,
                 }
             }
         }
-        if (g->sw == 2)
-            DW_FN(dw_merge_2)(ph, gx + plane * g->h * g->w, g);
-        else
-            DW_FN(dw_merge)(ph, gx + plane * g->h * g->w, g);
+        DW_FN(dw_merge_next)(ph, gx + plane * g->h * g->w, g);
     }
 }
 
