@@ -162,6 +162,35 @@ cdef void _run_split(GemmJob* job, Py_ssize_t batch) noexcept nogil:
         run_chunks(_gemm_part, job, parts * batch)
 
 
+cdef void _start_job(GemmJob* job, xgrad_sgemm_shape shape, cnp.ndarray av, cnp.ndarray bv,
+                     cnp.ndarray cv, int ra, int rc, bint accumulate):
+    """``job`` for one product of the matrices at axes ra, ra + 1 of ``av``
+    and ``bv`` into ``cv``'s at rc, rc + 1; callers add a stack or terms."""
+    job.shape = shape
+    job.m, job.k, job.n = av.shape[ra], av.shape[ra + 1], bv.shape[ra + 1]
+    job.a.data = <const float*>cnp.PyArray_DATA(av)
+    job.a.rs, job.a.cs = av.strides[ra] // 4, av.strides[ra + 1] // 4
+    job.b.data = <const float*>cnp.PyArray_DATA(bv)
+    job.b.rs, job.b.cs = bv.strides[ra] // 4, bv.strides[ra + 1] // 4
+    job.c = <float*>cnp.PyArray_DATA(cv)
+    job.ldc = cv.strides[rc] // 4
+    job.inner = 1
+    job.a_step = job.b_step = job.c_step = job.a_outer = job.b_outer = job.c_outer = 0
+    job.terms, job.a_term, job.b_term = 1, 0, 0
+    job.acc = accumulate
+    job.failed = 0
+
+
+cdef _run_job(GemmJob* job, Py_ssize_t batch, str entry):
+    """Run ``job`` (``batch`` products) over the pool; MemoryError naming
+    ``entry`` where a thread's packing scratch could not be allocated."""
+    with nogil:
+        _run_split(job, batch)
+    if job.failed:
+        raise MemoryError('{}: cannot allocate packing scratch for ({}, {}) @ ({}, {}) '
+                          'products'.format(entry, job.m, job.k, job.k, job.n))
+
+
 def available():
     """Whether sgemm runs on the dispatch path selected now (AVX2 or AVX-512)."""
     return xgrad_sgemm_shape_for(vector_path()).kernel != NULL
@@ -235,29 +264,15 @@ def sgemm(a, b, out, bint accumulate=False, bint any_shape=False):
         if cv.shape[i] > 1 and cv.strides[i] == 0:
             return False  # (products writing one matrix)
     cdef GemmJob job
-    job.shape = shape
-    job.m, job.n, job.k = m, n, k
-    job.a.data = <const float*>cnp.PyArray_DATA(av)
-    job.a.rs, job.a.cs = av.strides[r] // 4, av.strides[r + 1] // 4
-    job.b.data = <const float*>cnp.PyArray_DATA(bv)
-    job.b.rs, job.b.cs = bv.strides[r] // 4, bv.strides[r + 1] // 4
-    job.c = <float*>cnp.PyArray_DATA(cv)
-    job.ldc = cv.strides[r] // 4
-    job.inner = cv.shape[r - 1] if r else 1
-    job.a_step = av.strides[r - 1] // 4 if r else 0
-    job.b_step = bv.strides[r - 1] // 4 if r else 0
-    job.c_step = cv.strides[r - 1] // 4 if r else 0
-    job.a_outer = av.strides[0] // 4 if r == 2 else 0
-    job.b_outer = bv.strides[0] // 4 if r == 2 else 0
-    job.c_outer = cv.strides[0] // 4 if r == 2 else 0
-    job.terms, job.a_term, job.b_term = 1, 0, 0
-    job.acc = accumulate
-    job.failed = 0
-    with nogil:
-        _run_split(&job, batch)
-    if job.failed:
-        raise MemoryError('sgemm: cannot allocate packing scratch for a ({}, {}) @ ({}, {}) '
-                          'product'.format(m, k, k, n))
+    _start_job(&job, shape, av, bv, cv, r, r, accumulate)
+    if r:
+        job.inner = cv.shape[r - 1]
+        job.a_step, job.b_step = av.strides[r - 1] // 4, bv.strides[r - 1] // 4
+        job.c_step = cv.strides[r - 1] // 4
+    if r == 2:
+        job.a_outer, job.b_outer = av.strides[0] // 4, bv.strides[0] // 4
+        job.c_outer = cv.strides[0] // 4
+    _run_job(&job, batch, 'sgemm')
     return True
 
 
@@ -292,24 +307,9 @@ def sgemm_sum(a, b, out, bint accumulate=False, bint any_shape=False):
     if not (_plain_strides(av) and _plain_strides(bv) and _plain_strides(cv)):
         return False
     cdef GemmJob job
-    job.shape = shape
-    job.m, job.n, job.k = m, n, k
-    job.a.data = <const float*>cnp.PyArray_DATA(av)
-    job.a.rs, job.a.cs = av.strides[1] // 4, av.strides[2] // 4
-    job.b.data = <const float*>cnp.PyArray_DATA(bv)
-    job.b.rs, job.b.cs = bv.strides[1] // 4, bv.strides[2] // 4
-    job.c = <float*>cnp.PyArray_DATA(cv)
-    job.ldc = cv.strides[0] // 4
-    job.inner = 1
-    job.a_step = job.b_step = job.c_step = job.a_outer = job.b_outer = job.c_outer = 0
+    _start_job(&job, shape, av, bv, cv, 1, 0, accumulate)
     job.terms, job.a_term, job.b_term = terms, av.strides[0] // 4, bv.strides[0] // 4
-    job.acc = accumulate
-    job.failed = 0
-    with nogil:
-        _run_split(&job, 1)
-    if job.failed:
-        raise MemoryError('sgemm_sum: cannot allocate packing scratch for ({}, {}) @ ({}, {}) '
-                          'products'.format(m, k, k, n))
+    _run_job(&job, 1, 'sgemm_sum')
     return True
 
 

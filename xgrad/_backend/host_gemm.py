@@ -197,13 +197,18 @@ def _stacked_sgemm(a, b, out, accumulate, any_shape):
     return True
 
 
+def _float32_arrays(a, b):
+    """Whether ``a`` and ``b`` are float32 NumPy arrays (what sgemm computes)."""
+    return (type(a) is _NDARRAY and type(b) is _NDARRAY and a.dtype is _FLOAT32
+            and b.dtype is _FLOAT32)
+
+
 def matmul(a, b, out=None, accumulate=False, prefer_own=False):
     """``numpy.matmul(a, b, out=out)`` (with ``accumulate``, ``out += a @ b``)
     for host arrays of 2 or more axes, run by xgrad's sgemm where
     ``choice(prefer_own)`` says so and it takes the operands (float32,
     aligned, non-negative strides; see gemm_kernels), else by NumPy."""
-    if (type(a) is not _NDARRAY or type(b) is not _NDARRAY or a.dtype is not _FLOAT32
-            or b.dtype is not _FLOAT32 or a.ndim < 2 or b.ndim < 2):
+    if not _float32_arrays(a, b) or a.ndim < 2 or b.ndim < 2:
         return _numpy_matmul(a, b, out, accumulate)
     found = choice(prefer_own)
     if not found.own:
@@ -238,8 +243,7 @@ def matmul_sum(a, b, out, accumulate=False):
     as it computes them, where ``choice()`` says so and it takes the
     operands; else by NumPy, through a (t, m, n) stack."""
     found = choice()
-    if (found.own and type(a) is _NDARRAY and type(b) is _NDARRAY and a.dtype is _FLOAT32
-            and b.dtype is _FLOAT32 and a.ndim == b.ndim == 3
+    if (found.own and _float32_arrays(a, b) and a.ndim == b.ndim == 3
             and a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] > SMALL_PRODUCT
             and gemm_kernels.sgemm_sum(a, b, out, accumulate, found.one_pool)):
         return out
