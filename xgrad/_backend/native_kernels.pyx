@@ -35,6 +35,12 @@ cdef extern from "select_loops.h" nogil:
     void xgrad_compare_select_f64(const double* gy, const double* a, const double* b,
                                   bint b_scalar, double s, int op, double* out,
                                   Py_ssize_t n)
+    void xgrad_select_f32(const cnp.npy_bool* c, const float* a, const float* b, float va,
+                          float vb, float* out, Py_ssize_t n)
+    void xgrad_select_f64(const cnp.npy_bool* c, const double* a, const double* b,
+                          double va, double vb, double* out, Py_ssize_t n)
+
+cdef extern from "huber_loops.h" nogil:
     void xgrad_huber_f32(const float* x1, const float* x2, float d, float half_d, float* out,
                          Py_ssize_t n)
     void xgrad_huber_f64(const double* x1, const double* x2, double d, double half_d,
@@ -43,10 +49,6 @@ cdef extern from "select_loops.h" nogil:
                               float* g1, float* g2, Py_ssize_t n)
     void xgrad_huber_grad_f64(const double* gy, const double* x1, const double* x2, double d,
                               double* g1, double* g2, Py_ssize_t n)
-    void xgrad_select_f32(const cnp.npy_bool* c, const float* a, const float* b, float va,
-                          float vb, float* out, Py_ssize_t n)
-    void xgrad_select_f64(const cnp.npy_bool* c, const double* a, const double* b,
-                          double va, double vb, double* out, Py_ssize_t n)
 
 cdef extern from "numpy/arrayobject.h":
     PyTypeObject PyArray_Type
@@ -1606,7 +1608,7 @@ cdef object _huber(object gy, object x1, object x2, double delta):
 
 
 cpdef object huber_forward(object x1, object x2, double delta):
-    """ChainerX's huber_loss(x1, x2, delta) in one pass (select_loops.h) for
+    """ChainerX's huber_loss(x1, x2, delta) in one pass (huber_loops.h) for
     plain float32/float64 arrays of one shape and dtype, split over the
     pool; None for others."""
     return _huber(None, x1, x2, delta)

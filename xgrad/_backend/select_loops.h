@@ -153,39 +153,4 @@ static inline void xgrad_select_##SUFFIX(const unsigned char *restrict c,     \
 XGRAD_SELECT(float, uint32_t, f32)
 XGRAD_SELECT(double, uint64_t, f64)
 
-/* Huber loss of a = x1 - x2 with delta d (half_d = d / 2 rounded to T):
- * a * a / 2 where |a| < d, else (|a| - d / 2) d, each branch rounded as
- * ChainerX's composition of ops does; its gradient gy * clip(a, -d, d) to x1
- * and the negation to x2 (the composition's bits; NaN stays NaN, and an
- * infinite a gives NaN, as the composition's square branch does). One pass
- * instead of eight forward and four backward. */
-#define XGRAD_HUBER(T, SUFFIX)                                                 \
-static inline void xgrad_huber_##SUFFIX(const T *restrict x1,                  \
-                                        const T *restrict x2, T d, T half_d,   \
-                                        T *restrict out, ptrdiff_t n) {        \
-    for (ptrdiff_t i = 0; i < n; ++i) {                                        \
-        const T a = x1[i] - x2[i];                                             \
-        const T m = a < 0 ? -a : a;                                            \
-        const T sq = a * a * (T)0.5, lin = (m - half_d) * d;                   \
-        out[i] = m < d ? sq : lin;                                             \
-    }                                                                          \
-}                                                                              \
-static inline void xgrad_huber_grad_##SUFFIX(const T *restrict gy,             \
-                                             const T *restrict x1,             \
-                                             const T *restrict x2, T d,        \
-                                             T *restrict g1, T *restrict g2,   \
-                                             ptrdiff_t n) {                    \
-    for (ptrdiff_t i = 0; i < n; ++i) {                                        \
-        const T a = x1[i] - x2[i];                                             \
-        const T m = a < 0 ? -a : a;                                            \
-        const T c = m == (T)INFINITY ? (T)NAN : (a > d ? d : (a < -d ? -d : a)); \
-        const T g = gy[i] * c + (T)0;  /* + 0: the composition's -0.0 + 0 */  \
-        g1[i] = g;                                                             \
-        g2[i] = -g;                                                            \
-    }                                                                          \
-}
-
-XGRAD_HUBER(float, f32)
-XGRAD_HUBER(double, f64)
-
 #endif
