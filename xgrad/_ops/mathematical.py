@@ -185,7 +185,17 @@ arccosh = _unary('arccosh', numpy.arccosh,
 # ---------------------------------------------------------------------------
 # Absolute value, sign, rounding
 
-fabs = _unary('fabs', numpy.fabs, lambda xp, gy, x, y: gy * xp.sign(x), domain=nonzero,
+def _sign_grad(xp, gy, x, y):
+    """gy * sign(x): on host arrays native_kernels.abs_grad's one pass."""
+    if xp.raw and type(x) is numpy.ndarray and type(gy) is numpy.ndarray:
+        return native_kernels.abs_grad(gy, x)
+    return gy * xp.sign(x)
+
+
+# fabs by NumPy's absolute (the op makes ints float first, and on floats the
+# two clear the sign bit alike): NumPy's fabs calls libm once an element, 13x
+# absolute's time on 512K float32.
+fabs = _unary('fabs', numpy.absolute, _sign_grad, ref=numpy.fabs, domain=nonzero,
               doc='|x| as a float (NumPy\'s ``fabs``); gradient sign(x), 0 at 0.')
 sign = _unary('sign', numpy.sign, promotion='result_type',
               doc='The sign of x (-1, 0 or 1) in x\'s dtype; no gradient.')

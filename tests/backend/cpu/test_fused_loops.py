@@ -178,6 +178,48 @@ def test_the_gradient_formulas_compute_in_the_dtype(shape, dtype):
     _same(K.tanh_grad(g1, y), g1 * (one - y * y))
 
 
+def _strided_views(a):
+    """Views of ``a`` that are neither C-contiguous nor broadcast: a slice of
+    a wider array (a concatenation's gradient), a transpose, a reversal."""
+    wide = numpy.concatenate([a, a * 2], axis=-1)
+    return [wide[..., :a.shape[-1]], numpy.ascontiguousarray(a.T).T, a[::-1, ::-1]]
+
+
+@pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize('shape', [(3, 4), (300, 257)], ids=str)
+def test_strided_operands_give_the_contiguous_bits(shape, dtype, threads):
+    """A gradient formula with a sliced, transposed or reversed operand (the
+    gradient of a concatenation, split or transpose) gives what it gives on
+    the operands' contiguous copies, and NumPy's values: relu's gradient
+    with NaN, inf and -0.0 in gy and y <= 0, tanh's, sigmoid's, |x|'s."""
+    gy, y = _values(shape, dtype, 1), _values(shape, dtype, 2)
+    gy[0, :3] = [numpy.nan, numpy.inf, -0.0]
+    y[0, :4] = [-1.0, 0.0, -0.0, numpy.nan]
+    formulas = [(K.relu_grad, lambda g, v: numpy.where(v > 0, g, dtype(0))),
+                (K.tanh_grad, lambda g, v: g * (dtype(1) - v * v)),
+                (K.sigmoid_grad, lambda g, v: g * v * (dtype(1) - v)),
+                (K.abs_grad, lambda g, v: g * numpy.sign(v))]
+    for ours, formula in formulas:
+        for g_view, y_view in zip(_strided_views(gy), _strided_views(y)):
+            plain = [numpy.ascontiguousarray(v) for v in (g_view, y_view)]
+            with numpy.errstate(all='ignore'):
+                theirs = formula(*plain)
+                for args in ((g_view, y_view), (g_view, plain[1]), (plain[0], y_view)):
+                    _same(ours(*args), theirs)
+
+
+def test_crelus_gradient_through_its_concatenation():
+    """crelu's gradient reaches relu's through slices of the concatenated
+    gradient: 1 where x > 0, -1 where x < 0, times gy's matching half."""
+    rng = numpy.random.default_rng(3)
+    x = rng.standard_normal((64, 50)).astype(F32)
+    gy = rng.standard_normal((64, 100)).astype(F32)
+    xa = xgrad.array(x).require_grad()
+    xgrad.backward([xgrad.crelu(xa)], grad_outputs=[xgrad.array(gy)])
+    want = numpy.where(x > 0, gy[:, :50], 0) - numpy.where(x < 0, gy[:, 50:], 0)
+    numpy.testing.assert_array_equal(xgrad.to_numpy(xa.grad), want.astype(F32))
+
+
 C = K.CompareOp
 COMPARISONS = [(C.COMPARE_GE, numpy.greater_equal), (C.COMPARE_GT, numpy.greater),
                (C.COMPARE_LE, numpy.less_equal), (C.COMPARE_LT, numpy.less)]
