@@ -210,13 +210,19 @@ def test_gradient_kernels_refuse_mismatched_operands():
     assert K.elu_grad(x, x, None, 1.0) is not None
 
 
+# rows shorter than the kernels' tail vector (16), a whole number of
+# vectors, and longer rows with a remainder (its last 16 in one pass)
+ROW_LENGTHS = [1, 5, 15, 16, 17, 37, 100, 129]
+
+
 @pytest.mark.parametrize('dtype', (numpy.float32, numpy.float64), ids=lambda d: d.__name__)
 @pytest.mark.parametrize('log', [False, True])
-def test_softmax_rows(dtype, log):
+@pytest.mark.parametrize('m', ROW_LENGTHS)
+def test_softmax_rows(dtype, log, m):
     rng = numpy.random.default_rng(3)
-    x = (rng.standard_normal((7, 5, 129)) * 10).astype(dtype)
+    x = (rng.standard_normal((7, 5, m)) * 10).astype(dtype)
     x[0, 0, :] = -numpy.inf
-    x[1, 1, 3] = numpy.inf
+    x[1, 1, min(3, m - 1)] = numpy.inf
     x[2, 2, 0] = 1e4
     w = WIDE[dtype]
     xw = x.astype(w)
@@ -310,13 +316,14 @@ def test_exp_where_it_underflows(dtype):
 
 @pytest.mark.parametrize('dtype', (numpy.float32, numpy.float64), ids=lambda d: d.__name__)
 @pytest.mark.parametrize('fill', [-1e9, -numpy.inf, 'far'])
-def test_masked_softmax_rows(dtype, fill):
+@pytest.mark.parametrize('m', [7, 37, 64])
+def test_masked_softmax_rows(dtype, fill, m):
     """Attention scores masked with a very negative number or -inf: the
     masked entries are exactly 0 (log: the fill minus the row's log-sum),
     the rest the softmax of the kept entries, and the gradients too."""
     rng = numpy.random.default_rng(1)
-    x = rng.standard_normal((6, 37)).astype(dtype)
-    keep = rng.random((6, 37)) < 0.6
+    x = rng.standard_normal((6, m)).astype(dtype)
+    keep = rng.random((6, m)) < 0.6
     keep[:, 0] = True
     if fill == 'far':  # where exp rounds to 0: below the dtype's denormals
         fill = -200.0 if dtype == numpy.float32 else -1000.0
@@ -325,7 +332,7 @@ def test_masked_softmax_rows(dtype, fill):
     assert (p[~keep] == 0).all()
     e = numpy.where(keep, numpy.exp(x - x.max(axis=1, keepdims=True)), 0)
     numpy.testing.assert_allclose(p, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=0)
-    gy = rng.standard_normal((6, 37)).astype(dtype)
+    gy = rng.standard_normal((6, m)).astype(dtype)
     gx = K.softmax_last_axis_grad(gy, p, False)
     want = p * (gy - (gy * p).sum(axis=1, keepdims=True))
     numpy.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-6)
