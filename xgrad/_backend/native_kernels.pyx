@@ -149,6 +149,8 @@ cdef extern from "vector_math.h" nogil:
     double xgrad_sum_f64(const double*, Py_ssize_t)
     double xgrad_sum_planes_f32(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     double xgrad_sum_planes_f64(const double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void xgrad_column_sums_f32(const float*, float*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
+    void xgrad_column_sums_f64(const double*, double*, Py_ssize_t, Py_ssize_t, Py_ssize_t)
     int XGRAD_SHORT_ROW
     void xgrad_extremum_rows_f32(const float*, float*, Py_ssize_t, Py_ssize_t, int)
     void xgrad_binary_rows_f32(int, int, const float*, const float*, float*, Py_ssize_t,
@@ -1312,11 +1314,13 @@ cpdef object sum_axes(object x, tuple axes, double divisor=1):
     """The sums over ``axes`` (sorted, not all of them) of a C-contiguous
     float32/64 array, divided by ``divisor``, where they are leading axes
     and trailing planes of PLANE_MIN or more elements around the kept ones
-    (a global average pool: (N, C, H, W) over (2, 3)), or leading axes only
-    (a batch's sum); the kept axes' shape, or None. Planes: one vectorised
-    sum each in double (NumPy's reduce over (2, 3) of (32, 256, 14, 14)
-    float32: 2.3x the time on one thread); leading axes: NumPy's row order
-    and bits. The outputs split over the pool."""
+    (a global average pool: (N, C, H, W) over (2, 3)), leading axes only
+    (a batch's sum), or one block of middle axes (an (N, T, D) batch over
+    T); the kept axes' shape, or None. Planes: one vectorised sum each in
+    double (NumPy's reduce over (2, 3) of (32, 256, 14, 14) float32: 2.3x
+    the time on one thread); leading and middle axes: NumPy's row order and
+    bits (its reduce over (64, 128, 64)'s axis 1: 5x the time). The outputs
+    split over the pool."""
     cdef int t = _vector_dtype(x)
     if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or not axes:
         return None
@@ -1331,6 +1335,8 @@ cpdef object sum_axes(object x, tuple axes, double divisor=1):
     while j < nd and (k == len(axes) or axes[k] != j):
         kept *= cnp.PyArray_DIM(a, j)
         j += 1
+    if i == 0 and j < nd and len(axes) < nd - j:  # kept, summed, kept: a middle block
+        return _middle_sums(a, t, axes, divisor)
     if j == i or len(axes) - k != nd - j:  # (no kept axis, or a summed one inside)
         return None
     for k in range(j, nd):
@@ -1339,66 +1345,94 @@ cpdef object sum_axes(object x, tuple axes, double divisor=1):
         return None
     shape = tuple([cnp.PyArray_DIM(a, k) for k in range(i, j)])
     if j == nd:  # leading axes only: rows added in order, as NumPy's reduce does
-        return _column_sums(a, t, outer, kept, shape, divisor)
+        # (but one kept element: NumPy then sums a contiguous run pairwise)
+        return _column_sums(a, t, 1, outer, kept, shape, divisor) if kept > 1 else None
     if inner < PLANE_MIN and outer > 1:  # (rows of any length: scalar sums below 16)
         return None
     return _plane_sums(a, t, outer, kept, inner, shape, divisor)
 
 
-cdef object _column_sums(cnp.ndarray a, int t, Py_ssize_t rows, Py_ssize_t m, object shape,
-                         double divisor):
-    """out[j] = (a[0, j] + a[1, j] + ... + a[rows - 1, j]) / divisor, in the
-    dtype and in NumPy's order (its reduce over a leading axis adds whole
-    rows): the same bits, with the columns split over the pool."""
+# A middle block of summed axes takes the column sums where the kept axes
+# after it hold this many elements or more (a row of an (N, T, D) batch's D
+# features summed over T); NumPy keeps shorter ones.
+DEF MIDDLE_MIN_COLUMNS = 16
+
+
+cdef object _middle_sums(cnp.ndarray a, int t, tuple axes, double divisor):
+    """The sums over ``axes``, consecutive, with kept axes before and after
+    them, of C-contiguous ``a`` (the sum of (N, T, D) over T): for each
+    index of the leading kept axes, the column sums of its (summed, trailing)
+    block, NumPy's order and bits as there (its reduce adds whole rows of
+    the trailing axes); None where the axes are not one block or the
+    trailing axes hold under MIDDLE_MIN_COLUMNS elements."""
+    cdef int nd = cnp.PyArray_NDIM(a), first = axes[0], last = axes[len(axes) - 1], k
+    cdef Py_ssize_t blocks = 1, rows = 1, m = 1
+    if last - first + 1 != len(axes) or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        return None
+    for k in range(nd):
+        if k < first:
+            blocks *= cnp.PyArray_DIM(a, k)
+        elif k <= last:
+            rows *= cnp.PyArray_DIM(a, k)
+        else:
+            m *= cnp.PyArray_DIM(a, k)
+    if m < MIDDLE_MIN_COLUMNS or blocks == 0:
+        return None
+    shape = tuple([cnp.PyArray_DIM(a, k) for k in range(nd) if k < first or k > last])
+    return _column_sums(a, t, blocks, rows, m, shape, divisor)
+
+
+cdef object _column_sums(cnp.ndarray a, int t, Py_ssize_t blocks, Py_ssize_t rows,
+                         Py_ssize_t m, object shape, double divisor):
+    """out[b, j] = (a[b, 0, j] + a[b, 1, j] + ... + a[b, rows - 1, j]) /
+    divisor for each of ``blocks`` blocks, in the dtype and in NumPy's
+    order (its reduce over a leading or middle axis adds whole rows): the
+    same bits, with the blocks, or one block's columns, split over the
+    pool."""
     cdef cnp.ndarray out = numpy.zeros(shape, dtype=a.dtype)
     cdef Span s
     s.t, s.a, s.out = t, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(out)
     s.n, s.step, s.p = m, rows, divisor  # (columns; rows)
-    cdef int nt = _threads_for(rows * m, GRAIN_ARITHMETIC)
+    cdef int nt = _threads_for(blocks * rows * m, GRAIN_ARITHMETIC)
+    cdef Py_ssize_t c
     with nogil:
-        # (threads take column blocks of every row: under 1024 columns each,
-        # two threads ran slower than one: 4096 rows of 512, 199 against 163 us)
-        if nt <= 1 or m < 1024 * nt:
+        # (threads take whole blocks, or column blocks of every row of one:
+        # under 1024 columns each, two threads ran slower than one: 4096
+        # rows of 512, 199 against 163 us)
+        if nt > 1 and blocks >= nt:
             s.chunk = m
-            _columns_sum_chunk(&s, 0)
+            xgrad_pool_run(_columns_sum_chunk, &s, blocks)
+        elif nt <= 1 or m < 1024 * nt:
+            s.chunk = m
+            for c in range(blocks):
+                _columns_sum_chunk(&s, c)
         else:
             s.chunk = _chunk(m, nt)
-            xgrad_pool_run(_columns_sum_chunk, &s, (m + s.chunk - 1) // s.chunk)
+            xgrad_pool_run(_columns_sum_chunk, &s, blocks * ((m + s.chunk - 1) // s.chunk))
     return out
 
 
 cdef void _columns_sum_chunk(void* ctx, Py_ssize_t c) noexcept nogil:
+    """Chunk c: column chunk c % chunks of block c // chunks."""
     cdef Span* s = <Span*>ctx
-    cdef Py_ssize_t j0 = c * s.chunk, j1 = min(j0 + s.chunk, s.n), r, j
+    cdef Py_ssize_t chunks = (s.n + s.chunk - 1) // s.chunk
+    cdef Py_ssize_t b = c // chunks, j0 = (c % chunks) * s.chunk, j1 = min(j0 + s.chunk, s.n)
+    cdef Py_ssize_t j, base = b * s.step * s.n + j0
     cdef float* f32
     cdef double* f64
     cdef float d32 = <float>s.p
     if s.t == cnp.NPY_FLOAT:
-        f32 = <float*>s.out
-        for r in range(s.step):
-            _add_row_f32(f32 + j0, <float*>s.a + r * s.n + j0, j1 - j0)
+        f32 = <float*>s.out + b * s.n
+        xgrad_column_sums_f32(<float*>s.a + base, f32 + j0, s.step, s.n, j1 - j0)
         if s.p != 1:
             for j in range(j0, j1):
                 f32[j] = f32[j] / d32
     else:
-        f64 = <double*>s.out
-        for r in range(s.step):
-            _add_row_f64(f64 + j0, <double*>s.a + r * s.n + j0, j1 - j0)
+        f64 = <double*>s.out + b * s.n
+        xgrad_column_sums_f64(<double*>s.a + base, f64 + j0, s.step, s.n, j1 - j0)
         if s.p != 1:
             for j in range(j0, j1):
                 f64[j] = f64[j] / s.p
-
-
-cdef inline void _add_row_f32(float* acc, const float* row, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t j
-    for j in range(n):
-        acc[j] += row[j]
-
-
-cdef inline void _add_row_f64(double* acc, const double* row, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t j
-    for j in range(n):
-        acc[j] += row[j]
 
 
 cdef object _plane_sums(cnp.ndarray a, int t, Py_ssize_t outer, Py_ssize_t kept,

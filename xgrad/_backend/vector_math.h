@@ -489,6 +489,59 @@ XGRAD_SUM(double, f64)
 XGRAD_SUM_PLANES(float, f32)
 XGRAD_SUM_PLANES(double, f64)
 
+/* acc[j] += row_0[j] + ... in row order, for `rows` rows of n elements (ld
+ * apart): the sum over a leading or middle axis as NumPy's reduce adds it
+ * (whole rows in order; the same bits on every path). By tiles of
+ * XGRAD_COLUMN_TILE columns kept in registers over XGRAD_COLUMN_ROWS rows
+ * at a time: with acc loaded and stored once a row, and the generic loop
+ * compiled for SSE2, 64 columns x 128 rows x 64 blocks took 2.5x the time. */
+#define XGRAD_COLUMN_TILE 64
+#define XGRAD_COLUMN_ROWS 32
+/* Rows wider than this are streamed whole, acc[j] += row[j] (a tile's
+ * walk down 32 rows of 4096 floats read 32 streams at once: 1.4x the time) */
+#define XGRAD_COLUMN_WIDE 512
+#define XGRAD_COLUMN_SUMS_AT(isa, ATTR, T, sfx)                                  \
+    ATTR static void xgrad_column_sums_##sfx##_##isa(                            \
+            const T* restrict a, T* restrict acc, ptrdiff_t rows, ptrdiff_t ld,  \
+            ptrdiff_t n) {                                                       \
+        if (n > XGRAD_COLUMN_WIDE) {  /* acc stays in cache: rows streamed */    \
+            for (ptrdiff_t r = 0; r < rows; r++) {                               \
+                const T* restrict row = a + r * ld;                              \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = 0; j < n; j++) acc[j] += row[j];              \
+            }                                                                    \
+            return;                                                              \
+        }                                                                        \
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += XGRAD_COLUMN_ROWS) {             \
+            const ptrdiff_t r1 = rows - r0 < XGRAD_COLUMN_ROWS ? rows              \
+                                                              : r0 + XGRAD_COLUMN_ROWS; \
+            ptrdiff_t j0 = 0;                                                    \
+            for (; j0 + XGRAD_COLUMN_TILE <= n; j0 += XGRAD_COLUMN_TILE) {       \
+                T v[XGRAD_COLUMN_TILE];                                          \
+                for (int l = 0; l < XGRAD_COLUMN_TILE; l++) v[l] = acc[j0 + l];  \
+                for (ptrdiff_t r = r0; r < r1; r++) {                            \
+                    const T* restrict row = a + r * ld + j0;                     \
+                    XGRAD_SIMD                                                   \
+                    for (int l = 0; l < XGRAD_COLUMN_TILE; l++) v[l] += row[l];  \
+                }                                                                \
+                for (int l = 0; l < XGRAD_COLUMN_TILE; l++) acc[j0 + l] = v[l];  \
+            }                                                                    \
+            for (ptrdiff_t r = r0; r < r1 && j0 < n; r++) {                      \
+                const T* restrict row = a + r * ld;                              \
+                XGRAD_SIMD                                                       \
+                for (ptrdiff_t j = j0; j < n; j++) acc[j] += row[j];             \
+            }                                                                    \
+        }                                                                        \
+    }
+#define XGRAD_COLUMN_SUMS(T, sfx)                                                \
+    XGRAD_EACH_PATH(XGRAD_COLUMN_SUMS_AT, T, sfx)                                \
+    static void xgrad_column_sums_##sfx(const T* a, T* acc, ptrdiff_t rows,      \
+                                        ptrdiff_t ld, ptrdiff_t n) {             \
+        XGRAD_CALL(xgrad_column_sums_##sfx, (a, acc, rows, ld, n));              \
+    }
+XGRAD_COLUMN_SUMS(float, f32)
+XGRAD_COLUMN_SUMS(double, f64)
+
 /* out[r, j] = big[r, j] op row[j] (row op big[r, j] if `row_first`) for
  * `rows` rows of m contiguous elements, op 0-3: *, +, -, /: the bias or
  * scale row repeated along a batch, vectorised on the path's width (the

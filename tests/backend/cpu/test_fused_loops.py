@@ -390,12 +390,21 @@ def test_sums_over_leading_axes_and_trailing_planes(shape, axes, op, dtype):
     assert results[0].tobytes() == results[1].tobytes()
 
 
+@pytest.mark.parametrize('path', ['sse2', 'avx2', 'avx512'])
 @pytest.mark.parametrize('dtype', [F32, F64], ids=lambda d: d.__name__)
-@pytest.mark.parametrize('shape, axes', [((4096, 512), (0,)), ((7, 9, 33), (0, 1)),
-                                         ((3, 5), (0,)), ((64, 1000, 2), (0,))], ids=str)
-def test_sums_over_leading_axes_are_numpys_bits(shape, axes, dtype, threads):
-    """A batch's sum (leading axes only) adds whole rows in order, as NumPy's
-    reduce does: its bits, for sum and mean, on 1 and 3 threads."""
+@pytest.mark.parametrize('shape, axes', [
+    ((4096, 512), (0,)), ((7, 9, 33), (0, 1)), ((3, 5), (0,)), ((64, 1000, 2), (0,)),
+    ((256, 4096), (0,)), ((40, 1), (0,)),
+    # kept, summed, kept: (N, T, D) over T, wide and narrow D, one block's
+    # columns split over the threads, and a D under the kernel's minimum
+    ((64, 128, 64), (1,)), ((8, 30, 20, 70), (1, 2)), ((2, 300, 5000), (1,)),
+    ((5, 40, 100, 3), (1, 2)), ((6, 50, 7), (1,))], ids=str)
+def test_sums_over_leading_or_middle_axes_are_numpys_bits(on_cpu_path, path, shape, axes, dtype,
+                                                          threads):
+    """A batch's sum (leading axes) or a sum over a block of middle axes
+    adds whole rows in order, as NumPy's reduce does: its bits, for sum and
+    mean, on every path and on 1 and 3 threads."""
+    on_cpu_path(path)
     a = _values(shape, dtype, 5)
     expected = numpy.add.reduce(a, axis=axes)
     _same(xgrad.sum(xgrad.array(a), axis=axes).to_numpy(), expected)
