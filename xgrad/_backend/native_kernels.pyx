@@ -425,12 +425,13 @@ cdef enum Formula:
 
 
 cdef inline int _kind(object a, Py_ssize_t* size, bint* scalar):
-    """NPY_FLOAT / NPY_DOUBLE for a usable operand, else -1."""
+    """NPY_FLOAT / NPY_DOUBLE for a usable operand (native byte order), else
+    -1."""
     if type(a) is not cnp.ndarray:
         return -1
     cdef cnp.ndarray arr = <cnp.ndarray>a
     cdef int t = cnp.PyArray_TYPE(arr)
-    if t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE:
+    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or not cnp.PyArray_ISNOTSWAPPED(arr):
         return -1
     size[0] = cnp.PyArray_SIZE(arr)
     if cnp.PyArray_IS_C_CONTIGUOUS(arr):
@@ -666,7 +667,8 @@ cdef bint _strided(object v):
         return False
     cdef cnp.ndarray a = <cnp.ndarray>v
     cdef int i, t = cnp.PyArray_TYPE(a)
-    if (t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or cnp.PyArray_IS_C_CONTIGUOUS(a):
+    if ((t != cnp.NPY_FLOAT and t != cnp.NPY_DOUBLE) or cnp.PyArray_IS_C_CONTIGUOUS(a)
+            or not cnp.PyArray_ISNOTSWAPPED(a)):
         return False
     for i in range(cnp.PyArray_NDIM(a)):
         if cnp.PyArray_STRIDE(a, i) == 0 and cnp.PyArray_DIM(a, i) > 1:

@@ -208,6 +208,19 @@ def test_strided_operands_give_the_contiguous_bits(shape, dtype, threads):
                     _same(ours(*args), theirs)
 
 
+@pytest.mark.parametrize('layout', ['contiguous', 'sliced'])
+def test_byte_swapped_operands_give_numpys_values(layout):
+    """An operand in the other byte order is NumPy's to compute (the loops
+    read native floats), whether contiguous or a slice that would be copied."""
+    g = numpy.linspace(-2, 3, 24).astype('>f4').reshape(4, 6)
+    y = numpy.linspace(-1, 1, 24).astype(F32).reshape(4, 6)
+    if layout == 'sliced':
+        g = numpy.concatenate([g, g], axis=1)[:, :6]
+    numpy.testing.assert_array_equal(K.relu_grad(g, y), numpy.where(y > 0, g, 0))
+    numpy.testing.assert_array_equal(K.multiply(g, y), g * y)
+    numpy.testing.assert_array_equal(K.tanh_grad(g, y), g * (1 - y * y))
+
+
 def test_crelus_gradient_through_its_concatenation():
     """crelu's gradient reaches relu's through slices of the concatenated
     gradient: 1 where x > 0, -1 where x < 0, times gy's matching half."""
