@@ -32,8 +32,8 @@ def _key(case):
 def _described(kernel, found, host):
     """A choice as the grid file writes it."""
     how, plan = found.algorithm, found.plan
-    if how == 'groups':  # one group-1 convolution a group, by the per-group choice
-        return 'groups:' + _described(kernel, plan, host)
+    if how == 'groups':  # by the per-group choice (one pass or a convolution a group)
+        return 'groups:' + _described(kernel, plan.per, host)
     if how == 'winograd':
         return how + ':' + plan.name
     if how == 'input_phases':

@@ -5,13 +5,15 @@ references, gradients by the adjoint identity and numerically to second
 order, bias, non-contiguous inputs, thread counts and the dispatcher's
 choice. (Run on every CPU path by .ci/run's vector_paths.)"""
 
+import dataclasses
+
 import numpy
 import pytest
 
 import xgrad
 from xgrad._backend import native_kernels
 from xgrad._ops import convolution
-from xgrad._ops._conv import dispatch
+from xgrad._ops._conv import dispatch, thresholds
 from xgrad._ops._conv.reference import reference_conv, reference_conv_transpose
 from xgrad.testing import check_backward, check_double_backward, force_conv_algorithm
 
@@ -84,7 +86,7 @@ def _check_unforced(xshape, wshape, kw, per_group):
                                              kw.get('stride', 1), kw['pad'], 1, kw['groups'],
                                              False)
     how, _, plan = dispatch.choice('conv', x, wshape, geom, tuple(outsize), numpy.float32)
-    assert (how, plan.algorithm) == ('groups', per_group)
+    assert (how, plan.per.algorithm) == ('groups', per_group)
     numpy.testing.assert_allclose(convolution.conv_kernel(x, w, None, geom, outsize),
                                   reference_conv(x.astype(float), w.astype(float), **kw),
                                   rtol=2e-4, atol=2e-4)
@@ -209,3 +211,41 @@ def test_not_taken_where_it_does_not_apply():
         xgrad.conv(xgrad.array(data((4, 32, 16, 16), 1)), xgrad.array(data((32, 16, 3, 3), 2)),
                    pad=1, groups=2)
     assert forced.taken == [('conv', 'im2col')]
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+def test_one_winograd_pass_and_a_group_at_a_time_give_the_same_bits(monkeypatch, dtype):
+    """Groups that each take Winograd run as one pass over all the channels
+    (dispatch.GroupPlan.one_pass: small groups on one thread, any on more)
+    or a group at a time: the same bits either way (each group's filters
+    and filter gradients are transformed alone), for conv, its input
+    gradient (the flipped convolution) and its weight gradient; and the
+    group-at-a-time run is the group-1 convolutions' results."""
+    x, w = data((4, 48, 16, 16), 1, dtype), data((48, 16, 3, 3), 2, dtype)
+    gy = data((4, 48, 16, 16), 3, dtype)
+    path = native_kernels.cpu_path()
+    rules = thresholds.for_path(path)
+    runs = {}
+    before = native_kernels.max_threads()
+    try:
+        native_kernels.set_thread_limit(1)
+        for one_pass_below in (1 << 40, 0):  # (every group in one pass; none)
+            monkeypatch.setitem(thresholds.THRESHOLDS, path, dataclasses.replace(
+                rules, groups_one_pass_max_products=one_pass_below))
+            convolution.clear_choices()
+            geom, outsize = convolution._conv_shapes(x.shape, x.dtype, w.shape, None, 1, 1, 1,
+                                                     3, False)
+            how, _, plan = dispatch.choice('conv', x, w.shape, geom, tuple(outsize), x.dtype)
+            assert (how, plan.per.algorithm, plan.one_pass) == (
+                'groups', 'winograd', bool(one_pass_below))
+            y, gx, gw, _ = _forward_and_grads(x, w, numpy.zeros(48, dtype), gy,
+                                              dict(pad=1, groups=3))
+            runs[one_pass_below] = [a.to_numpy() for a in (y, gx, gw)]
+    finally:
+        native_kernels.set_thread_limit(before)
+        convolution.clear_choices()
+    for one, each in zip(*runs.values()):
+        numpy.testing.assert_array_equal(one, each)
+    ref = reference_conv(x.astype(float), w.astype(float), pad=1, groups=3)
+    numpy.testing.assert_allclose(runs[0][0], ref, rtol=1e-4 if dtype == 'float32' else 1e-10,
+                                  atol=1e-4 if dtype == 'float32' else 1e-10)

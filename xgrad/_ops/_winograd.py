@@ -257,21 +257,59 @@ def _filter_gradients(t, du, wshape, work, input_phases=None):
                             t.gg.astype(work)).reshape(o, c, t.r, t.r)
 
 
-def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None):
+def _group_filters(t, w, work, groups):
+    """_filters of a grouped w (O, C/g, r, r), a group at a time: each
+    group's U has the bits of its group-1 convolution's (one product over
+    all groups' filters may take another GEMM and round otherwise)."""
+    og = w.shape[0] // groups
+    u = numpy.empty((t.a * t.a,) + w.shape[:2], work)
+    for i in range(groups):
+        u[:, i * og:(i + 1) * og] = _filters(t, w[i * og:(i + 1) * og], work)
+    return u
+
+
+def _group_filter_gradients(t, du, wshape, work, groups):
+    """_filter_gradients of a grouped du (a^2, O, C/g), a group at a time
+    (as _group_filters)."""
+    og = wshape[0] // groups
+    gw = numpy.empty(wshape, work)
+    for i in range(groups):
+        gw[i * og:(i + 1) * og] = _filter_gradients(
+            t, numpy.ascontiguousarray(du[:, i * og:(i + 1) * og]), (og,) + wshape[1:], work)
+    return gw
+
+
+def _products(u, flat, products, values, c, o, tiles, groups):
+    """matmul's (filters, tiles, out=products) for a chunk: (a^2, O, C) by
+    (a^2, C, tiles); with ``groups`` g the a^2 g products of a group's rows,
+    (a^2 g, O/g, C/g) by (a^2 g, C/g, tiles), as views of the same buffers
+    (their padded rows are evenly spaced: _gemm_layout)."""
+    if groups == 1:
+        return (u, _gemm_layout.padded(flat, (values, c, tiles)),
+                _gemm_layout.padded(products, (values, o, tiles)))
+    return (u.reshape(values * groups, o // groups, c // groups),
+            _gemm_layout.padded(flat, (values * groups, c // groups, tiles)),
+            _gemm_layout.padded(products, (values * groups, o // groups, tiles)))
+
+
+def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None, groups=1):
     """y = conv(x, w) + b by the Transform t in ``work`` (x contiguous in
     ``work``); ``keep`` (a list) receives the batch's Tiles when they are at
     most chunking.WHOLE_BATCH_ELEMENTS. With ``input_phases`` (a
     _polyphase.InputPhases) the convolution is over x's phases (``geom``
     their geometry, ``w`` conv's own weights): the input tiles gather x's
-    phases from x, the filter transform w's from w."""
-    n, c = x.shape[0], _channels(w.shape, input_phases)
+    phases from x, the filter transform w's from w. With ``groups`` g, w is
+    (O, C/g, r, r): the tiles of every channel in one pass, a^2 g products
+    of a group's (O/g, C/g) filters by its (C/g, tiles) tiles, one output
+    pass (see _products)."""
+    n, c = x.shape[0], x.shape[1] if groups > 1 else _channels(w.shape, input_phases)
     o = w.shape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(outsize)
-    u = _filters(t, w, work, input_phases)
+    u = _group_filters(t, w, work, groups) if groups > 1 else _filters(t, w, work, input_phases)
     bias = None if b is None else numpy.ascontiguousarray(b, dtype=work)
     y = workspace.empty((n, o) + tuple(outsize), work)
-    chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o))
+    chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o) // groups)
     kept = None
     if keep is not None and values * c * n * th * tw <= chunking.WHOLE_BATCH_ELEMENTS:
         kept = []
@@ -288,7 +326,8 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None):
         v = _gemm_layout.padded(flat, (values, c, tiles))
         t.input_tiles(x[lo:hi], v, geom.pad, input_phases)
         e = _gemm_layout.padded(products, (values, o, tiles))
-        host_gemm.matmul(u, v, out=e)
+        u_, v_, e_ = _products(u, flat, products, values, c, o, tiles, groups)
+        host_gemm.matmul(u_, v_, out=e_)
         t.output_tiles(e, y[lo:hi], bias)
         if kept is not None:
             kept.append(v)
@@ -297,17 +336,18 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None):
     return y
 
 
-def grad_weight(t, x, gy, wshape, geom, work, tiles=None, input_phases=None):
-    """gw = d<conv(x, w), gy>/dw (O, C, r, r) by the Transform t in
+def grad_weight(t, x, gy, wshape, geom, work, tiles=None, input_phases=None, groups=1):
+    """gw = d<conv(x, w), gy>/dw (O, C/g, r, r) by the Transform t in
     ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
     Tiles of x. With ``input_phases``, of the convolution over x's phases (as
-    conv's; ``wshape`` conv's own)."""
-    n, c = x.shape[0], _channels(wshape, input_phases)
+    conv's; ``wshape`` conv's own). ``groups`` g: conv's."""
+    n, c = x.shape[0], x.shape[1] if groups > 1 else _channels(wshape, input_phases)
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
-    du = workspace.zeros((values, o, c), work)
-    chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o))
+    du = workspace.zeros((values, o, c // groups), work)
+    du_stack = du.reshape(values * groups, o // groups, c // groups)
+    chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o) // groups)
     if tiles is not None and (tiles.transform is not t or len(tiles.chunks) != len(chunks)
                               or any(v.dtype != work for v in tiles.chunks)):
         tiles = None
@@ -324,7 +364,10 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, input_phases=None):
             t.input_tiles(x[lo:hi], v, geom.pad, input_phases)
         if flat_g is None:
             flat_g = workspace.empty(_gemm_layout.padded_size(values * o, widest, work), work)
-        g = _gemm_layout.padded(flat_g, (values, o, count))
-        t.gradient_tiles(gy[lo:hi], g)
-        host_gemm.matmul(g, v.transpose(0, 2, 1), out=du, accumulate=True)
+        t.gradient_tiles(gy[lo:hi], _gemm_layout.padded(flat_g, (values, o, count)))
+        g = _gemm_layout.padded(flat_g, (values * groups, o // groups, count))
+        v = v.reshape(values * groups, c // groups, count)  # (a group's rows: _products)
+        host_gemm.matmul(g, v.transpose(0, 2, 1), out=du_stack, accumulate=True)
+    if groups > 1:
+        return _group_filter_gradients(t, du, tuple(wshape), work, groups)
     return _filter_gradients(t, du, tuple(wshape), work, input_phases)

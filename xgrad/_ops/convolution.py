@@ -270,15 +270,21 @@ def _on_cudnn(function, *args):
         return None
 
 
-def _by_groups(kernel, x, w, geom, size, work, per, dtype=None):
-    """A grouped ``kernel`` ('conv', 'conv_transpose' or 'grad_weight') as
-    one group-1 call a group with the dispatcher's per-group Choice ``per``
-    (dispatch._groups_choice), each on its channel slices, into its slice
-    of the result (no bias). conv and conv_transpose: x (N, C, ..), w (O,
+def _by_groups(kernel, x, w, geom, size, work, plan, dtype=None):
+    """A grouped ``kernel`` ('conv', 'conv_transpose' or 'grad_weight') by
+    the dispatcher's dispatch.GroupPlan: one Winograd pass over all the
+    channels (_groups_by_winograd), or one group-1 call a group with the
+    per-group Choice, each on its channel slices, into its slice of the
+    result (no bias). conv and conv_transpose: x (N, C, ..), w (O,
     C/g, ..) or (C, O/g, ..), ``size`` the output's spatial size; the
     weight gradient: x and gy (``w``) of conv, ``size`` w's shape. A group's
     slice of x is not contiguous: the kernel entry copies it (one pass over
     x in all, as a (g, N, C/g, ..) copy of the whole would be)."""
+    if plan.one_pass:
+        found = _groups_by_winograd(kernel, x, w, geom, size, work, plan.per)
+        if found is not None:
+            return found
+    per = plan.per
     g, one = geom.groups, dispatch.group_geometry(geom)
     n, c = x.shape[:2]
     cg = c // g
@@ -298,6 +304,36 @@ def _by_groups(kernel, x, w, geom, size, work, per, dtype=None):
         out[:, i * og:(i + 1) * og] = run_group(
             x[:, i * cg:(i + 1) * cg], w[i * wg:(i + 1) * wg], None, one, size, choice=per)
     return out
+
+
+def _groups_by_winograd(kernel, x, w, geom, size, work, per):
+    """_by_groups' kernel in one Winograd pass over all the channels (the
+    dispatcher's GroupPlan.one_pass: each group takes Winograd, ``per``;
+    for conv_transpose its flipped convolution does): a^2 g products of a
+    group's rows (_winograd's ``groups``) instead of a convolution a group
+    on copied channel slices. None where the groups take another algorithm."""
+    g = geom.groups
+    if kernel == 'conv_transpose':  # (conv's input gradient: by the flip)
+        if per.algorithm != 'flip':
+            return None
+        c, o = x.shape[1], w.shape[1] * g
+        k = tuple(geom.ksize)
+        flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(k)]
+        flipped = flipped.reshape((g, c // g, o // g) + k).swapaxes(1, 2).reshape(
+            (o, c // g) + k)
+        inner = dispatch.choice('conv', x[:, :c // g], (o // g,) + flipped.shape[1:], per.plan,
+                                tuple(size), work)
+        if inner.algorithm != 'winograd':
+            return None
+        x, flipped = kernel_operands(work, x, flipped)
+        return _winograd.conv(inner.plan, x, flipped, None, per.plan._replace(groups=g),
+                              size, work, groups=g)
+    if per.algorithm != 'winograd':
+        return None
+    x, w = kernel_operands(work, x, w)
+    if kernel == 'conv':
+        return _winograd.conv(per.plan, x, w, None, geom, size, work, groups=g)
+    return _winograd.grad_weight(per.plan, x, w, tuple(size), geom, work, groups=g)  # (w: gy)
 
 
 def _runs_as_2d(x):

@@ -235,6 +235,13 @@ def _forced_choice(choice):
 _PLANNED_PER_GROUP = ('winograd', 'input_phases', 'taps', 'output_phases')
 
 
+GroupPlan = collections.namedtuple('GroupPlan', 'per one_pass')
+GroupPlan.__doc__ = """The plan of a 'groups' convolution: the per-group
+Choice, and whether the groups run as one Winograd pass over all the
+channels (convolution._groups_by_winograd) rather than a convolution a
+group (see _one_pass)."""
+
+
 def group_geometry(geom):
     """The geometry of one group of a grouped convolution: groups 1."""
     return geom._replace(groups=1)
@@ -267,9 +274,10 @@ def _groups_choice(kernel, xshape, wshape, geom, outsize, work, rules, threads, 
         gy1 = (outsize[0], outsize[1] // g) + tuple(outsize[2:])
         per = host_grad_weight(x1, gy1, w1, one, work, rules, threads)
         sides = (x1[1], gy1[1])
-    planned = per.algorithm in _PLANNED_PER_GROUP or (
+    winograd = per.algorithm == 'winograd' or (
         per.algorithm == 'flip' and kernel == 'conv_transpose'
         and _flipped_winograd(x1, w1, one, outsize, work, rules))
+    planned = winograd or per.algorithm in _PLANNED_PER_GROUP
     if forced != 'groups' and not (planned and min(sides) >= rules.groups_min_channels):
         return None
     # a group's multiply-adds: channels both sides, taps, and the positions
@@ -280,9 +288,21 @@ def _groups_choice(kernel, xshape, wshape, geom, outsize, work, rules, threads, 
     if (forced != 'groups' and threads > 1
             and products < threads * rules.groups_min_products_per_thread):
         return None
+    one_pass = _one_pass(winograd, products, threads, rules)
     return Choice('groups', '{} groups of {}->{} channels ({}+ each side), one {} convolution '
-                  'a group: {}'.format(g, sides[0], sides[1], rules.groups_min_channels,
-                                       per.algorithm, per.reason), per)
+                  'a group: {}{}'.format(
+                      g, sides[0], sides[1], rules.groups_min_channels, per.algorithm,
+                      per.reason, '; all the groups in one Winograd pass' if one_pass else ''),
+                  GroupPlan(per, one_pass))
+
+
+def _one_pass(winograd, products, threads, rules):
+    """Whether groups that each take Winograd run as one pass over all the
+    channels, a^2 g products of a group's rows: on more than one thread
+    (the pass splits as a group-1 convolution does), and on one below
+    rules.groups_one_pass_max_products multiply-adds a group (above, a
+    group at a time keeps its tiles in cache)."""
+    return winograd and (threads > 1 or products < rules.groups_one_pass_max_products)
 
 
 def host_conv(xshape, wshape, geom, outsize, work, rules, threads, forced=None):

@@ -106,6 +106,17 @@ class Thresholds:
     # (4 groups of 16 at 20x20, batch 8: 7.4M a group, 1.66 ms at two threads
     # as at one, the grouped im2col's 1.07).
     groups_min_products_per_thread: int = 1 << 23
+    # Groups that each take Winograd run as one pass over all the channels
+    # (a^2 g products of a group's rows) on more than one thread, and on one
+    # below this many multiply-adds a group; above it, a group at a time
+    # kept its tiles in cache. Forward and both gradients, one thread, a
+    # group at a time -> one pass: 4 groups of 16 at 20x20, batch 8 (7.4M a
+    # group) 1.55 -> 1.24 ms; 4 of 32 at 20x20, batch 4 (14.7M) 3.46 -> 1.51;
+    # 4 of 16 at 28x28, batch 8 (14.4M) 2.73 -> 2.35; but 4 of 16 at 24x24,
+    # batch 16 (21.2M) 3.65 -> 3.85, at 28x28 (28.9M) 4.65 -> 5.6. Two
+    # threads, where groups are taken (8M+ a thread): 28.9M 3.7 -> 3.45,
+    # 2 groups of 32 at 56x56, batch 8 (231M) 6.27 -> 5.75.
+    groups_one_pass_max_products: int = 1 << 24
 
 
 _AVX512 = Thresholds()
