@@ -280,7 +280,7 @@ def _group_filter_gradients(t, du, wshape, work, groups):
 
 
 def _products(u, flat, products, values, c, o, tiles, groups):
-    """matmul's (filters, tiles, out=products) for a chunk: (a^2, O, C) by
+    """matmul's (filters, tiles, out) for a chunk: (a^2, O, C) by
     (a^2, C, tiles); with ``groups`` g the a^2 g products of a group's rows,
     (a^2 g, O/g, C/g) by (a^2 g, C/g, tiles), as views of the same buffers
     (their padded rows are evenly spaced: _gemm_layout)."""
@@ -309,6 +309,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None, groups=1
     u = _group_filters(t, w, work, groups) if groups > 1 else _filters(t, w, work, input_phases)
     bias = None if b is None else numpy.ascontiguousarray(b, dtype=work)
     y = workspace.empty((n, o) + tuple(outsize), work)
+    # (chunks of as many tiles as one group's convolution would take)
     chunks = chunking.winograd_ranges(n, th * tw, values * max(c, o) // groups)
     kept = None
     if keep is not None and values * c * n * th * tw <= chunking.WHOLE_BATCH_ELEMENTS:
@@ -325,10 +326,8 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None, groups=1
                 _gemm_layout.padded_size(values * o, widest, work), work)
         v = _gemm_layout.padded(flat, (values, c, tiles))
         t.input_tiles(x[lo:hi], v, geom.pad, input_phases)
-        e = _gemm_layout.padded(products, (values, o, tiles))
-        u_, v_, e_ = _products(u, flat, products, values, c, o, tiles, groups)
-        host_gemm.matmul(u_, v_, out=e_)
-        t.output_tiles(e, y[lo:hi], bias)
+        host_gemm.matmul(*_products(u, flat, products, values, c, o, tiles, groups))
+        t.output_tiles(_gemm_layout.padded(products, (values, o, tiles)), y[lo:hi], bias)
         if kept is not None:
             kept.append(v)
     if kept is not None:

@@ -316,12 +316,9 @@ def _groups_by_winograd(kernel, x, w, geom, size, work, per):
     if kernel == 'conv_transpose':  # (conv's input gradient: by the flip)
         if per.algorithm != 'flip':
             return None
-        c, o = x.shape[1], w.shape[1] * g
-        k = tuple(geom.ksize)
-        flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(k)]
-        flipped = flipped.reshape((g, c // g, o // g) + k).swapaxes(1, 2).reshape(
-            (o, c // g) + k)
-        inner = dispatch.choice('conv', x[:, :c // g], (o // g,) + flipped.shape[1:], per.plan,
+        flipped = _flipped_weights(w, geom)
+        o, cg = flipped.shape[:2]
+        inner = dispatch.choice('conv', x[:, :cg], (o // g,) + flipped.shape[1:], per.plan,
                                 tuple(size), work)
         if inner.algorithm != 'winograd':
             return None
@@ -334,6 +331,16 @@ def _groups_by_winograd(kernel, x, w, geom, size, work, per):
     if kernel == 'conv':
         return _winograd.conv(per.plan, x, w, None, geom, size, work, groups=g)
     return _winograd.grad_weight(per.plan, x, w, tuple(size), geom, work, groups=g)  # (w: gy)
+
+
+def _flipped_weights(w, geom):
+    """conv_transpose's w (C, O/g, k..) as the weights (O, C/g, k..) of the
+    convolution it is at stride 1: each group's transposed, its taps
+    reversed."""
+    g, k = geom.groups, tuple(geom.ksize)
+    c, o = w.shape[0], w.shape[1] * g
+    flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(k)]
+    return flipped.reshape((g, c // g, o // g) + k).swapaxes(1, 2).reshape((o, c // g) + k)
 
 
 def _runs_as_2d(x):
@@ -472,10 +479,8 @@ def conv_transpose_kernel(x, w, b, geom, outsize, choice=None):
     if how == 'taps':  # small images: GEMMs that skip the padding's taps
         return _add_bias(plan.conv_transpose(x, w), b).astype(dtype, copy=False)
     if how == 'flip':  # plan: the flipped convolution's geometry
-        flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * len(geom.ksize)]
-        flipped = flipped.reshape((g, c // g, o // g) + geom.ksize).swapaxes(1, 2)
-        return conv_kernel(x, flipped.reshape((o, c // g) + geom.ksize), b, plan,
-                           outsize).astype(dtype, copy=False)
+        return conv_kernel(x, _flipped_weights(w, geom), b, plan, outsize).astype(
+            dtype, copy=False)
     xm = x.astype(work, copy=False).reshape(n, g, c // g, _prod(spatial))
     wt = w.astype(work, copy=False).reshape(g, c // g, _prod(w.shape[1:])).swapaxes(1, 2)
     if how == 'col2im':

@@ -595,10 +595,15 @@ class LogSoftmax(PyOp):
 
 def _native_one_axis(x, op, log):
     """The native kernels' (log-)softmax when it is over one axis of a NumPy
-    float32/64 array in the op's dtype (the rows kernel for the last axis,
-    column tiles for another), else None."""
-    if len(op.axes) != 1 or x.dtype != op.dtype:
+    float32/64 array in the op's dtype, or of bools or ints (cast to it, as
+    ChainerX computes them; so that they give the float input's values):
+    the rows kernel for the last axis, column tiles for another; else None."""
+    if len(op.axes) != 1 or type(x) is not numpy.ndarray:
         return None
+    if x.dtype != op.dtype:
+        if x.dtype.kind not in 'biu':
+            return None
+        x = x.astype(op.dtype)
     return native_kernels.softmax_axis(x, op.axes[0], log)
 
 
