@@ -51,7 +51,7 @@ from xgrad._graph_export import graph_to_dot  # NOQA
 from xgrad._numpy_fallbacks import (  # NOQA
     copysign, fix, broadcast_arrays, is_available, _to_cupy)
 
-__version__ = '0.5.3'
+__version__ = '0.5.4'
 
 # ChainerX's dtype names are NumPy's scalar types (``xgrad.float32 is
 # numpy.float32``), and ``bool``, ``int`` and ``float`` are Python's, as
