@@ -720,8 +720,10 @@ cdef object _binary(Formula f, object a, object b):
     pair = _compacted(a, b, ta, tb)
     if pair is not None:
         return _binary(f, pair[0], pair[1])
-    if (ta < 0 and _strided(a)) or (tb < 0 and _strided(b)):
-        return _binary(f, _c_order(a), _c_order(b))
+    if ta < 0 or tb < 0:  # (a slice or transpose: its C-order copy)
+        ca, cb = _c_order(a), _c_order(b)
+        if ca is not a or cb is not b:
+            return _binary(f, ca, cb)
     if ta >= 0 and tb < 0 and _number_of(b, ta, &number):
         return _binary_number(f, <cnp.ndarray>a, na, sa, number, False, ta)
     if tb >= 0 and ta < 0 and _number_of(a, tb, &number):

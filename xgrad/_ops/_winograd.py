@@ -302,7 +302,7 @@ def conv(t, x, w, b, geom, outsize, work, keep=None, input_phases=None, groups=1
     (O, C/g, r, r): the tiles of every channel in one pass, a^2 g products
     of a group's (O/g, C/g) filters by its (C/g, tiles) tiles, one output
     pass (see _products)."""
-    n, c = x.shape[0], x.shape[1] if groups > 1 else _channels(w.shape, input_phases)
+    n, c = x.shape[0], _channels(w.shape, input_phases) * groups
     o = w.shape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(outsize)
@@ -340,7 +340,7 @@ def grad_weight(t, x, gy, wshape, geom, work, tiles=None, input_phases=None, gro
     ``work`` (x and gy contiguous in ``work``); ``tiles``: the forward's
     Tiles of x. With ``input_phases``, of the convolution over x's phases (as
     conv's; ``wshape`` conv's own). ``groups`` g: conv's."""
-    n, c = x.shape[0], x.shape[1] if groups > 1 else _channels(wshape, input_phases)
+    n, c = x.shape[0], _channels(wshape, input_phases) * groups
     o = wshape[0]
     values = t.a * t.a
     th, tw = t.tile_counts(gy.shape[2:])
